@@ -1,0 +1,41 @@
+"""Checkpoints: HF model + tokenizer (loadable by transformers/vLLM) + trainer state (optimizer,
+RNG, step, version). Written to a temporary directory and renamed, so a crash mid-save leaves the
+previous checkpoint intact."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def save_checkpoint(path: Path, model, tokenizer, trainer_state: dict, step: int) -> Path:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    torch.save({
+        **trainer_state, "step": step,
+        "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(),
+        "numpy_rng": np.random.get_state(),
+    }, tmp / "trainer_state.pt")
+    old = path.with_name(path.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        path.rename(old)
+    tmp.rename(path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def load_trainer_state(path: Path) -> dict:
+    state = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
+    torch.set_rng_state(state["torch_rng"])
+    random.setstate(state["python_rng"])
+    np.random.set_state(state["numpy_rng"])
+    return state

@@ -1,0 +1,263 @@
+"""Typed run configuration: one small dataclass per component, validated at load.
+
+Load order: defaults ← ``--config FILE`` (YAML) ← ``dotted.key=value`` overrides. A section whose
+dataclass has a ``name`` field accepts a bare string as shorthand (``task=arithmetic`` ≡
+``task.name=arithmetic``). Every error is a :class:`ConfigError` whose message names the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from asyncrl.config_loader import (
+    ConfigError,
+    apply_override,
+    from_dict,
+    merge,
+    parse_override,
+    read_yaml,
+    to_dict,
+)
+from asyncrl.tasks import ArithmeticConfig
+
+
+@dataclass
+class RunConfig:
+    """Where a run writes and how it reports."""
+
+    out_dir: str = "runs"
+    name: str | None = None  # run directory name; default: <mode>-<loss>-s<seed>-<timestamp>
+    seed: int = 0
+    mode: Literal["sync"] = "sync"
+    checkpoint_every: int = 0  # steps between checkpoints; 0 = only at the end
+    tensorboard: bool = True
+    progress: bool = True  # live progress line (rich); off for subprocesses that parse stdout
+
+    def validate(self) -> None:
+        if self.checkpoint_every < 0:
+            raise ValueError("checkpoint_every: must be >= 0")
+        if self.name is not None and ("/" in self.name or not self.name.strip()):
+            raise ValueError("name: must be a non-empty directory name without '/'")
+
+
+@dataclass
+class ModelConfig:
+    """Shape of the embedded tiny Qwen2-architecture model (ignored when policy.model_path is set)."""
+
+    vocab_size: int = 1024
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 4
+    intermediate_size: int = 704
+    max_positions: int = 256
+
+    def validate(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                     "intermediate_size", "max_positions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1")
+        if self.vocab_size < 300:
+            raise ValueError("vocab_size: must be >= 300 (256 byte symbols + specials + merges)")
+        if self.hidden_size % self.num_heads:
+            raise ValueError("num_heads: must divide hidden_size")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("num_kv_heads: must divide num_heads")
+
+
+@dataclass
+class PolicyConfig:
+    """Which weights to train and where they run."""
+
+    model_path: str | None = None  # a local HF directory; None = the embedded tiny model (cached)
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    torch_threads: int = 1  # 1 per process: 2 threads slow down many-fold when the other core is busy
+    cache_dir: str = ".asyncrl_cache"
+
+    def validate(self) -> None:
+        if self.torch_threads < 1:
+            raise ValueError("torch_threads: must be >= 1")
+        if self.model_path is not None and not Path(self.model_path).is_dir():
+            raise ValueError(f"model_path: no such directory: {self.model_path}")
+
+
+@dataclass
+class PretrainConfig:
+    """Supervised warm start of the embedded model on generated worked solutions."""
+
+    steps: int = 300
+    batch_size: int = 64
+    lr: float = 2e-3
+    warmup_steps: int = 30
+    weight_decay: float = 0.01
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.steps < 0:
+            raise ValueError("steps: must be >= 0")
+        if self.batch_size < 1:
+            raise ValueError("batch_size: must be >= 1")
+        if not 0 < self.lr < 1:
+            raise ValueError("lr: must be in (0, 1)")
+        if self.warmup_steps < 0:
+            raise ValueError("warmup_steps: must be >= 0")
+
+
+@dataclass
+class TaskConfig:
+    """The dataset and its reward."""
+
+    name: Literal["arithmetic"] = "arithmetic"
+    arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling: each step draws ``prompts_per_step`` problems and ``samples_per_prompt`` answers each."""
+
+    prompts_per_step: int = 8
+    samples_per_prompt: int = 8
+    max_new_tokens: int = 48
+    temperature: float = 1.0
+
+    def validate(self) -> None:
+        if self.prompts_per_step < 1:
+            raise ValueError("prompts_per_step: must be >= 1")
+        if self.samples_per_prompt < 2:
+            raise ValueError("samples_per_prompt: must be >= 2 (group-normalized advantages)")
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens: must be >= 1")
+        if not self.temperature > 0:
+            raise ValueError("temperature: must be > 0")
+
+    @property
+    def batch_size(self) -> int:
+        return self.prompts_per_step * self.samples_per_prompt
+
+
+@dataclass
+class LossConfig:
+    """Which objective (a key of ``asyncrl.objectives.LOSSES``) and its hyperparameters."""
+
+    name: str = "ppo"
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        from asyncrl.objectives import LOSSES, loss_param_names, validate_loss_params
+
+        if self.name not in LOSSES:
+            raise ValueError(f"name: unknown loss {self.name!r} (known: {', '.join(sorted(LOSSES))})")
+        known = loss_param_names(self.name)
+        for key in self.params:
+            if key not in known:
+                raise ValueError(f"params.{key}: not a parameter of loss {self.name!r} "
+                                 f"(known: {', '.join(sorted(known))})")
+        try:
+            validate_loss_params(self.name, self.params)
+        except ValueError as err:
+            raise ValueError(f"params: {err}") from None
+
+
+@dataclass
+class TrainerConfig:
+    """Optimization: one training step = one batch, ``n_minibatches`` AdamW updates, version += 1."""
+
+    steps: int = 60
+    lr: float = 5e-5
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    grad_clip: float = 1.0
+    n_minibatches: int = 4
+    advantage: Literal["grpo", "drgrpo", "rloo"] = "grpo"
+    adv_eps: float = 1e-6
+    # proximal policy of decoupled objectives: "recompute" = one no-grad forward pass per step;
+    # "loglinear" (A-3PO) / "linear" / "behav" = approximate_prox_logp per minibatch; "none" = pass no
+    # prox_logp (coupled PPO; the REINFORCE "bypass" form of tis/mis)
+    prox: Literal["behav", "recompute", "loglinear", "linear", "none"] = "behav"
+
+    def validate(self) -> None:
+        if self.steps < 0:
+            raise ValueError("steps: must be >= 0")
+        if not 0 < self.lr < 1:
+            raise ValueError("lr: must be in (0, 1)")
+        if self.grad_clip <= 0:
+            raise ValueError("grad_clip: must be > 0")
+        if self.n_minibatches < 1:
+            raise ValueError("n_minibatches: must be >= 1")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be in [0, 1)")
+        if self.adv_eps <= 0:
+            raise ValueError("adv_eps: must be > 0")
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation: accuracy (mean reward) on ``n_problems`` eval-split problems."""
+
+    every: int = 10  # steps between evals; 0 = only before and after training
+    n_problems: int = 256
+    temperature: float = 0.0  # 0 = greedy
+    batch_size: int = 128
+
+    def validate(self) -> None:
+        if self.every < 0:
+            raise ValueError("every: must be >= 0")
+        if self.n_problems < 1:
+            raise ValueError("n_problems: must be >= 1")
+        if self.temperature < 0:
+            raise ValueError("temperature: must be >= 0")
+        if self.batch_size < 1:
+            raise ValueError("batch_size: must be >= 1")
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def validate(self) -> None:
+        if self.rollout.batch_size % self.trainer.n_minibatches:
+            raise ValueError(
+                f"trainer.n_minibatches: must divide the batch size "
+                f"{self.rollout.batch_size} (= rollout.prompts_per_step × samples_per_prompt)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+
+def _sections_with_name() -> set[str]:
+    return {f.name for f in dataclasses.fields(Config)
+            if any(sf.name == "name" for sf in dataclasses.fields(f.default_factory()))}
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Defaults ← YAML file ← overrides; raises ConfigError (one line naming the key)."""
+    data: dict[str, Any] = read_yaml(path) if path else {}
+    named = _sections_with_name()
+    for text in overrides:
+        parts, value = parse_override(text)
+        if len(parts) == 1 and parts[0] in named and isinstance(value, str):
+            parts = [parts[0], "name"]
+        if isinstance(value, dict):
+            value = merge({}, value)
+        apply_override(data, parts, value)
+    return from_dict(Config, data)
+
+
+__all__ = [
+    "Config", "ConfigError", "EvalConfig", "LossConfig", "ModelConfig", "PolicyConfig",
+    "PretrainConfig", "RolloutConfig", "RunConfig", "TaskConfig", "TrainerConfig", "load_config",
+]

@@ -1,0 +1,187 @@
+"""Generic typed loading of nested dataclasses from YAML + dotted overrides.
+
+Why not OmegaConf/Hydra: we need exactly three behaviours and one-line errors that name the key —
+unknown keys rejected, values type-checked against the annotations, and each dataclass's own
+``validate()`` run at load time. This file knows nothing about asyncrl's components.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A bad configuration value. ``str(err)`` is one line that names the key."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(f"config error: {key}: {message}" if key else f"config error: {message}")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check ``value`` against annotation ``tp``; the only conversions are int→float and
+    dataclass-from-dict (YAML gives ``1`` for a float field)."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as err:
+                errors.append(err)
+        raise ConfigError(key, f"expected {' or '.join(_type_name(a) for a in args)}, got {value!r}")
+    if origin is Literal:
+        choices = get_args(tp)
+        if value not in choices:
+            raise ConfigError(key, f"must be one of {', '.join(map(str, choices))}; got {value!r}")
+        return value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(key, f"expected a mapping, got {value!r}")
+        return dict(value)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(key, f"expected a list, got {value!r}")
+        (item_tp, *_) = get_args(tp) or (Any,)
+        items = [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+        return items if origin is list else tuple(items)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(key, f"expected a mapping, got {value!r}")
+        return from_dict(tp, value, prefix=key)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(key, f"expected a string, got {value!r}")
+        return value
+    raise ConfigError(key, f"unsupported annotation {_type_name(tp)}")
+
+
+def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
+    """Build dataclass ``cls`` from a nested dict, rejecting unknown keys and wrong types, then
+    calling ``validate()`` on every level (post-order, so children are valid first)."""
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    kwargs = {}
+    for key, value in data.items():
+        full = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            raise ConfigError(full, f"unknown key (known: {', '.join(sorted(names))})")
+        kwargs[key] = _coerce(value, hints[key], full)
+    try:
+        obj = cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as err:
+        raise ConfigError(prefix, str(err)) from None
+    if not prefix:  # validate once, from the root, after the whole tree is built
+        validate_tree(obj)
+    return obj
+
+
+def validate_tree(obj: Any, prefix: str = "") -> None:
+    """Run ``validate()`` on ``obj`` (a dataclass) and its nested dataclasses; a ValueError raised
+    as ``ValueError("field: message")`` becomes a ConfigError naming ``prefix.field``."""
+    for f in dataclasses.fields(obj):
+        child = getattr(obj, f.name)
+        if dataclasses.is_dataclass(child):
+            validate_tree(child, f"{prefix}.{f.name}" if prefix else f.name)
+    validate = getattr(obj, "validate", None)
+    if validate is None:
+        return
+    try:
+        validate()
+    except ConfigError:
+        raise
+    except ValueError as err:
+        field, sep, message = str(err).partition(": ")
+        if not sep:
+            field, message = "", str(err)
+        full = ".".join(p for p in (prefix, field) if p)
+        raise ConfigError(full, message) from None
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    return dataclasses.asdict(obj)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``a.b.c=value`` → (["a", "b", "c"], yaml-parsed value). ``key=`` gives an empty string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(text, "override must look like dotted.key=value")
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    parts = key.strip().split(".")
+    if any(not p for p in parts):
+        raise ConfigError(key, "empty component in dotted key")
+    return parts, value
+
+
+def apply_override(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(".".join(parts[: i + 1]), "is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("--config", f"no such file: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError("--config", f"invalid YAML at {where}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("--config", f"{path} must hold a mapping at top level")
+    return data
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """Deep merge ``extra`` into a copy of ``base``."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,25 @@
+"""Held-out evaluation: mean task reward of one completion per problem."""
+
+from __future__ import annotations
+
+import torch
+
+from asyncrl.policy.sampling import sample
+from asyncrl.tasks import Problem, Task
+
+
+def evaluate(model, tokenizer, task: Task, problems: list[Problem], *, max_new_tokens: int,
+             temperature: float = 0.0, batch_size: int = 128, seed: int = 0) -> float:
+    """Accuracy in [0, 1]; temperature 0 = greedy (deterministic)."""
+    if not problems:
+        raise ValueError("evaluate: no problems")
+    generator = torch.Generator().manual_seed(seed)
+    total = 0.0
+    for start in range(0, len(problems), batch_size):
+        chunk = problems[start:start + batch_size]
+        prompts = [tokenizer(p.prompt)["input_ids"] for p in chunk]
+        gen = sample(model, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                     eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, generator=generator)
+        texts = tokenizer.batch_decode(gen.completion_ids, skip_special_tokens=True)
+        total += sum(task.reward(text, p) for text, p in zip(texts, chunk))
+    return total / len(problems)

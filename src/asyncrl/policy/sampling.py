@@ -1,0 +1,140 @@
+"""Batched autoregressive sampling with a KV cache that records, for every sampled token, its
+log-probability under the sampling distribution (the behavior log-prob ``behav_logp``).
+
+The decode loop is written out (rather than ``model.generate``) because the runtime needs three
+things ``generate`` does not give exactly: the log-prob of each sampled token as sampled, decoding in
+chunks with a weight swap in between, and a re-prefill of the same sequences after the swap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from asyncrl.types import Generation
+
+
+def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """→ (ids [B, L] long, attention_mask [B, L] long), sequences right-aligned."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+def positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that skip padding: [B, L] long."""
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+@dataclass
+class DecodeState:
+    """Everything needed to continue decoding a batch. Tensors live on the model's device.
+
+    prompt_ids [B, P] long (left-padded), prompt_mask [B, P] long,
+    tokens [B, t] long (generated so far, pad after eos), logps [B, t] float32, versions [B, t] long,
+    finished [B] bool, next_logits [B, V] float32 (logits for the next token), past: the KV cache.
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    tokens: torch.Tensor
+    logps: torch.Tensor
+    versions: torch.Tensor
+    finished: torch.Tensor
+    next_logits: torch.Tensor
+    past: object
+    attn: torch.Tensor  # [B, P + t] long, attention mask of the cached prefix
+
+    @property
+    def n_generated(self) -> int:
+        return self.tokens.shape[1]
+
+
+@torch.no_grad()
+def prefill(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+            tokens: torch.Tensor | None = None, logps: torch.Tensor | None = None,
+            versions: torch.Tensor | None = None, finished: torch.Tensor | None = None) -> DecodeState:
+    """Run the prefix (prompt + any tokens generated so far) through ``model`` and build a state.
+
+    Called at the start, and again after a weight update so that later tokens come exactly from
+    the new weights (the old KV cache was computed by the old ones).
+    """
+    batch = prompt_ids.shape[0]
+    device = prompt_ids.device
+    if tokens is None:
+        tokens = torch.zeros((batch, 0), dtype=torch.long, device=device)
+        logps = torch.zeros((batch, 0), dtype=torch.float32, device=device)
+        versions = torch.zeros((batch, 0), dtype=torch.long, device=device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    gen_mask = (versions >= 0).long() if tokens.shape[1] else tokens.new_zeros((batch, 0))
+    ids = torch.cat([prompt_ids, tokens], dim=1)
+    attn = torch.cat([prompt_mask, gen_mask], dim=1)
+    out = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn), use_cache=True)
+    return DecodeState(prompt_ids, prompt_mask, tokens, logps, versions, finished,
+                       out.logits[:, -1].float(), out.past_key_values, attn)
+
+
+@torch.no_grad()
+def decode(model: PreTrainedModel, state: DecodeState, n_tokens: int, *, temperature: float,
+           eos_id: int, pad_id: int, version: int = 0,
+           generator: torch.Generator | None = None) -> DecodeState:
+    """Decode up to ``n_tokens`` more tokens (stops early when every sequence has finished).
+
+    temperature 0 = greedy. Finished sequences get ``pad_id``, log-prob 0 and version −1.
+    """
+    for _ in range(n_tokens):
+        if bool(state.finished.all()):
+            break
+        if temperature > 0:
+            logp_all = torch.log_softmax(state.next_logits / temperature, dim=-1)
+            token = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
+        else:
+            logp_all = torch.log_softmax(state.next_logits, dim=-1)
+            token = logp_all.argmax(-1)
+        token_logp = logp_all.gather(1, token[:, None]).squeeze(1)
+        alive = ~state.finished
+        token = torch.where(alive, token, torch.full_like(token, pad_id))
+        token_logp = torch.where(alive, token_logp, torch.zeros_like(token_logp))
+        token_version = torch.where(alive, torch.full_like(token, version), torch.full_like(token, -1))
+        state.tokens = torch.cat([state.tokens, token[:, None]], dim=1)
+        state.logps = torch.cat([state.logps, token_logp[:, None]], dim=1)
+        state.versions = torch.cat([state.versions, token_version[:, None]], dim=1)
+        state.finished = state.finished | (alive & (token == eos_id))
+        state.attn = torch.cat([state.attn, alive.long()[:, None]], dim=1)
+        out = model(input_ids=token[:, None], attention_mask=state.attn,
+                    position_ids=positions(state.attn)[:, -1:], past_key_values=state.past, use_cache=True)
+        state.past = out.past_key_values
+        state.next_logits = out.logits[:, -1].float()
+    return state
+
+
+def to_generation(state: DecodeState) -> Generation:
+    return Generation(
+        prompt_ids=state.prompt_ids.cpu(), prompt_mask=state.prompt_mask.bool().cpu(),
+        completion_ids=state.tokens.cpu(), behav_logp=state.logps.cpu(),
+        versions=state.versions.cpu(), completion_mask=(state.versions >= 0).cpu(),
+    )
+
+
+def sample(model: PreTrainedModel, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
+           eos_id: int, pad_id: int, version: int = 0,
+           generator: torch.Generator | None = None) -> Generation:
+    """Sample one completion per prompt (repeat prompts for n samples each)."""
+    device = next(model.parameters()).device
+    ids, mask = left_pad(prompts, pad_id)
+    was_training = model.training
+    model.eval()
+    try:
+        state = prefill(model, ids.to(device), mask.to(device))
+        state = decode(model, state, max_new_tokens, temperature=temperature, eos_id=eos_id,
+                       pad_id=pad_id, version=version, generator=generator)
+    finally:
+        model.train(was_training)
+    return to_generation(state)

@@ -1,0 +1,112 @@
+"""What every training mode shares: policy loading, the run directory, evaluation, checkpoints and
+the summary. The loops (sync, async, simulated) differ only in where batches come from."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import torch
+import yaml
+
+from asyncrl.checkpoint import save_checkpoint
+from asyncrl.config import Config, ConfigError
+from asyncrl.evaluation import evaluate
+from asyncrl.metrics import MetricsWriter
+from asyncrl.policy.model import load_policy
+from asyncrl.pretrain import is_complete, pretrain, pretrained_dir
+from asyncrl.progress import TrainProgress
+from asyncrl.tasks import Problem, Task, build_task
+
+
+def resolve_policy_dir(cfg: Config, log=print) -> Path:
+    """``policy.model_path`` if set, else the cached warm start (built on first use)."""
+    if cfg.policy.model_path:
+        return Path(cfg.policy.model_path)
+    path = pretrained_dir(cfg)
+    if not is_complete(path):
+        log(f"warm start not cached; running `asyncrl pretrain` ({cfg.pretrain.steps} steps) → {path}")
+        pretrain(cfg)
+    return path
+
+
+def make_run_dir(cfg: Config) -> Path:
+    name = cfg.run.name or (f"{cfg.run.mode}-{cfg.loss.name}-s{cfg.run.seed}-"
+                            f"{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    run_dir = Path(cfg.run.out_dir) / name
+    if (run_dir / "summary.json").exists():
+        raise ConfigError("run.name", f"run directory already holds a finished run: {run_dir}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    return run_dir
+
+
+@dataclass
+class Session:
+    """A run in progress: configuration, policy, task, outputs."""
+
+    cfg: Config
+    run_dir: Path
+    model: torch.nn.Module
+    tokenizer: object
+    task: Task
+    train_problems: list[Problem]
+    eval_problems: list[Problem]
+    metrics: MetricsWriter
+    progress: TrainProgress
+    started: float = field(default_factory=time.time)
+    eval_history: list[tuple[int, float]] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, cfg: Config) -> "Session":
+        torch.manual_seed(cfg.run.seed)
+        progress = TrainProgress(cfg.trainer.steps, f"{cfg.run.mode}/{cfg.loss.name}",
+                                 enabled=cfg.run.progress)
+        policy_dir = resolve_policy_dir(cfg, log=progress.log if cfg.run.progress else (lambda m: None))
+        model, tokenizer = load_policy(policy_dir, cfg.policy.device, cfg.policy.dtype)
+        run_dir = make_run_dir(cfg)
+        task = build_task(cfg.task.name, cfg.task.arithmetic)
+        eval_problems = task.problems("eval")[: cfg.eval.n_problems]
+        return cls(cfg, run_dir, model, tokenizer, task, task.problems("train"), eval_problems,
+                   MetricsWriter(run_dir, cfg.run.tensorboard), progress)
+
+    def evaluate(self, step: int) -> float:
+        acc = evaluate(self.model, self.tokenizer, self.task, self.eval_problems,
+                       max_new_tokens=self.cfg.rollout.max_new_tokens,
+                       temperature=self.cfg.eval.temperature, batch_size=self.cfg.eval.batch_size,
+                       seed=self.cfg.run.seed)
+        self.eval_history.append((step, acc))
+        return acc
+
+    def eval_due(self, step: int) -> bool:
+        every = self.cfg.eval.every
+        return step == self.cfg.trainer.steps or (every > 0 and step % every == 0)
+
+    def checkpoint(self, step: int, trainer_state: dict) -> None:
+        save_checkpoint(self.run_dir / "checkpoint", self.model, self.tokenizer, trainer_state, step)
+
+    def checkpoint_due(self, step: int) -> bool:
+        every = self.cfg.run.checkpoint_every
+        return step == self.cfg.trainer.steps or (every > 0 and step % every == 0)
+
+    def finish(self, steps: int, extra: dict) -> dict:
+        self.metrics.close()
+        summary = {
+            "mode": self.cfg.run.mode,
+            "loss": self.cfg.loss.name,
+            "prox": self.cfg.trainer.prox,
+            "seed": self.cfg.run.seed,
+            "steps": steps,
+            "initial_eval_reward": self.eval_history[0][1] if self.eval_history else None,
+            "final_eval_reward": self.eval_history[-1][1] if self.eval_history else None,
+            "eval_history": self.eval_history,
+            "wall_time_s": time.time() - self.started,
+            **extra,
+        }
+        tmp = self.run_dir / "summary.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=2))
+        tmp.rename(self.run_dir / "summary.json")
+        return summary

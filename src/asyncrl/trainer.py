@@ -1,0 +1,119 @@
+"""One training step: advantages, proximal log-probs, ``n_minibatches`` AdamW updates, version += 1.
+
+The objective is reached only through the ``asyncrl.objectives`` registry: this file never
+branches on the loss name. Non-finite losses or gradients skip the update (counted), so NaN/inf
+never reaches the weights.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+
+import torch
+
+from asyncrl.config import LossConfig, TrainerConfig
+from asyncrl.objectives import approximate_prox_logp, group_advantages, policy_loss
+from asyncrl.policy.logprobs import completion_logprobs
+from asyncrl.types import Batch
+
+
+class Trainer:
+    """Owns the trained model, its optimizer and the policy version counter."""
+
+    def __init__(self, model: torch.nn.Module, cfg: TrainerConfig, loss: LossConfig, *,
+                 temperature: float = 1.0, seed: int = 0):
+        self.model = model
+        self.cfg = cfg
+        self.loss = loss
+        self.temperature = temperature
+        self.version = 0
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+        self.rng = torch.Generator().manual_seed(seed)
+
+    def logprobs(self, batch: Batch, with_entropy: bool = False):
+        return completion_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                                   batch.completion_mask, temperature=self.temperature,
+                                   with_entropy=with_entropy)
+
+    def step(self, batch: Batch) -> dict[str, float]:
+        """Train on ``batch`` (any number of versions behind) and advance the version by one."""
+        cfg = self.cfg
+        started = time.perf_counter()
+        batch.advantages = group_advantages(batch.rewards, batch.group_ids, method=cfg.advantage,
+                                            eps=cfg.adv_eps)
+        self.model.train()
+        prox_full, prox_time = None, 0.0
+        if cfg.prox == "recompute":
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                prox_full, _ = self.logprobs(batch)
+            prox_time += time.perf_counter() - t0
+        perm = torch.randperm(len(batch), generator=self.rng)
+        stats: dict[str, list[float]] = defaultdict(list)
+        for index in perm.chunk(cfg.n_minibatches):
+            mb = batch.select(index)
+            logp, entropy = self.logprobs(mb, with_entropy=True)
+            prox_logp = None  # "none": coupled objective, anchored at the behavior policy
+            if prox_full is not None:
+                prox_logp = prox_full[index]
+            elif cfg.prox != "none":
+                t0 = time.perf_counter()
+                prox_logp = approximate_prox_logp(cfg.prox, mb.behav_logp, logp.detach(), mb.versions,
+                                                  self.version)
+                prox_time += time.perf_counter() - t0
+            loss, loss_stats = policy_loss(
+                self.loss.name, logp, mb.behav_logp, mb.advantages, mb.completion_mask,
+                prox_logp=prox_logp, versions=mb.versions, current_version=self.version,
+                group_ids=mb.group_ids, **self.loss.params)
+            grad_norm = self._update(loss)
+            stats["loss"].append(loss.item())
+            stats["grad_norm"].append(grad_norm)
+            mask = mb.completion_mask
+            stats["entropy"].append((entropy.detach()[mask].mean().item()) if mask.any() else math.nan)
+            for key, value in loss_stats.items():
+                stats[key].append(float(value))
+        self.version += 1
+        out = {key: _nanmean(values) for key, values in stats.items()}
+        out["skipped_updates"] = float(sum(not math.isfinite(g) for g in stats["grad_norm"]))
+        out.update(_advantage_stats(batch))
+        out["prox_time_s"] = prox_time
+        out["train_time_s"] = time.perf_counter() - started
+        return out
+
+    def _update(self, loss: torch.Tensor) -> float:
+        """Backward + clip + step; returns the pre-clip grad norm, or NaN if the update was skipped."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if not torch.isfinite(loss):
+            return math.nan
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        if not torch.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            return math.nan
+        self.optimizer.step()
+        return grad_norm.item()
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "version": self.version,
+                "rng": self.rng.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+        self.rng.set_state(state["rng"])
+
+
+def _nanmean(values: list[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return sum(finite) / len(finite) if finite else math.nan
+
+
+def _advantage_stats(batch: Batch) -> dict[str, float]:
+    adv = batch.advantages.float()
+    groups = batch.group_ids.unique()
+    zero = sum(bool((adv[batch.group_ids == g] == 0).all()) for g in groups)
+    return {"adv_mean": adv.mean().item(), "adv_std": adv.std(unbiased=False).item(),
+            "frac_zero_adv_groups": zero / max(1, len(groups))}

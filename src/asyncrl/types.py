@@ -1,0 +1,47 @@
+"""Data containers passed between rollout, buffer and trainer. Every [B, T] tensor is aligned with
+the completion tokens: column t is the t-th generated token of the sequence (no shift)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+
+@dataclass
+class Generation:
+    """Raw output of a sampler.
+
+    prompt_ids [B, P] long (left-padded), prompt_mask [B, P] bool,
+    completion_ids [B, T] long (right-padded with pad id after eos),
+    behav_logp [B, T] float32 (log-prob of each sampled token under the sampling distribution; 0 at pad),
+    versions [B, T] long (weights version that produced each token; −1 at pad),
+    completion_mask [B, T] bool (generated tokens, eos included).
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    behav_logp: torch.Tensor
+    versions: torch.Tensor
+    completion_mask: torch.Tensor
+
+
+@dataclass
+class Batch(Generation):
+    """A scored training batch: a Generation plus
+
+    rewards [B] float32 (task reward per sequence), group_ids [B] long (prompt id; samples of one
+    prompt share it), advantages [B] float32 (filled by the trainer).
+    """
+
+    rewards: torch.Tensor
+    group_ids: torch.Tensor
+    advantages: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.completion_ids.shape[0]
+
+    def select(self, index: torch.Tensor) -> "Batch":
+        """Rows ``index`` of every tensor field."""
+        return Batch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
