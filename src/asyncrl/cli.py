@@ -27,9 +27,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(cfg) -> int:
-    from asyncrl.runtime import run_sync
+    from asyncrl.runtime import RUNNERS
 
-    summary = run_sync(cfg)
+    summary = RUNNERS[cfg.run.mode](cfg)
     keys = ("mode", "steps", "initial_eval_reward", "final_eval_reward", "wall_time_s", "run_dir")
     print(json.dumps({k: summary[k] for k in keys}))
     return 0

@@ -31,7 +31,7 @@ class RunConfig:
     out_dir: str = "runs"
     name: str | None = None  # run directory name; default: <mode>-<loss>-s<seed>-<timestamp>
     seed: int = 0
-    mode: Literal["sync"] = "sync"
+    mode: Literal["sync", "async", "simulated"] = "sync"
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only at the end
     tensorboard: bool = True
     progress: bool = True  # live progress line (rich); off for subprocesses that parse stdout
@@ -217,6 +217,42 @@ class EvalConfig:
 
 
 @dataclass
+class AsyncConfig:
+    """Asynchronous rollout (``run.mode=async``) and simulated lag (``run.mode=simulated``)."""
+
+    backend: Literal["local", "ray"] = "local"
+    n_workers: int = 1  # rollout worker processes (each uses 1 torch thread)
+    max_staleness: int = 4  # K: admission bound and drop-at-consumption bound, in versions
+    interruptible: bool = True  # pick up new weights between decode chunks
+    chunk_tokens: int = 8  # decode chunk between weight checks
+    unit_prompts: int | None = None  # prompts per work unit; None = prompts_per_step / n_workers
+    recency_decay: float = 1.0  # sample groups ∝ decay^age; 1 = FIFO
+    hard_sync_every: int = 0  # every M steps drop all data older than the current version; 0 = off
+    worker_start_timeout_s: float = 300.0
+    # simulated mode: batch k comes from version k − lag, or (policy_buffer = N > 0) from a version
+    # drawn uniformly from the last N (the VACO setup)
+    lag: int = 0
+    policy_buffer: int = 0
+
+    def validate(self) -> None:
+        if self.n_workers < 1:
+            raise ValueError("n_workers: must be >= 1")
+        if self.max_staleness < 0:
+            raise ValueError("max_staleness: must be >= 0")
+        if self.chunk_tokens < 1:
+            raise ValueError("chunk_tokens: must be >= 1")
+        if self.unit_prompts is not None and self.unit_prompts < 1:
+            raise ValueError("unit_prompts: must be >= 1")
+        if not 0 < self.recency_decay <= 1:
+            raise ValueError("recency_decay: must be in (0, 1]")
+        for name in ("hard_sync_every", "lag", "policy_buffer"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0")
+        if self.worker_start_timeout_s <= 0:
+            raise ValueError("worker_start_timeout_s: must be > 0")
+
+
+@dataclass
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -227,12 +263,18 @@ class Config:
     loss: LossConfig = field(default_factory=LossConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    async_: AsyncConfig = field(default_factory=AsyncConfig)
 
     def validate(self) -> None:
         if self.rollout.batch_size % self.trainer.n_minibatches:
             raise ValueError(
                 f"trainer.n_minibatches: must divide the batch size "
                 f"{self.rollout.batch_size} (= rollout.prompts_per_step × samples_per_prompt)")
+        unit = self.async_.unit_prompts
+        if unit is not None and self.rollout.prompts_per_step % unit:
+            raise ValueError("async.unit_prompts: must divide rollout.prompts_per_step")
+        if self.async_.lag and self.async_.policy_buffer:
+            raise ValueError("async.lag: set either lag or policy_buffer, not both")
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

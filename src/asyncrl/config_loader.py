@@ -97,9 +97,12 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     kwargs = {}
     for key, value in data.items():
         full = f"{prefix}.{key}" if prefix else str(key)
-        if key not in names:
-            raise ConfigError(full, f"unknown key (known: {', '.join(sorted(names))})")
-        kwargs[key] = _coerce(value, hints[key], full)
+        # a field named after a Python keyword carries a trailing underscore (``async_``); its
+        # config key is the plain word
+        attr = key if key in names and not str(key).endswith("_") else f"{key}_"
+        if attr not in names:
+            raise ConfigError(full, f"unknown key (known: {', '.join(sorted(public_name(n) for n in names))})")
+        kwargs[attr] = _coerce(value, hints[attr], full)
     try:
         obj = cls(**kwargs)
     except ConfigError:
@@ -111,13 +114,18 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     return obj
 
 
+def public_name(attr: str) -> str:
+    return attr[:-1] if attr.endswith("_") else attr
+
+
 def validate_tree(obj: Any, prefix: str = "") -> None:
     """Run ``validate()`` on ``obj`` (a dataclass) and its nested dataclasses; a ValueError raised
     as ``ValueError("field: message")`` becomes a ConfigError naming ``prefix.field``."""
     for f in dataclasses.fields(obj):
         child = getattr(obj, f.name)
         if dataclasses.is_dataclass(child):
-            validate_tree(child, f"{prefix}.{f.name}" if prefix else f.name)
+            name = public_name(f.name)
+            validate_tree(child, f"{prefix}.{name}" if prefix else name)
     validate = getattr(obj, "validate", None)
     if validate is None:
         return
@@ -134,7 +142,13 @@ def validate_tree(obj: Any, prefix: str = "") -> None:
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-    return dataclasses.asdict(obj)
+    """Nested plain dict with the config-file key names (``async``, not ``async_``)."""
+    def rename(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {public_name(k): rename(v) for k, v in value.items()}
+        return value
+
+    return rename(dataclasses.asdict(obj))
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -59,6 +59,7 @@ class Session:
     progress: TrainProgress
     started: float = field(default_factory=time.time)
     eval_history: list[tuple[int, float]] = field(default_factory=list)
+    eval_time_s: float = 0.0  # evaluation seconds after step 0 (excluded from train_wall_s)
 
     @classmethod
     def open(cls, cfg: Config) -> "Session":
@@ -74,12 +75,26 @@ class Session:
                    MetricsWriter(run_dir, cfg.run.tensorboard), progress)
 
     def evaluate(self, step: int) -> float:
+        t0 = time.perf_counter()
         acc = evaluate(self.model, self.tokenizer, self.task, self.eval_problems,
                        max_new_tokens=self.cfg.rollout.max_new_tokens,
                        temperature=self.cfg.eval.temperature, batch_size=self.cfg.eval.batch_size,
                        seed=self.cfg.run.seed)
         self.eval_history.append((step, acc))
+        if step > 0:
+            self.eval_time_s += time.perf_counter() - t0
         return acc
+
+    def finish_step(self, step: int, record: dict, trainer) -> None:
+        """Everything after a training step: eval if due, metrics, progress, checkpoint if due."""
+        if self.eval_due(step):
+            record["eval_reward"] = self.evaluate(step)
+        record["elapsed_s"] = time.time() - self.started
+        self.metrics.write(step, record)
+        self.progress.update(step, reward=record.get("reward_mean"), eval_acc=record.get("eval_reward"),
+                             tokens_per_s=record.get("gen_tokens_per_s"))
+        if self.checkpoint_due(step):
+            self.checkpoint(step, trainer.state_dict())
 
     def eval_due(self, step: int) -> bool:
         every = self.cfg.eval.every

@@ -1,0 +1,102 @@
+"""A pool of rollout worker processes on one machine: start once, hand out work units, collect
+results, detect dead workers and restart them (their in-flight units are reported as lost)."""
+
+from __future__ import annotations
+
+import queue
+import time
+from dataclasses import replace
+
+from asyncrl.runtime.worker import WorkerSpec, WorkUnit, worker_main
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+class WorkerPool:
+    def __init__(self, ctx, specs: list[WorkerSpec], shared, start_timeout_s: float = 300.0):
+        self.ctx = ctx
+        self.specs = {s.worker_id: s for s in specs}
+        self.shared = shared
+        self.result_q = ctx.Queue()
+        self.stop = ctx.Event()
+        self.processes: dict[int, object] = {}
+        self.work_qs: dict[int, object] = {}
+        self.inflight: dict[int, dict[int, WorkUnit]] = {s.worker_id: {} for s in specs}
+        self.restarts = 0
+        self.start_timeout_s = start_timeout_s
+        for worker_id in self.specs:
+            self._start(worker_id)
+
+    def _start(self, worker_id: int) -> None:
+        work_q = self.ctx.Queue()
+        spec = self.specs[worker_id]
+        if self.restarts:  # a restarted worker must not replay its predecessor's random stream
+            spec = replace(spec, seed=spec.seed + 1_000_003 * self.restarts)
+        proc = self.ctx.Process(target=worker_main, args=(spec, self.shared, work_q, self.result_q, self.stop),
+                                daemon=True, name=f"asyncrl-rollout-{worker_id}")
+        proc.start()
+        self.processes[worker_id] = proc
+        self.work_qs[worker_id] = work_q
+
+    def wait_ready(self) -> list[tuple]:
+        """Block until every worker reported ready; returns any results that arrived meanwhile."""
+        pending, early = set(self.specs), []
+        deadline = time.monotonic() + self.start_timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise WorkerError(f"rollout workers {sorted(pending)} did not start in {self.start_timeout_s:.0f}s")
+            for msg in self.poll(timeout=0.5):
+                early.append(msg)
+            pending -= {m[1] for m in early if m[0] == "ready"}
+            early = [m for m in early if m[0] != "ready"]
+        return early
+
+    def submit(self, unit: WorkUnit) -> int:
+        worker_id = min(self.inflight, key=lambda w: (len(self.inflight[w]), w))
+        self.inflight[worker_id][unit.unit_id] = unit
+        self.work_qs[worker_id].put(unit)
+        return worker_id
+
+    @property
+    def n_inflight(self) -> int:
+        return sum(len(units) for units in self.inflight.values())
+
+    def poll(self, timeout: float = 0.0) -> list[tuple]:
+        """Messages available now (waits up to ``timeout`` for the first). Errors raise."""
+        messages = []
+        try:
+            messages.append(self.result_q.get(timeout=timeout) if timeout > 0 else self.result_q.get_nowait())
+            while True:
+                messages.append(self.result_q.get_nowait())
+        except queue.Empty:
+            pass
+        for kind, worker_id, payload in messages:
+            if kind == "result":
+                self.inflight[worker_id].pop(payload["unit_id"], None)
+            elif kind == "error":
+                print(f"asyncrl: rollout worker {worker_id} failed:\n{payload}", flush=True)
+        return messages
+
+    def restart_dead(self) -> list[WorkUnit]:
+        """Restart workers that died; returns the units they will never finish."""
+        lost = []
+        for worker_id, proc in list(self.processes.items()):
+            if proc.is_alive():
+                continue
+            lost += list(self.inflight[worker_id].values())
+            self.inflight[worker_id].clear()
+            self.restarts += 1
+            if self.restarts > 10 * len(self.specs):
+                raise WorkerError("rollout workers keep dying; giving up (see the errors above)")
+            self._start(worker_id)
+        return lost
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        for proc in self.processes.values():
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)

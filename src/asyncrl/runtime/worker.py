@@ -1,0 +1,104 @@
+"""Rollout worker process: pulls work units, generates with the newest published weights, scores,
+and returns version-tagged groups. Started once and kept (spawning costs seconds of imports and
+model build).
+
+Interruptible generation: between decode chunks of ``chunk_tokens`` tokens the worker checks the
+published version; if newer, it copies the weights, re-runs the prefix (prompt + tokens so far)
+with them, and continues the same sequences, so later tokens carry the new version.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class WorkUnit:
+    """Generate ``n`` samples for each problem; rows are problems × n in order."""
+
+    unit_id: int
+    problem_indices: list[int]  # indices into the task's train split
+    group_ids: list[int]
+    n: int
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker needs to rebuild its world in a fresh process."""
+
+    worker_id: int
+    config: dict
+    policy_dir: str
+    seed: int
+    chunk_tokens: int
+    interruptible: bool
+
+
+def _generate(model, tokenizer, shared, unit_prompts, spec, rollout, generator, local_version):
+    from asyncrl.policy.sampling import decode, left_pad, prefill, to_generation
+
+    ids, mask = left_pad(unit_prompts, tokenizer.pad_token_id)
+    state = prefill(model, ids, mask)
+    kw = dict(temperature=rollout.temperature, eos_id=tokenizer.eos_token_id,
+              pad_id=tokenizer.pad_token_id, generator=generator)
+    chunk = spec.chunk_tokens if spec.interruptible else rollout.max_new_tokens
+    updates = 0
+    while state.n_generated < rollout.max_new_tokens and not bool(state.finished.all()):
+        n = min(chunk, rollout.max_new_tokens - state.n_generated)
+        state = decode(model, state, n, version=local_version, **kw)
+        if (spec.interruptible and shared.latest() > local_version
+                and state.n_generated < rollout.max_new_tokens and not bool(state.finished.all())):
+            local_version = shared.pull(model)
+            state = prefill(model, state.prompt_ids, state.prompt_mask, state.tokens, state.logps,
+                            state.versions, state.finished)
+            updates += 1
+    return to_generation(state), local_version, updates
+
+
+def worker_main(spec: WorkerSpec, shared, work_q, result_q, stop) -> None:
+    """Process entry point. Sends ("ready", id), ("result", id, payload) or ("error", id, text)."""
+    torch.set_num_threads(1)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        from asyncrl.config import Config
+        from asyncrl.config_loader import from_dict
+        from asyncrl.policy.model import load_policy
+        from asyncrl.rollout.scoring import score
+        from asyncrl.tasks import build_task
+
+        hf_logging.disable_progress_bar()
+        cfg = from_dict(Config, spec.config)
+        model, tokenizer = load_policy(spec.policy_dir, cfg.policy.device, cfg.policy.dtype)
+        model.eval()
+        task = build_task(cfg.task.name, cfg.task.arithmetic)
+        problems = task.problems("train")
+        generator = torch.Generator().manual_seed(spec.seed)
+        local_version = shared.pull(model)
+        result_q.put(("ready", spec.worker_id, None))
+        while not stop.is_set():
+            try:
+                unit: WorkUnit = work_q.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            started = time.perf_counter()
+            if shared.latest() > local_version:
+                local_version = shared.pull(model)
+            chosen = [problems[i] for i in unit.problem_indices]
+            prompts = [tokenizer(p.prompt)["input_ids"] for p in chosen for _ in range(unit.n)]
+            with torch.no_grad():
+                gen, local_version, updates = _generate(model, tokenizer, shared, prompts, spec,
+                                                        cfg.rollout, generator, local_version)
+            batch = score(gen, chosen, unit.n, task, tokenizer)
+            batch.group_ids = torch.tensor(unit.group_ids).repeat_interleave(unit.n)
+            payload = {"unit_id": unit.unit_id, "batch": batch, "gen_time_s": time.perf_counter() - started,
+                       "weight_updates": updates}
+            result_q.put(("result", spec.worker_id, payload))
+    except Exception:  # report, then die: the pool restarts us
+        result_q.put(("error", spec.worker_id, traceback.format_exc()))
+        raise
