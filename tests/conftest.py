@@ -18,7 +18,8 @@ def tiny_policy():
     from asyncrl.tasks import ArithmeticConfig, ArithmeticTask
 
     task = ArithmeticTask(ArithmeticConfig(n_train=500, n_eval=50))
-    tokenizer = train_tokenizer((p.prompt + p.solution for p in task.problems("train")), 400)
+    tokenizer = train_tokenizer((p.prompt + p.solution for p in task.problems("train")), 400,
+                                split_digits=False)
     model = build_tiny_model(ModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                                          intermediate_size=128), tokenizer, seed=0)
     return model, tokenizer, task

@@ -48,12 +48,15 @@ class ModelConfig:
     """Shape of the embedded tiny Qwen2-architecture model (ignored when policy.model_path is set)."""
 
     vocab_size: int = 1024
-    hidden_size: int = 256
+    hidden_size: int = 192
     num_layers: int = 4
     num_heads: int = 4
     num_kv_heads: int = 4
-    intermediate_size: int = 704
+    intermediate_size: int = 512
     max_positions: int = 256
+    # one token per digit, or let BPE merge frequent numbers into single tokens. Whole-number
+    # tokens make copying an operand one lookup instead of several: the warm start learns ~3x faster
+    split_digits: bool = False
 
     def validate(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -91,7 +94,7 @@ class PretrainConfig:
 
     steps: int = 300
     batch_size: int = 64
-    lr: float = 2e-3
+    lr: float = 3e-3
     warmup_steps: int = 30
     weight_decay: float = 0.01
     seed: int = 0
@@ -202,7 +205,9 @@ class EvalConfig:
 
     every: int = 10  # steps between evals; 0 = only before and after training
     n_problems: int = 256
-    temperature: float = 0.0  # 0 = greedy
+    # 1.0 = one sample per problem at the rollout temperature (the "eval reward" of the A-3PO
+    # paper); 0 = greedy
+    temperature: float = 1.0
     batch_size: int = 128
 
     def validate(self) -> None:

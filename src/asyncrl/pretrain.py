@@ -26,7 +26,7 @@ from asyncrl.policy.model import build_tiny_model, num_parameters
 from asyncrl.policy.tokenizer import train_tokenizer
 from asyncrl.tasks import Problem, build_task
 
-CACHE_VERSION = 1  # bump when the pretraining code changes what it produces
+CACHE_VERSION = 2  # bump when the pretraining code changes what it produces
 
 
 def cache_key(cfg: Config) -> str:
@@ -81,7 +81,8 @@ def pretrain(cfg: Config, on_step: Callable[[int, float], None] | None = None) -
     task = build_task(cfg.task.name, cfg.task.arithmetic)
     train = task.problems("train")
     started = time.time()
-    tokenizer = train_tokenizer((p.prompt + p.solution for p in train), cfg.model.vocab_size)
+    tokenizer = train_tokenizer((p.prompt + p.solution for p in train), cfg.model.vocab_size,
+                                cfg.model.split_digits)
     model = build_tiny_model(cfg.model, tokenizer, seed=pc.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=pc.lr, weight_decay=pc.weight_decay, betas=(0.9, 0.95))
     rng = random.Random(pc.seed)

@@ -3,6 +3,7 @@ import torch
 from asyncrl.policy.logprobs import completion_logprobs
 from asyncrl.policy.model import load_policy
 from asyncrl.policy.sampling import decode, left_pad, prefill, sample, to_generation
+from asyncrl.policy.tokenizer import train_tokenizer
 
 
 def test_tokenizer_round_trip(tiny_policy):
@@ -12,19 +13,24 @@ def test_tokenizer_round_trip(tiny_policy):
         ids = tok(text)["input_ids"]
         assert ids[0] == tok.bos_token_id
         assert tok.decode(ids, skip_special_tokens=True) == text
-    # digits are single tokens, so numbers tokenize column by column
-    assert len(tok("12345", add_special_tokens=False)["input_ids"]) == 5
+    # split_digits=True gives one token per digit
+    digit_tok = train_tokenizer([p.prompt + p.solution for p in task.problems("train")], 400, split_digits=True)
+    assert len(digit_tok("12345", add_special_tokens=False)["input_ids"]) == 5
     # unseen characters still encode (byte-level alphabet), no <unk>
     weird = "Zoë paid €7 — ok?"
     assert tok.decode(tok(weird, add_special_tokens=False)["input_ids"]) == weird
 
 
 def test_save_and_load_as_hf_directory(tiny_policy, tmp_path):
-    model, tok, _ = tiny_policy
+    model, tok, task = tiny_policy
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     loaded, loaded_tok = load_policy(tmp_path)
-    assert loaded_tok("Q: 1 + 2")["input_ids"] == tok("Q: 1 + 2")["input_ids"]
+    for p in task.problems("train")[:50]:  # the reloaded tokenizer is the same tokenizer
+        text = p.prompt + p.solution
+        assert loaded_tok(text)["input_ids"] == tok(text)["input_ids"]
+    assert (loaded_tok.eos_token_id, loaded_tok.pad_token_id, loaded_tok.padding_side) == \
+        (tok.eos_token_id, tok.pad_token_id, "left")
     for a, b in zip(model.state_dict().values(), loaded.state_dict().values()):
         torch.testing.assert_close(a, b)
 

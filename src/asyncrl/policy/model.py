@@ -3,10 +3,12 @@ from a config, so it runs through exactly the code path of a Hugging Face checkp
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase, \
+    PreTrainedTokenizerFast
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from asyncrl.config import ModelConfig
@@ -39,12 +41,25 @@ def build_tiny_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase, seed:
 def load_policy(path: str | Path, device: str = "cpu", dtype: str = "float32"
                 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load any local Hugging Face causal-LM directory (no hub access)."""
-    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    tokenizer = load_tokenizer(path)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=DTYPES[dtype])
     return model.to(device), tokenizer
+
+
+GENERIC_TOKENIZER_CLASSES = {"TokenizersBackend", "PreTrainedTokenizerFast"}
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+    """AutoTokenizer, except for a generic ``tokenizers`` tokenizer (ours): AutoTokenizer would pick
+    the model type's tokenizer class (Qwen2Tokenizer) and silently replace its pre-tokenizer."""
+    config_file = Path(path) / "tokenizer_config.json"
+    declared = json.loads(config_file.read_text()).get("tokenizer_class") if config_file.is_file() else None
+    if declared in GENERIC_TOKENIZER_CLASSES:
+        return PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 
 def num_parameters(model: torch.nn.Module) -> int:

@@ -15,11 +15,14 @@ from transformers import PreTrainedTokenizerFast
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>"}
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    """Train BPE on ``corpus`` (an iterable of documents) with exactly ``vocab_size`` entries at most."""
+def train_tokenizer(corpus: Iterable[str], vocab_size: int, split_digits: bool = True) -> PreTrainedTokenizerFast:
+    """Train BPE on ``corpus`` (an iterable of documents) with at most ``vocab_size`` entries.
+
+    ``split_digits``: one token per digit; otherwise digit runs are pre-split from letters and BPE
+    may merge frequent numbers into single tokens."""
     tok = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.Digits(individual_digits=split_digits),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
     ])
     tok.decoder = decoders.ByteLevel()

@@ -60,45 +60,60 @@ def _generate(model, tokenizer, shared, unit_prompts, spec, rollout, generator, 
     return to_generation(state), local_version, updates
 
 
-def worker_main(spec: WorkerSpec, shared, work_q, result_q, stop) -> None:
-    """Process entry point. Sends ("ready", id), ("result", id, payload) or ("error", id, text)."""
-    torch.set_num_threads(1)
-    try:
+class RolloutWorker:
+    """The state of one rollout worker, wherever it runs (a local process or a Ray actor).
+
+    ``weights`` is the weight channel: ``latest() -> int`` and ``pull(model) -> int``.
+    """
+
+    def __init__(self, spec: WorkerSpec, weights):
         from transformers.utils import logging as hf_logging
 
         from asyncrl.config import Config
         from asyncrl.config_loader import from_dict
         from asyncrl.policy.model import load_policy
-        from asyncrl.rollout.scoring import score
         from asyncrl.tasks import build_task
 
+        torch.set_num_threads(1)
         hf_logging.disable_progress_bar()
-        cfg = from_dict(Config, spec.config)
-        model, tokenizer = load_policy(spec.policy_dir, cfg.policy.device, cfg.policy.dtype)
-        model.eval()
-        task = build_task(cfg.task.name, cfg.task.arithmetic)
-        problems = task.problems("train")
-        generator = torch.Generator().manual_seed(spec.seed)
-        local_version = shared.pull(model)
+        self.spec = spec
+        self.weights = weights
+        self.cfg = from_dict(Config, spec.config)
+        self.model, self.tokenizer = load_policy(spec.policy_dir, self.cfg.policy.device, self.cfg.policy.dtype)
+        self.model.eval()
+        self.task = build_task(self.cfg.task.name, self.cfg.task.arithmetic)
+        self.problems = self.task.problems("train")
+        self.generator = torch.Generator().manual_seed(spec.seed)
+        self.version = weights.pull(self.model)
+
+    def run(self, unit: WorkUnit) -> dict:
+        from asyncrl.rollout.scoring import score
+
+        started = time.perf_counter()
+        if self.weights.latest() > self.version:
+            self.version = self.weights.pull(self.model)
+        chosen = [self.problems[i] for i in unit.problem_indices]
+        prompts = [self.tokenizer(p.prompt)["input_ids"] for p in chosen for _ in range(unit.n)]
+        with torch.no_grad():
+            gen, self.version, updates = _generate(self.model, self.tokenizer, self.weights, prompts, self.spec,
+                                                   self.cfg.rollout, self.generator, self.version)
+        batch = score(gen, chosen, unit.n, self.task, self.tokenizer)
+        batch.group_ids = torch.tensor(unit.group_ids).repeat_interleave(unit.n)
+        return {"unit_id": unit.unit_id, "batch": batch, "gen_time_s": time.perf_counter() - started,
+                "weight_updates": updates}
+
+
+def worker_main(spec: WorkerSpec, shared, work_q, result_q, stop) -> None:
+    """Process entry point. Sends ("ready", id), ("result", id, payload) or ("error", id, text)."""
+    try:
+        worker = RolloutWorker(spec, shared)
         result_q.put(("ready", spec.worker_id, None))
         while not stop.is_set():
             try:
                 unit: WorkUnit = work_q.get(timeout=0.2)
             except queue.Empty:
                 continue
-            started = time.perf_counter()
-            if shared.latest() > local_version:
-                local_version = shared.pull(model)
-            chosen = [problems[i] for i in unit.problem_indices]
-            prompts = [tokenizer(p.prompt)["input_ids"] for p in chosen for _ in range(unit.n)]
-            with torch.no_grad():
-                gen, local_version, updates = _generate(model, tokenizer, shared, prompts, spec,
-                                                        cfg.rollout, generator, local_version)
-            batch = score(gen, chosen, unit.n, task, tokenizer)
-            batch.group_ids = torch.tensor(unit.group_ids).repeat_interleave(unit.n)
-            payload = {"unit_id": unit.unit_id, "batch": batch, "gen_time_s": time.perf_counter() - started,
-                       "weight_updates": updates}
-            result_q.put(("result", spec.worker_id, payload))
+            result_q.put(("result", spec.worker_id, worker.run(unit)))
     except Exception:  # report, then die: the pool restarts us
         result_q.put(("error", spec.worker_id, traceback.format_exc()))
         raise

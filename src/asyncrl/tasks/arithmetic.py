@@ -63,12 +63,14 @@ class ArithmeticConfig:
     drawn from ``[1, min(max_value, total)]`` so running totals never drop below 0.
     """
 
+    # Defaults sized for the embedded 2-minute warm start on a 2-core CPU: a tiny model reaches
+    # ~20-35 % sampled accuracy on these, leaving RL room to show (see README).
     seed: int = 0
     min_steps: int = 1
-    max_steps: int = 3
-    max_value: int = 99
+    max_steps: int = 2
+    max_value: int = 15
     ops: str = "+-"
-    n_train: int = 20000
+    n_train: int = 6000
     n_eval: int = 500
     allow_negative: bool = False
 
