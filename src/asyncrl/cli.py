@@ -55,11 +55,10 @@ def _eval(cfg) -> int:
     from asyncrl.evaluation import evaluate
     from asyncrl.policy.model import load_policy
     from asyncrl.runtime.session import resolve_policy_dir
-    from asyncrl.tasks import build_task
-
+    
     torch.set_num_threads(cfg.policy.torch_threads)
+    task = cfg.task.build()
     model, tokenizer = load_policy(resolve_policy_dir(cfg), cfg.policy.device, cfg.policy.dtype)
-    task = build_task(cfg.task.name, cfg.task.arithmetic)
     problems = task.problems("eval")[: cfg.eval.n_problems]
     acc = evaluate(model, tokenizer, task, problems, max_new_tokens=cfg.rollout.max_new_tokens,
                    temperature=cfg.eval.temperature, batch_size=cfg.eval.batch_size, seed=cfg.run.seed)

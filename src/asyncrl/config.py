@@ -98,10 +98,15 @@ class PretrainConfig:
     warmup_steps: int = 30
     weight_decay: float = 0.01
     seed: int = 0
+    # fraction of demonstrations that end "The answer is N." instead of "#### N": the warm start
+    # then uses both styles, and the GSM8K-style reward accepts only one (see README)
+    alt_style_frac: float = 0.0
 
     def validate(self) -> None:
         if self.steps < 0:
             raise ValueError("steps: must be >= 0")
+        if not 0 <= self.alt_style_frac <= 1:
+            raise ValueError("alt_style_frac: must be in [0, 1]")
         if self.batch_size < 1:
             raise ValueError("batch_size: must be >= 1")
         if not 0 < self.lr < 1:
@@ -112,10 +117,57 @@ class PretrainConfig:
 
 @dataclass
 class TaskConfig:
-    """The dataset and its reward."""
+    """The dataset and its reward. ``arithmetic`` is embedded; ``gsm8k`` and ``math`` read local
+    files (``path``; field meanings in docs/tasks.md) and score with math-verify."""
 
-    name: Literal["arithmetic"] = "arithmetic"
+    name: Literal["arithmetic", "gsm8k", "math"] = "arithmetic"
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    path: str | None = None
+    eval_path: str | None = None
+    eval_fraction: float = 0.1
+    question_field: str = "question"
+    answer_field: str = "answer"
+    prompt_template: str = "Question: {question}\nAnswer:"
+    answer_format: Literal["auto", "gsm8k", "boxed", "raw"] = "auto"
+    max_train: int | None = None
+    max_eval: int | None = None
+    reward_timeout_s: float = 5.0
+    reward_workers: int = 1
+
+    DATASET_FIELDS = ("path", "eval_path", "eval_fraction", "question_field", "answer_field",
+                      "prompt_template", "answer_format", "max_train", "max_eval", "reward_timeout_s",
+                      "reward_workers")
+
+    def build(self):
+        """The task, with its problems generated/loaded; a bad dataset raises ConfigError."""
+        from asyncrl.tasks import build_task
+
+        try:
+            task = build_task(self.name, self.params())
+            task.problems("train"), task.problems("eval")
+        except ValueError as err:
+            section = "task.arithmetic" if self.name == "arithmetic" else "task"
+            raise ConfigError(section, str(err)) from None
+        return task
+
+    def params(self):
+        """The config object ``build_task(name, ...)`` expects for this task."""
+        if self.name == "arithmetic":
+            return self.arithmetic
+        from asyncrl.tasks.datasets import DatasetConfig
+
+        return DatasetConfig(**{k: getattr(self, k) for k in self.DATASET_FIELDS})
+
+    def validate(self) -> None:
+        if self.name == "arithmetic":
+            return
+        if self.path is None:
+            raise ValueError(f"path: task {self.name!r} reads a local file; set task.path=<jsonl|parquet|dir>")
+        self.params()  # DatasetConfig validates every field ("field: message")
+        for name in ("path", "eval_path"):
+            value = getattr(self, name)
+            if value is not None and not Path(value).exists():
+                raise ValueError(f"{name}: no such file or directory: {value}")
 
 
 @dataclass

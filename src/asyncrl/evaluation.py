@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from asyncrl.policy.sampling import sample
+from asyncrl.rollout.scoring import rewards_of
 from asyncrl.tasks import Problem, Task
 
 
@@ -21,5 +22,5 @@ def evaluate(model, tokenizer, task: Task, problems: list[Problem], *, max_new_t
         gen = sample(model, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                      eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, generator=generator)
         texts = tokenizer.batch_decode(gen.completion_ids, skip_special_tokens=True)
-        total += sum(task.reward(text, p) for text, p in zip(texts, chunk))
+        total += sum(rewards_of(task, texts, chunk))
     return total / len(problems)

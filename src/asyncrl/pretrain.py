@@ -24,7 +24,7 @@ from asyncrl.config import Config
 from asyncrl.evaluation import evaluate
 from asyncrl.policy.model import build_tiny_model, num_parameters
 from asyncrl.policy.tokenizer import train_tokenizer
-from asyncrl.tasks import Problem, build_task
+from asyncrl.tasks import Problem
 
 CACHE_VERSION = 2  # bump when the pretraining code changes what it produces
 
@@ -47,12 +47,27 @@ def is_complete(path: Path) -> bool:
     return (path / "pretrain_summary.json").is_file()
 
 
-def sft_batch(tokenizer, problems: list[Problem]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+ALT_STYLE = " The answer is {answer}."
+
+
+def demonstration(problem: Problem, alt_style: bool) -> str:
+    """The worked solution, optionally in the alternative answer style that the GSM8K-style reward
+    does not accept ("... = 8. The answer is 8." instead of "... = 8. #### 8")."""
+    if not alt_style or "####" not in problem.solution:
+        return problem.solution
+    body = problem.solution.rsplit(" ####", 1)[0]
+    return body + ALT_STYLE.format(answer=problem.answer)
+
+
+def sft_batch(tokenizer, problems: list[Problem], alt_style: list[bool] | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded (ids [B, L], attention [B, L], labels [B, L]) with the loss on the solution only."""
     rows, label_rows = [], []
-    for p in problems:
+    alt_style = alt_style or [False] * len(problems)
+    for p, alt in zip(problems, alt_style):
         prompt = tokenizer(p.prompt)["input_ids"]
-        full = prompt + tokenizer(p.solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        solution = demonstration(p, alt)
+        full = prompt + tokenizer(solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         rows.append(full)
         label_rows.append([-100] * len(prompt) + full[len(prompt):])
     width = max(map(len, rows))
@@ -78,14 +93,16 @@ def pretrain(cfg: Config, on_step: Callable[[int, float], None] | None = None) -
     """Build tokenizer + model, run the warm start, evaluate, save. Returns the model directory."""
     out = pretrained_dir(cfg)
     pc = cfg.pretrain
-    task = build_task(cfg.task.name, cfg.task.arithmetic)
+    task = cfg.task.build()
     train = task.problems("train")
     started = time.time()
-    tokenizer = train_tokenizer((p.prompt + p.solution for p in train), cfg.model.vocab_size,
+    corpus = [p.prompt + p.solution for p in train] + [demonstration(p, True) for p in train[:200]]
+    tokenizer = train_tokenizer(corpus, cfg.model.vocab_size,
                                 cfg.model.split_digits)
     model = build_tiny_model(cfg.model, tokenizer, seed=pc.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=pc.lr, weight_decay=pc.weight_decay, betas=(0.9, 0.95))
     rng = random.Random(pc.seed)
+    style_rng = random.Random(pc.seed + 1)
     order: list[Problem] = []
     model.train()
     loss_value = float("nan")
@@ -93,7 +110,8 @@ def pretrain(cfg: Config, on_step: Callable[[int, float], None] | None = None) -
         if len(order) < pc.batch_size:
             order += rng.sample(train, len(train))
         chunk, order = order[: pc.batch_size], order[pc.batch_size:]
-        ids, attn, labels = sft_batch(tokenizer, chunk)
+        alt = [style_rng.random() < pc.alt_style_frac for _ in chunk]
+        ids, attn, labels = sft_batch(tokenizer, chunk, alt)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, pc)
         loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss

@@ -21,6 +21,15 @@ def test_dotted_overrides_and_types():
     assert cfg.loss.params == {"eps_high": 0.28}
 
 
+def test_scientific_notation_floats(tmp_path):
+    assert load_config(None, ["trainer.lr=1e-4"]).trainer.lr == 1e-4
+    path = tmp_path / "c.yaml"
+    path.write_text("trainer:\n  lr: 3e-5\n")
+    assert load_config(path).trainer.lr == 3e-5
+    with pytest.raises(ConfigError, match="trainer.steps"):
+        load_config(None, ["trainer.steps=1e3"])
+
+
 def test_yaml_file_then_overrides(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("trainer:\n  steps: 7\n  lr: 0.01\n")

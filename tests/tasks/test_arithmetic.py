@@ -81,10 +81,10 @@ def test_independent_of_pythonhashseed() -> None:
 def test_default_sizes_and_uids() -> None:
     t = task()
     train, evals = t.problems("train"), t.problems("eval")
-    assert (len(train), len(evals)) == (20000, 500)
+    assert (len(train), len(evals)) == (ArithmeticConfig().n_train, ArithmeticConfig().n_eval)
     uids = [p.uid for p in train + evals]
     assert len(set(uids)) == len(uids)
-    assert train[0].uid == "arith-train-000000" and evals[-1].uid == "arith-eval-000499"
+    assert train[0].uid == "arith-train-000000" and evals[-1].uid == f"arith-eval-{len(evals) - 1:06d}"
 
 
 @pytest.mark.parametrize("seed", [0, 7])
@@ -100,7 +100,7 @@ def test_splits_disjoint_and_deduped(seed: int) -> None:
 
 def test_eval_never_leaks_across_seeds() -> None:
     eval_0 = {content(p) for p in task(seed=0, **SMALL).problems("eval")}
-    train_1 = {content(p) for p in task(seed=1, n_train=20000, n_eval=10).problems("train")}
+    train_1 = {content(p) for p in task(seed=1, max_value=99, max_steps=3, n_train=20000, n_eval=10).problems("train")}
     assert not eval_0 & train_1
 
 

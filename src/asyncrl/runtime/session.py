@@ -19,7 +19,7 @@ from asyncrl.metrics import MetricsWriter
 from asyncrl.policy.model import load_policy
 from asyncrl.pretrain import is_complete, pretrain, pretrained_dir
 from asyncrl.progress import TrainProgress
-from asyncrl.tasks import Problem, Task, build_task
+from asyncrl.tasks import Problem, Task
 
 
 def resolve_policy_dir(cfg: Config, log=print) -> Path:
@@ -66,10 +66,10 @@ class Session:
         torch.manual_seed(cfg.run.seed)
         progress = TrainProgress(cfg.trainer.steps, f"{cfg.run.mode}/{cfg.loss.name}",
                                  enabled=cfg.run.progress)
+        task = cfg.task.build()
         policy_dir = resolve_policy_dir(cfg, log=progress.log if cfg.run.progress else (lambda m: None))
         model, tokenizer = load_policy(policy_dir, cfg.policy.device, cfg.policy.dtype)
         run_dir = make_run_dir(cfg)
-        task = build_task(cfg.task.name, cfg.task.arithmetic)
         eval_problems = task.problems("eval")[: cfg.eval.n_problems]
         return cls(cfg, run_dir, model, tokenizer, task, task.problems("train"), eval_problems,
                    MetricsWriter(run_dir, cfg.run.tensorboard), progress)

@@ -81,7 +81,7 @@ class RolloutWorker:
         self.cfg = from_dict(Config, spec.config)
         self.model, self.tokenizer = load_policy(spec.policy_dir, self.cfg.policy.device, self.cfg.policy.dtype)
         self.model.eval()
-        self.task = build_task(self.cfg.task.name, self.cfg.task.arithmetic)
+        self.task = build_task(self.cfg.task.name, self.cfg.task.params())
         self.problems = self.task.problems("train")
         self.generator = torch.Generator().manual_seed(spec.seed)
         self.version = weights.pull(self.model)

@@ -11,10 +11,22 @@ from typing import Any
 
 from asyncrl.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from asyncrl.tasks.base import Problem, Task, extract_answer
+from asyncrl.tasks.datasets import DatasetConfig, GSM8KTask, MathTask
 
-__all__ = ["TASKS", "ArithmeticConfig", "ArithmeticTask", "Problem", "Task", "build_task", "extract_answer"]
+__all__ = [
+    "TASKS",
+    "ArithmeticConfig",
+    "ArithmeticTask",
+    "DatasetConfig",
+    "GSM8KTask",
+    "MathTask",
+    "Problem",
+    "Task",
+    "build_task",
+    "extract_answer",
+]
 
-TASKS: dict[str, Callable[[Any], Task]] = {"arithmetic": ArithmeticTask}
+TASKS: dict[str, Callable[[Any], Task]] = {"arithmetic": ArithmeticTask, "gsm8k": GSM8KTask, "math": MathTask}
 
 
 def build_task(name: str, cfg: Any = None) -> Task:
