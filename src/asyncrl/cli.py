@@ -36,12 +36,9 @@ def _train(cfg) -> int:
 
 
 def _pretrain(cfg) -> int:
-    import torch
-
-    from asyncrl.pretrain import pretrain, pretrained_dir
+    from asyncrl.pretrain import pretrain
     from asyncrl.progress import TrainProgress
 
-    torch.set_num_threads(2)  # pretraining runs alone: use both cores
     with TrainProgress(cfg.pretrain.steps, "pretrain", enabled=cfg.run.progress) as progress:
         path = pretrain(cfg, on_step=lambda step, loss: progress.update(step + 1, reward=loss))
     print((path / "pretrain_summary.json").read_text())
@@ -61,7 +58,8 @@ def _eval(cfg) -> int:
     model, tokenizer = load_policy(resolve_policy_dir(cfg), cfg.policy.device, cfg.policy.dtype)
     problems = task.problems("eval")[: cfg.eval.n_problems]
     acc = evaluate(model, tokenizer, task, problems, max_new_tokens=cfg.rollout.max_new_tokens,
-                   temperature=cfg.eval.temperature, batch_size=cfg.eval.batch_size, seed=cfg.run.seed)
+                   temperature=cfg.eval.temperature, batch_size=cfg.eval.batch_size,
+                   samples=cfg.eval.samples, seed=cfg.run.seed)
     print(json.dumps({"eval_reward": acc, "n_problems": len(problems)}))
     return 0
 

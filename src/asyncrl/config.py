@@ -31,7 +31,7 @@ class RunConfig:
     out_dir: str = "runs"
     name: str | None = None  # run directory name; default: <mode>-<loss>-s<seed>-<timestamp>
     seed: int = 0
-    mode: Literal["sync", "async", "simulated"] = "sync"
+    mode: Literal["sync", "async", "simulated"] = "async"
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only at the end
     tensorboard: bool = True
     progress: bool = True  # live progress line (rich); off for subprocesses that parse stdout
@@ -100,11 +100,14 @@ class PretrainConfig:
     seed: int = 0
     # fraction of demonstrations that end "The answer is N." instead of "#### N": the warm start
     # then uses both styles, and the GSM8K-style reward accepts only one (see README)
-    alt_style_frac: float = 0.0
+    alt_style_frac: float = 0.5
+    torch_threads: int = 2  # the warm start runs alone, before any worker exists: use both cores
 
     def validate(self) -> None:
         if self.steps < 0:
             raise ValueError("steps: must be >= 0")
+        if self.torch_threads < 1:
+            raise ValueError("torch_threads: must be >= 1")
         if not 0 <= self.alt_style_frac <= 1:
             raise ValueError("alt_style_frac: must be in [0, 1]")
         if self.batch_size < 1:
@@ -198,7 +201,7 @@ class RolloutConfig:
 class LossConfig:
     """Which objective (a key of ``asyncrl.objectives.LOSSES``) and its hyperparameters."""
 
-    name: str = "ppo"
+    name: str = "decoupled"
     params: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -221,8 +224,8 @@ class LossConfig:
 class TrainerConfig:
     """Optimization: one training step = one batch, ``n_minibatches`` AdamW updates, version += 1."""
 
-    steps: int = 60
-    lr: float = 5e-5
+    steps: int = 200
+    lr: float = 3e-5
     weight_decay: float = 0.0
     beta1: float = 0.9
     beta2: float = 0.999
@@ -233,7 +236,7 @@ class TrainerConfig:
     # proximal policy of decoupled objectives: "recompute" = one no-grad forward pass per step;
     # "loglinear" (A-3PO) / "linear" / "behav" = approximate_prox_logp per minibatch; "none" = pass no
     # prox_logp (coupled PPO; the REINFORCE "bypass" form of tis/mis)
-    prox: Literal["behav", "recompute", "loglinear", "linear", "none"] = "behav"
+    prox: Literal["behav", "recompute", "loglinear", "linear", "none"] = "loglinear"
 
     def validate(self) -> None:
         if self.steps < 0:
@@ -255,8 +258,9 @@ class TrainerConfig:
 class EvalConfig:
     """Held-out evaluation: accuracy (mean reward) on ``n_problems`` eval-split problems."""
 
-    every: int = 10  # steps between evals; 0 = only before and after training
-    n_problems: int = 256
+    every: int = 50  # steps between evals; 0 = only before and after training
+    n_problems: int = 200
+    samples: int = 4  # completions per problem: accuracy = mean reward over all of them
     # 1.0 = one sample per problem at the rollout temperature (the "eval reward" of the A-3PO
     # paper); 0 = greedy
     temperature: float = 1.0
@@ -267,6 +271,8 @@ class EvalConfig:
             raise ValueError("every: must be >= 0")
         if self.n_problems < 1:
             raise ValueError("n_problems: must be >= 1")
+        if self.samples < 1:
+            raise ValueError("samples: must be >= 1")
         if self.temperature < 0:
             raise ValueError("temperature: must be >= 0")
         if self.batch_size < 1:

@@ -10,10 +10,14 @@ from asyncrl.tasks import Problem, Task
 
 
 def evaluate(model, tokenizer, task: Task, problems: list[Problem], *, max_new_tokens: int,
-             temperature: float = 0.0, batch_size: int = 128, seed: int = 0) -> float:
-    """Accuracy in [0, 1]; temperature 0 = greedy (deterministic)."""
+             temperature: float = 0.0, batch_size: int = 128, seed: int = 0, samples: int = 1) -> float:
+    """Mean reward in [0, 1] over ``samples`` completions per problem (pass@1 estimated from
+    several samples: less noise than one); temperature 0 = greedy, where one sample suffices."""
     if not problems:
         raise ValueError("evaluate: no problems")
+    if temperature == 0:
+        samples = 1
+    problems = [p for p in problems for _ in range(samples)]
     generator = torch.Generator().manual_seed(seed)
     total = 0.0
     for start in range(0, len(problems), batch_size):

@@ -91,6 +91,15 @@ def lr_at(step: int, cfg) -> float:
 
 def pretrain(cfg: Config, on_step: Callable[[int, float], None] | None = None) -> Path:
     """Build tokenizer + model, run the warm start, evaluate, save. Returns the model directory."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.pretrain.torch_threads)
+    try:
+        return _pretrain(cfg, on_step)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _pretrain(cfg: Config, on_step: Callable[[int, float], None] | None) -> Path:
     out = pretrained_dir(cfg)
     pc = cfg.pretrain
     task = cfg.task.build()
@@ -125,7 +134,7 @@ def pretrain(cfg: Config, on_step: Callable[[int, float], None] | None = None) -
     model.eval()
     accuracy = evaluate(model, tokenizer, task, task.problems("eval")[: cfg.eval.n_problems],
                         max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.eval.temperature,
-                        batch_size=cfg.eval.batch_size)
+                        batch_size=cfg.eval.batch_size, samples=cfg.eval.samples)
     summary = {
         "final_sft_loss": loss_value, "eval_reward": accuracy, "steps": pc.steps,
         "wall_time_s": time.time() - started, "parameters": num_parameters(model),

@@ -45,3 +45,13 @@ class Batch(Generation):
     def select(self, index: torch.Tensor) -> "Batch":
         """Rows ``index`` of every tensor field."""
         return Batch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+def batch_to_numpy(batch: Batch) -> dict:
+    """Plain numpy arrays: pickled by value across processes. (torch's queue reduction shares
+    tensors through the sender's file descriptors, which a killed sender takes with it.)"""
+    return {f.name: getattr(batch, f.name).numpy() for f in fields(batch)}
+
+
+def batch_from_numpy(arrays: dict) -> Batch:
+    return Batch(**{name: torch.from_numpy(array) for name, array in arrays.items()})

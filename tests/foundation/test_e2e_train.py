@@ -21,7 +21,7 @@ TINY = [
     "pretrain.steps=200", "pretrain.batch_size=32", "pretrain.lr=0.003", "pretrain.warmup_steps=5",
     "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=16",
     "trainer.steps=3", "trainer.n_minibatches=2", "trainer.lr=0.001",
-    "eval.n_problems=8", "eval.every=2", "run.progress=false",
+    "eval.n_problems=8", "eval.every=2", "run.progress=false", "run.mode=sync", "pretrain.alt_style_frac=0",
 ]
 
 

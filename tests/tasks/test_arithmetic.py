@@ -23,7 +23,7 @@ from asyncrl.tasks import (
     extract_answer,
 )
 
-SMALL = dict(n_train=2000, n_eval=200)
+SMALL = dict(n_train=400, n_eval=40)
 EQUATION = re.compile(r"(-?\d+) ([+\-*]) (\d+) = (-?\d+)\.")
 OPENING = re.compile(r"^Q: [A-Z][a-z]+ has (\d+) [a-z]+\.")
 
@@ -108,7 +108,7 @@ def test_problems_returns_fresh_list_and_rejects_bad_split() -> None:
     t = task(**SMALL)
     first = t.problems("train")
     first.clear()
-    assert len(t.problems("train")) == 2000
+    assert len(t.problems("train")) == SMALL["n_train"]
     with pytest.raises(ValueError, match="split"):
         t.problems("test")
 

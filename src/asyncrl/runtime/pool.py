@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 
 from asyncrl.runtime.worker import WorkerSpec, WorkUnit, worker_main
+from asyncrl.types import batch_from_numpy
 
 
 class WorkerError(RuntimeError):
@@ -75,6 +76,7 @@ class WorkerPool:
         for kind, worker_id, payload in messages:
             if kind == "result":
                 self.inflight[worker_id].pop(payload["unit_id"], None)
+                payload["batch"] = batch_from_numpy(payload["batch"])
             elif kind == "error":
                 print(f"asyncrl: rollout worker {worker_id} failed:\n{payload}", flush=True)
         return messages

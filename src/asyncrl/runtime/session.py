@@ -79,6 +79,7 @@ class Session:
         acc = evaluate(self.model, self.tokenizer, self.task, self.eval_problems,
                        max_new_tokens=self.cfg.rollout.max_new_tokens,
                        temperature=self.cfg.eval.temperature, batch_size=self.cfg.eval.batch_size,
+                       samples=self.cfg.eval.samples,
                        seed=self.cfg.run.seed)
         self.eval_history.append((step, acc))
         if step > 0:

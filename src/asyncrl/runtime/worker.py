@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from asyncrl.types import batch_to_numpy
+
 
 @dataclass
 class WorkUnit:
@@ -113,7 +115,9 @@ def worker_main(spec: WorkerSpec, shared, work_q, result_q, stop) -> None:
                 unit: WorkUnit = work_q.get(timeout=0.2)
             except queue.Empty:
                 continue
-            result_q.put(("result", spec.worker_id, worker.run(unit)))
+            payload = worker.run(unit)
+            payload["batch"] = batch_to_numpy(payload["batch"])
+            result_q.put(("result", spec.worker_id, payload))
     except Exception:  # report, then die: the pool restarts us
         result_q.put(("error", spec.worker_id, traceback.format_exc()))
         raise

@@ -1,0 +1,63 @@
+import math
+
+import pytest
+import torch
+
+import asyncrl.trainer as trainer_module
+from asyncrl.config import LossConfig, TrainerConfig
+from asyncrl.rollout import TransformersEngine, score
+from asyncrl.trainer import Trainer
+
+
+@pytest.fixture()
+def setup(tiny_policy):
+    model, tok, task = tiny_policy
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    problems = task.problems("train")[:4]
+    gen = TransformersEngine(model, tok, max_new_tokens=8, temperature=1.0).generate(problems, 4, version=0)
+    batch = score(gen, problems, 4, task, tok)
+    batch.rewards = torch.tensor([1.0, 0, 0, 0] * 4)  # signal in every group
+    yield model, batch
+    model.load_state_dict(state)
+
+
+def test_step_updates_weights_and_version(setup):
+    model, batch = setup
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3), LossConfig())
+    stats = trainer.step(batch)
+    assert trainer.version == 1
+    assert math.isfinite(stats["loss"]) and stats["skipped_updates"] == 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    torch.testing.assert_close(batch.advantages[:4].sum(), torch.tensor(0.0))
+
+
+def test_positive_advantage_sequences_gain_probability(setup):
+    model, batch = setup
+    trainer = Trainer(model, TrainerConfig(n_minibatches=1, lr=1e-3), LossConfig())
+    with torch.no_grad():
+        before = (trainer.logprobs(batch)[0]).sum(1)
+    for _ in range(3):
+        trainer.step(batch)
+    with torch.no_grad():
+        delta = (trainer.logprobs(batch)[0]).sum(1) - before
+    winners = torch.arange(16) % 4 == 0
+    assert delta[winners].mean() > 0 > delta[~winners].mean()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nonfinite_loss_never_reaches_weights(setup, monkeypatch, bad):
+    model, batch = setup
+    real = trainer_module.policy_loss
+
+    def poisoned(*args, **kwargs):
+        loss, stats = real(*args, **kwargs)
+        return loss * bad, stats
+
+    monkeypatch.setattr(trainer_module, "policy_loss", poisoned)
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = Trainer(model, TrainerConfig(n_minibatches=2), LossConfig())
+    stats = trainer.step(batch)
+    assert stats["skipped_updates"] == 2
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert trainer.version == 1  # the batch was consumed
