@@ -10,9 +10,8 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH_PIN)"
-	$(BIN)/pip install --quiet -e ".[dev]" "$(TORCH_PIN)"
+	$(BIN)/pip install --quiet -e ".[dev,ray]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 setup: $(STAMP)
