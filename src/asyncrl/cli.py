@@ -50,16 +50,16 @@ def _eval(cfg) -> int:
     import torch
 
     from asyncrl.evaluation import evaluate
-    from asyncrl.policy.model import load_policy
+    from asyncrl.policy.model import load_policy_for
     from asyncrl.runtime.session import resolve_policy_dir
     
     torch.set_num_threads(cfg.policy.torch_threads)
     task = cfg.task.build()
-    model, tokenizer = load_policy(resolve_policy_dir(cfg), cfg.policy.device, cfg.policy.dtype)
+    model, tokenizer = load_policy_for(cfg.policy, resolve_policy_dir(cfg))
     problems = task.problems("eval")[: cfg.eval.n_problems]
     acc = evaluate(model, tokenizer, task, problems, max_new_tokens=cfg.rollout.max_new_tokens,
                    temperature=cfg.eval.temperature, batch_size=cfg.eval.batch_size,
-                   samples=cfg.eval.samples, seed=cfg.run.seed)
+                   samples=cfg.eval.samples, seed=cfg.run.seed, chat_template=cfg.policy.chat_template)
     print(json.dumps({"eval_reward": acc, "n_problems": len(problems)}))
     return 0
 

@@ -80,6 +80,9 @@ class PolicyConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     torch_threads: int = 1  # 1 per process: 2 threads slow down many-fold when the other core is busy
     cache_dir: str = ".asyncrl_cache"
+    chat_template: bool = True  # wrap prompts in the tokenizer's chat template when it has one
+    attn_implementation: str | None = None  # e.g. "sdpa", "eager", "flash_attention_2"; None = default
+    gradient_checkpointing: bool = False
 
     def validate(self) -> None:
         if self.torch_threads < 1:

@@ -38,15 +38,26 @@ def build_tiny_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase, seed:
     return model
 
 
-def load_policy(path: str | Path, device: str = "cpu", dtype: str = "float32"
+def load_policy(path: str | Path, device: str = "cpu", dtype: str = "float32", *,
+                attn_implementation: str | None = None, gradient_checkpointing: bool = False
                 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load any local Hugging Face causal-LM directory (no hub access)."""
     tokenizer = load_tokenizer(path)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=DTYPES[dtype])
+    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=DTYPES[dtype], **extra)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
     return model.to(device), tokenizer
+
+
+def load_policy_for(policy_cfg, path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """``load_policy`` with the settings of a PolicyConfig."""
+    return load_policy(path, policy_cfg.device, policy_cfg.dtype,
+                       attn_implementation=policy_cfg.attn_implementation,
+                       gradient_checkpointing=policy_cfg.gradient_checkpointing)
 
 
 GENERIC_TOKENIZER_CLASSES = {"TokenizersBackend", "PreTrainedTokenizerFast"}

@@ -16,7 +16,7 @@ from asyncrl.checkpoint import save_checkpoint
 from asyncrl.config import Config, ConfigError
 from asyncrl.evaluation import evaluate
 from asyncrl.metrics import MetricsWriter
-from asyncrl.policy.model import load_policy
+from asyncrl.policy.model import load_policy_for
 from asyncrl.pretrain import is_complete, pretrain, pretrained_dir
 from asyncrl.progress import TrainProgress
 from asyncrl.tasks import Problem, Task
@@ -68,7 +68,7 @@ class Session:
                                  enabled=cfg.run.progress)
         task = cfg.task.build()
         policy_dir = resolve_policy_dir(cfg, log=progress.log if cfg.run.progress else (lambda m: None))
-        model, tokenizer = load_policy(policy_dir, cfg.policy.device, cfg.policy.dtype)
+        model, tokenizer = load_policy_for(cfg.policy, policy_dir)
         run_dir = make_run_dir(cfg)
         eval_problems = task.problems("eval")[: cfg.eval.n_problems]
         return cls(cfg, run_dir, model, tokenizer, task, task.problems("train"), eval_problems,
@@ -79,7 +79,7 @@ class Session:
         acc = evaluate(self.model, self.tokenizer, self.task, self.eval_problems,
                        max_new_tokens=self.cfg.rollout.max_new_tokens,
                        temperature=self.cfg.eval.temperature, batch_size=self.cfg.eval.batch_size,
-                       samples=self.cfg.eval.samples,
+                       samples=self.cfg.eval.samples, chat_template=self.cfg.policy.chat_template,
                        seed=self.cfg.run.seed)
         self.eval_history.append((step, acc))
         if step > 0:

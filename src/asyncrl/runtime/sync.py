@@ -41,7 +41,8 @@ def run_lockstep(cfg: Config, make_source) -> dict:
     trainer = Trainer(session.model, cfg.trainer, cfg.loss, temperature=ro.temperature, seed=cfg.run.seed)
     source = make_source(session.model)
     engine = TransformersEngine(session.model, session.tokenizer, max_new_tokens=ro.max_new_tokens,
-                                temperature=ro.temperature, seed=cfg.run.seed)
+                                temperature=ro.temperature, seed=cfg.run.seed,
+                                chat_template=cfg.policy.chat_template)
     prompts = PromptStream(session.train_problems, ro.prompts_per_step, seed=cfg.run.seed)
     gen_total = train_total = prox_total = 0.0
     tokens_total = 0

@@ -73,7 +73,7 @@ class RolloutWorker:
 
         from asyncrl.config import Config
         from asyncrl.config_loader import from_dict
-        from asyncrl.policy.model import load_policy
+        from asyncrl.policy.model import load_policy_for
         from asyncrl.tasks import build_task
 
         torch.set_num_threads(1)
@@ -81,7 +81,7 @@ class RolloutWorker:
         self.spec = spec
         self.weights = weights
         self.cfg = from_dict(Config, spec.config)
-        self.model, self.tokenizer = load_policy(spec.policy_dir, self.cfg.policy.device, self.cfg.policy.dtype)
+        self.model, self.tokenizer = load_policy_for(self.cfg.policy, spec.policy_dir)
         self.model.eval()
         self.task = build_task(self.cfg.task.name, self.cfg.task.params())
         self.problems = self.task.problems("train")
@@ -89,13 +89,15 @@ class RolloutWorker:
         self.version = weights.pull(self.model)
 
     def run(self, unit: WorkUnit) -> dict:
+        from asyncrl.policy.prompts import encode_prompt
         from asyncrl.rollout.scoring import score
 
         started = time.perf_counter()
         if self.weights.latest() > self.version:
             self.version = self.weights.pull(self.model)
         chosen = [self.problems[i] for i in unit.problem_indices]
-        prompts = [self.tokenizer(p.prompt)["input_ids"] for p in chosen for _ in range(unit.n)]
+        prompts = [encode_prompt(self.tokenizer, p.prompt, self.cfg.policy.chat_template)
+                   for p in chosen for _ in range(unit.n)]
         with torch.no_grad():
             gen, self.version, updates = _generate(self.model, self.tokenizer, self.weights, prompts, self.spec,
                                                    self.cfg.rollout, self.generator, self.version)
