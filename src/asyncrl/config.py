@@ -295,6 +295,9 @@ class AsyncConfig:
     recency_decay: float = 1.0  # sample groups ∝ decay^age; 1 = FIFO
     hard_sync_every: int = 0  # every M steps drop all data older than the current version; 0 = off
     worker_start_timeout_s: float = 300.0
+    # pin the trainer to CPU 0 and worker i to CPU 1 + i (when there are enough CPUs): keeps the
+    # scheduler from migrating the two busy processes onto one core
+    pin_cpus: bool = True
     # simulated mode: batch k comes from version k − lag, or (policy_buffer = N > 0) from a version
     # drawn uniformly from the last N (the VACO setup)
     lag: int = 0

@@ -7,6 +7,7 @@ every step.
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -118,10 +119,21 @@ class AsyncLoop:
         return record
 
 
+def cpu_plan(cfg: Config) -> tuple[int | None, list[int | None]]:
+    """(trainer CPU, worker CPUs): one core each when the machine has enough, else no pinning."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    n = cfg.async_.n_workers
+    if not cfg.async_.pin_cpus or cfg.async_.backend != "local" or len(cpus) < n + 1:
+        return None, [None] * n
+    return cpus[0], cpus[1:n + 1]
+
+
 def worker_specs(cfg: Config, policy_dir) -> list[WorkerSpec]:
+    _, worker_cpus = cpu_plan(cfg)
     return [WorkerSpec(worker_id=i, config=cfg.to_dict(), policy_dir=str(policy_dir),
                        seed=cfg.run.seed + 7919 * i, chunk_tokens=cfg.async_.chunk_tokens,
-                       interruptible=cfg.async_.interruptible) for i in range(cfg.async_.n_workers)]
+                       interruptible=cfg.async_.interruptible, cpu=worker_cpus[i])
+            for i in range(cfg.async_.n_workers)]
 
 
 def run_async(cfg: Config) -> dict:
@@ -132,7 +144,11 @@ def run_async(cfg: Config) -> dict:
     session = Session.open(cfg)
     trainer = Trainer(session.model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature,
                       seed=cfg.run.seed)
+    trainer_cpu, _ = cpu_plan(cfg)
+    original_cpus = os.sched_getaffinity(0) if trainer_cpu is not None else None
     with open_backend(cfg, session) as (pool, shared):
+        if trainer_cpu is not None:  # after spawning, so workers do not inherit the trainer's mask
+            os.sched_setaffinity(0, {trainer_cpu})
         loop = AsyncLoop(cfg, session, trainer, pool, shared)
         loop.feeder.admit(pool, loop.buffer, trainer.version)  # workers start generating now
         with session.progress as progress:
@@ -148,6 +164,8 @@ def run_async(cfg: Config) -> dict:
                     totals[key] += record[name]
                 session.finish_step(step, record, trainer)
             train_wall = time.perf_counter() - train_started - session.eval_time_s
+    if original_cpus is not None:
+        os.sched_setaffinity(0, original_cpus)
     steps = max(cfg.trainer.steps, 1)
     return session.finish(cfg.trainer.steps, {
         "train_wall_s": train_wall, "time_per_step_s": train_wall / steps,

@@ -9,6 +9,7 @@ with them, and continues the same sequences, so later tokens carry the new versi
 
 from __future__ import annotations
 
+import os
 import queue
 import time
 import traceback
@@ -39,6 +40,7 @@ class WorkerSpec:
     seed: int
     chunk_tokens: int
     interruptible: bool
+    cpu: int | None = None  # CPU to pin this process to, or None
 
 
 def _generate(model, tokenizer, shared, unit_prompts, spec, rollout, generator, local_version):
@@ -60,6 +62,11 @@ def _generate(model, tokenizer, shared, unit_prompts, spec, rollout, generator, 
                             state.versions, state.finished)
             updates += 1
     return to_generation(state), local_version, updates
+
+
+def pin_to_cpu(cpu: int | None) -> None:
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {cpu})
 
 
 class RolloutWorker:
@@ -110,6 +117,7 @@ class RolloutWorker:
 def worker_main(spec: WorkerSpec, shared, work_q, result_q, stop) -> None:
     """Process entry point. Sends ("ready", id), ("result", id, payload) or ("error", id, text)."""
     try:
+        pin_to_cpu(spec.cpu)
         worker = RolloutWorker(spec, shared)
         result_q.put(("ready", spec.worker_id, None))
         while not stop.is_set():
