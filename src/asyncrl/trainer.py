@@ -14,7 +14,13 @@ from collections import defaultdict
 import torch
 
 from asyncrl.config import LossConfig, TrainerConfig
-from asyncrl.objectives import approximate_prox_logp, group_advantages, policy_loss
+from asyncrl.objectives import (
+    apply_loglinear,
+    approximate_prox_logp,
+    group_advantages,
+    loglinear_weights,
+    policy_loss,
+)
 from asyncrl.policy.logprobs import completion_logprobs
 from asyncrl.types import Batch
 
@@ -45,12 +51,14 @@ class Trainer:
         batch.advantages = group_advantages(batch.rewards, batch.group_ids, method=cfg.advantage,
                                             eps=cfg.adv_eps)
         self.model.train()
-        prox_full, prox_time = None, 0.0
+        prox_full, prox_weights, prox_time = None, None, 0.0
+        t0 = time.perf_counter()
         if cfg.prox == "recompute":
-            t0 = time.perf_counter()
             with torch.no_grad():
                 prox_full, _ = self.logprobs(batch)
-            prox_time += time.perf_counter() - t0
+        elif cfg.prox == "loglinear":  # versions are fixed for the step: weights once, one op per minibatch
+            prox_weights = loglinear_weights(batch.versions, self.version)
+        prox_time += time.perf_counter() - t0
         perm = torch.randperm(len(batch), generator=self.rng)
         stats: dict[str, list[float]] = defaultdict(list)
         for index in perm.chunk(cfg.n_minibatches):
@@ -59,6 +67,10 @@ class Trainer:
             prox_logp = None  # "none": coupled objective, anchored at the behavior policy
             if prox_full is not None:
                 prox_logp = prox_full[index]
+            elif prox_weights is not None:
+                t0 = time.perf_counter()
+                prox_logp = apply_loglinear(mb.behav_logp, logp, prox_weights[index])
+                prox_time += time.perf_counter() - t0
             elif cfg.prox != "none":
                 t0 = time.perf_counter()
                 prox_logp = approximate_prox_logp(cfg.prox, mb.behav_logp, logp.detach(), mb.versions,

@@ -101,3 +101,23 @@ def test_staleness_stats():
     assert stats["staleness_min"].item() == -1.0
     assert stats["staleness_mean"].item() == pytest.approx((1 + 3 - 1) / 3)
     assert stats["future_version_tokens"].item() == 1.0
+
+
+def test_split_loglinear_path_equals_approximate_prox_logp():
+    """The trainer's hot path (weights once per step, one op per minibatch) is the same function."""
+    import torch
+
+    from asyncrl.objectives import apply_loglinear, approximate_prox_logp, loglinear_weights
+
+    g = torch.Generator().manual_seed(0)
+    behav, logp = -3 * torch.rand(6, 9, generator=g), -3 * torch.rand(6, 9, generator=g)
+    versions = torch.randint(-1, 7, (6, 9), generator=g)
+    weights = loglinear_weights(versions, 7)
+    rows = torch.tensor([4, 0, 2])
+    torch.testing.assert_close(apply_loglinear(behav[rows], logp[rows], weights[rows]),
+                               approximate_prox_logp("loglinear", behav, logp, versions, 7)[rows],
+                               rtol=0, atol=0)
+    # exactly the behavior log-prob where α = 1, even when the current log-prob is not finite
+    logp[versions >= 6] = float("-inf")
+    out = apply_loglinear(behav, logp, weights)
+    assert torch.equal(out[versions >= 6], behav[versions >= 6])

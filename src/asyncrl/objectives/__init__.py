@@ -12,7 +12,14 @@ No model, no I/O, no threads, no config globals: tensors in, tensors out.
 from asyncrl.objectives.advantages import VTrace, gae, group_advantages, masked_whiten, vtrace
 from asyncrl.objectives.numerics import LOG_RATIO_BOUND
 from asyncrl.objectives.params import AGG_MODES, REQUIRED
-from asyncrl.objectives.prox import PROX_METHODS, approximate_prox_logp, staleness_alpha, staleness_stats
+from asyncrl.objectives.prox import (
+    PROX_METHODS,
+    apply_loglinear,
+    approximate_prox_logp,
+    loglinear_weights,
+    staleness_alpha,
+    staleness_stats,
+)
 from asyncrl.objectives.registry import LOSS_PARAMS, LOSSES, loss_param_names, policy_loss, validate_loss_params
 from asyncrl.objectives.stats import COMMON_STATS
 from asyncrl.objectives.vcpo import ess, ess_lr_scale, opob_baseline
@@ -26,11 +33,13 @@ __all__ = [
     "PROX_METHODS",
     "REQUIRED",
     "VTrace",
+    "apply_loglinear",
     "approximate_prox_logp",
     "ess",
     "ess_lr_scale",
     "gae",
     "group_advantages",
+    "loglinear_weights",
     "loss_param_names",
     "masked_whiten",
     "opob_baseline",

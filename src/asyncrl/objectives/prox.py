@@ -66,14 +66,30 @@ def approximate_prox_logp(
     if method == "behav":
         return behav.clone()
     cur = logp.detach().float()
-    alpha = staleness_alpha(versions, current_version)
-    on_behav = alpha == 1.0
     if method == "loglinear":
-        mixed = behav + (1.0 - alpha) * (cur - behav)
-    else:
-        # α < 1 wherever this branch is selected, so both logs are finite there.
-        mixed = torch.logaddexp(behav + torch.log(alpha), cur + torch.log1p(-alpha))
-    return torch.where(on_behav, behav, mixed)
+        return apply_loglinear(behav, cur, loglinear_weights(versions, current_version))
+    # "linear": α < 1 wherever the mixture is selected, so both logs are finite there.
+    alpha = staleness_alpha(versions, current_version)
+    mixed = torch.logaddexp(behav + torch.log(alpha), cur + torch.log1p(-alpha))
+    return torch.where(alpha == 1.0, behav, mixed)
+
+
+def loglinear_weights(versions: Tensor, current_version: int | Tensor) -> Tensor:
+    """[B, T] float32 weight 1 − α_t on the current policy; exactly 0 where π_prox = π_behav.
+
+    Depends only on the versions, so a trainer can compute it once per step and reuse it for every
+    minibatch with :func:`apply_loglinear` (the A-3PO hot path: one fused op per minibatch)."""
+    return 1.0 - staleness_alpha(versions, current_version)
+
+
+@torch.no_grad()
+def apply_loglinear(behav_logp: Tensor, logp: Tensor, weights: Tensor) -> Tensor:
+    """log π_prox = ℓ_b + (1 − α)(sg(ℓ) − ℓ_b), and exactly ℓ_b where the weight is 0 (whatever ℓ
+    holds there). behav_logp, logp: [B, T] float; weights: [B, T] float32 from loglinear_weights.
+    Returns [B, T] float32, detached."""
+    behav = behav_logp.detach().float()
+    mixed = torch.addcmul(behav, weights, logp.detach().float() - behav)
+    return torch.where(weights == 0, behav, mixed)
 
 
 @torch.no_grad()
