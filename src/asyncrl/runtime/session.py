@@ -4,6 +4,7 @@ the summary. The loops (sync, async, simulated) differ only in where batches com
 from __future__ import annotations
 
 import json
+import resource
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -120,6 +121,9 @@ class Session:
             "final_eval_reward": self.eval_history[-1][1] if self.eval_history else None,
             "eval_history": self.eval_history,
             "wall_time_s": time.time() - self.started,
+            # ru_maxrss is in KiB on Linux; children = rollout worker processes (largest one)
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_rss_children_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
             **extra,
         }
         tmp = self.run_dir / "summary.json.tmp"
