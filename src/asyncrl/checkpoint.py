@@ -31,11 +31,3 @@ def save_checkpoint(path: Path, model, tokenizer, trainer_state: dict, step: int
     tmp.rename(path)
     shutil.rmtree(old, ignore_errors=True)
     return path
-
-
-def load_trainer_state(path: Path) -> dict:
-    state = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
-    torch.set_rng_state(state["torch_rng"])
-    random.setstate(state["python_rng"])
-    np.random.set_state(state["numpy_rng"])
-    return state

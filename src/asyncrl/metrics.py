@@ -37,7 +37,3 @@ class MetricsWriter:
         self.file.close()
         if self.tb is not None:
             self.tb.close()
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

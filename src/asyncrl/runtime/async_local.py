@@ -28,8 +28,7 @@ class Feeder:
         ro = cfg.rollout
         self.n = ro.samples_per_prompt
         self.unit_prompts = cfg.async_.unit_prompts or max(1, ro.prompts_per_step // cfg.async_.n_workers)
-        index = {p.uid: i for i, p in enumerate(session.train_problems)}
-        self.index = index
+        self.index = {p.uid: i for i, p in enumerate(session.train_problems)}
         self.prompts = PromptStream(session.train_problems, self.unit_prompts, seed=cfg.run.seed)
         self.next_unit = 0
         self.next_group = 0

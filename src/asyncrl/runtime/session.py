@@ -98,16 +98,18 @@ class Session:
         if self.checkpoint_due(step):
             self.checkpoint(step, trainer.state_dict())
 
-    def eval_due(self, step: int) -> bool:
-        every = self.cfg.eval.every
+    def _due(self, step: int, every: int) -> bool:
+        """Every ``every`` steps (0 = never) and always at the last step."""
         return step == self.cfg.trainer.steps or (every > 0 and step % every == 0)
+
+    def eval_due(self, step: int) -> bool:
+        return self._due(step, self.cfg.eval.every)
 
     def checkpoint(self, step: int, trainer_state: dict) -> None:
         save_checkpoint(self.run_dir / "checkpoint", self.model, self.tokenizer, trainer_state, step)
 
     def checkpoint_due(self, step: int) -> bool:
-        every = self.cfg.run.checkpoint_every
-        return step == self.cfg.trainer.steps or (every > 0 and step % every == 0)
+        return self._due(step, self.cfg.run.checkpoint_every)
 
     def finish(self, steps: int, extra: dict) -> dict:
         self.metrics.close()

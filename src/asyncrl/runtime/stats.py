@@ -15,12 +15,13 @@ def staleness_metrics(batch: Batch, version: int) -> dict[str, float]:
     token = (version - batch.versions[mask]).float()
     big = torch.iinfo(torch.long).max
     oldest = torch.where(mask, batch.versions, torch.full_like(batch.versions, big)).min(dim=1).values
+    newest = torch.where(mask, batch.versions, torch.full_like(batch.versions, -1)).max(dim=1).values
     has_tokens = mask.any(dim=1)
     seq = (version - oldest[has_tokens]).float()
-    multi = [(batch.versions[i][mask[i]].unique().numel() > 1) for i in range(len(batch))]
+    multi = (has_tokens & (newest != oldest)).float()
     return {
         "staleness_token_min": token.min().item(), "staleness_token_mean": token.mean().item(),
         "staleness_token_max": token.max().item(), "staleness_seq_min": seq.min().item(),
         "staleness_seq_mean": seq.mean().item(), "staleness_seq_max": seq.max().item(),
-        "multi_version_seq_frac": sum(multi) / len(multi),
+        "multi_version_seq_frac": multi.mean().item(),
     }
