@@ -1,4 +1,4 @@
-"""``asyncrl train | pretrain | eval``: parse, call the library, nothing else.
+"""``asyncrl train | pretrain | eval | bench``: parse, call the library, nothing else.
 
 Bad input (config key, file, value) exits 2 with one line on stderr and no traceback.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 
 from asyncrl.config import ConfigError, load_config
@@ -23,6 +24,17 @@ def _parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=help_text)
         cmd.add_argument("--config", help="YAML config file")
         cmd.add_argument("overrides", nargs="*", metavar="dotted.key=value")
+    bench = sub.add_parser("bench", help="run a benchmark suite (a3po | atlas | peer-trl) and write its report")
+    bench.add_argument("suite", choices=("a3po", "atlas", "peer-trl"))
+    bench.add_argument("--quick", action="store_true", help="the few-minute variant (smoke test)")
+    bench.add_argument("--seeds", type=int, help="seeds per cell (default: 3; peer-trl 1; --quick 1)")
+    bench.add_argument("--out", help="output directory (default: runs/bench/<suite>[-quick])")
+    bench.add_argument("--methods", help="comma-separated subset of the suite's methods / losses")
+    bench.add_argument("--ks", help="atlas: comma-separated lags K (default 0,1,2,4,8,16; --quick 0,2,8)")
+    bench.add_argument("--in-process", action="store_true",
+                       help="run asyncrl cells in this process (faster start-up; default for atlas)")
+    bench.add_argument("--list", action="store_true", help="print the cells and exit")
+    bench.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="applied to every cell")
     return parser
 
 
@@ -67,11 +79,61 @@ def _eval(cfg) -> int:
 COMMANDS = {"train": _train, "pretrain": _pretrain, "eval": _eval}
 
 
+def _csv(text: str | None, kind=str) -> list | None:
+    return None if text is None else [kind(item) for item in text.split(",") if item.strip()]
+
+
+def _bench(args) -> int:
+    from pathlib import Path
+
+    from asyncrl.bench.runner import BenchError, cell_argv, run_suite
+    from asyncrl.bench.suites import build_cells
+
+    try:
+        ks = _csv(args.ks, int)
+    except ValueError:
+        print(f"asyncrl: --ks: expected comma-separated integers, got {args.ks!r}", file=sys.stderr)
+        return 2
+    try:
+        cells = build_cells(args.suite, quick=args.quick, seeds=args.seeds, methods=_csv(args.methods), ks=ks,
+                            extra=args.overrides)
+        for cell in cells:  # validate every cell's config before running anything
+            load_config(None, list(cell.overrides))
+    except (ValueError, ConfigError) as err:
+        print(f"asyncrl: {err}", file=sys.stderr)
+        return 2
+    out = Path(args.out or f"runs/bench/{args.suite}{'-quick' if args.quick else ''}")
+    if args.list:
+        for cell in cells:
+            print(cell.name, " ".join(cell_argv(cell, out / "runs")))
+        return 0
+    command = "asyncrl " + shlex.join(args.argv)
+    try:
+        summary = run_suite(args.suite, cells, out, quick=args.quick, command=command,
+                            in_process=args.in_process or args.suite == "atlas")
+    except BenchError as err:
+        print(f"asyncrl: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, (dict, list))}))
+    print(f"report: {out / 'report.html'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _parser()
+    # overrides may follow options (`bench a3po --quick k=v`): argparse leaves those unparsed
+    args, rest = parser.parse_known_args(argv)
+    if rest and all("=" in item and not item.startswith("-") for item in rest):
+        args.overrides = [*args.overrides, *rest]
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.argv = argv
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own progress line is the only one
+    if args.command == "bench":
+        return _bench(args)
     try:
         cfg = load_config(args.config, args.overrides)
         return COMMANDS[args.command](cfg)

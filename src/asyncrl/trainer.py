@@ -18,7 +18,7 @@ from asyncrl.objectives import (
     apply_loglinear,
     approximate_prox_logp,
     group_advantages,
-    loglinear_weights,
+    loglinear_plan,
     policy_loss,
 )
 from asyncrl.policy.logprobs import completion_logprobs
@@ -51,25 +51,27 @@ class Trainer:
         batch.advantages = group_advantages(batch.rewards, batch.group_ids, method=cfg.advantage,
                                             eps=cfg.adv_eps)
         self.model.train()
-        prox_full, prox_weights, prox_time = None, None, 0.0
+        perm = torch.randperm(len(batch), generator=self.rng)
+        minibatches = perm.chunk(cfg.n_minibatches)
+        prox_full, prox_plans, prox_time = None, None, 0.0
         t0 = time.perf_counter()
         if cfg.prox == "recompute":
             with torch.no_grad():
                 prox_full, _ = self.logprobs(batch)
-        elif cfg.prox == "loglinear":  # versions are fixed for the step: weights once, one op per minibatch
-            prox_weights = loglinear_weights(batch.versions, self.version)
+        elif cfg.prox == "loglinear":  # versions are fixed for the step: plan once, one fused op per minibatch
+            base, weights = loglinear_plan(batch.behav_logp, batch.versions, self.version)
+            prox_plans = [(base[index], weights[index]) for index in minibatches]
         prox_time += time.perf_counter() - t0
-        perm = torch.randperm(len(batch), generator=self.rng)
         stats: dict[str, list[float]] = defaultdict(list)
-        for index in perm.chunk(cfg.n_minibatches):
+        for i, index in enumerate(minibatches):
             mb = batch.select(index)
             logp, entropy = self.logprobs(mb, with_entropy=True)
             prox_logp = None  # "none": coupled objective, anchored at the behavior policy
             if prox_full is not None:
                 prox_logp = prox_full[index]
-            elif prox_weights is not None:
+            elif prox_plans is not None:
                 t0 = time.perf_counter()
-                prox_logp = apply_loglinear(mb.behav_logp, logp, prox_weights[index])
+                prox_logp = apply_loglinear(prox_plans[i][0], logp, prox_plans[i][1])
                 prox_time += time.perf_counter() - t0
             elif cfg.prox != "none":
                 t0 = time.perf_counter()

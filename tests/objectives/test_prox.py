@@ -104,20 +104,24 @@ def test_staleness_stats():
 
 
 def test_split_loglinear_path_equals_approximate_prox_logp():
-    """The trainer's hot path (weights once per step, one op per minibatch) is the same function."""
+    """The trainer's hot path (plan once per step, one fused op per minibatch) is the same function."""
     import torch
 
-    from asyncrl.objectives import apply_loglinear, approximate_prox_logp, loglinear_weights
+    from asyncrl.objectives import apply_loglinear, approximate_prox_logp, loglinear_plan
 
     g = torch.Generator().manual_seed(0)
     behav, logp = -3 * torch.rand(6, 9, generator=g), -3 * torch.rand(6, 9, generator=g)
     versions = torch.randint(-1, 7, (6, 9), generator=g)
-    weights = loglinear_weights(versions, 7)
+    base, weights = loglinear_plan(behav, versions, 7)
     rows = torch.tensor([4, 0, 2])
-    torch.testing.assert_close(apply_loglinear(behav[rows], logp[rows], weights[rows]),
-                               approximate_prox_logp("loglinear", behav, logp, versions, 7)[rows],
-                               rtol=0, atol=0)
-    # exactly the behavior log-prob where α = 1, even when the current log-prob is not finite
-    logp[versions >= 6] = float("-inf")
-    out = apply_loglinear(behav, logp, weights)
+    reference = approximate_prox_logp("loglinear", behav, logp, versions, 7)
+    torch.testing.assert_close(apply_loglinear(base[rows], logp[rows], weights[rows]), reference[rows],
+                               rtol=1e-6, atol=1e-6)
+    # exactly the behavior log-prob where α = 1 (on-policy, one step stale, or not generated)
+    out = apply_loglinear(base, logp, weights)
     assert torch.equal(out[versions >= 6], behav[versions >= 6])
+    assert torch.equal(out[versions < 0], behav[versions < 0])
+    # the reference form keeps ℓ_b there even when the current log-prob is not finite
+    logp[versions >= 6] = float("-inf")
+    assert torch.equal(approximate_prox_logp("loglinear", behav, logp, versions, 7)[versions >= 6],
+                       behav[versions >= 6])

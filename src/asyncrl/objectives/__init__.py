@@ -16,7 +16,7 @@ from asyncrl.objectives.prox import (
     PROX_METHODS,
     apply_loglinear,
     approximate_prox_logp,
-    loglinear_weights,
+    loglinear_plan,
     staleness_alpha,
     staleness_stats,
 )
@@ -39,7 +39,7 @@ __all__ = [
     "ess_lr_scale",
     "gae",
     "group_advantages",
-    "loglinear_weights",
+    "loglinear_plan",
     "loss_param_names",
     "masked_whiten",
     "opob_baseline",

@@ -66,30 +66,38 @@ def approximate_prox_logp(
     if method == "behav":
         return behav.clone()
     cur = logp.detach().float()
-    if method == "loglinear":
-        return apply_loglinear(behav, cur, loglinear_weights(versions, current_version))
-    # "linear": α < 1 wherever the mixture is selected, so both logs are finite there.
     alpha = staleness_alpha(versions, current_version)
+    if method == "loglinear":  # the reference form; the trainer's hot path is loglinear_plan + apply_loglinear
+        return torch.where(alpha == 1.0, behav, torch.addcmul(behav, 1.0 - alpha, cur - behav))
+    # "linear": α < 1 wherever the mixture is selected, so both logs are finite there.
     mixed = torch.logaddexp(behav + torch.log(alpha), cur + torch.log1p(-alpha))
     return torch.where(alpha == 1.0, behav, mixed)
 
 
-def loglinear_weights(versions: Tensor, current_version: int | Tensor) -> Tensor:
-    """[B, T] float32 weight 1 − α_t on the current policy; exactly 0 where π_prox = π_behav.
+@torch.no_grad()
+def loglinear_plan(behav_logp: Tensor, versions: Tensor, current_version: int | Tensor) -> tuple[Tensor, Tensor]:
+    """The step-constant part of the A-3PO proximal policy: ``(base, weights)``, both [B, T] float32,
+    with base = α ℓ_b and weights = 1 − α, so that log π_prox = base + weights · sg(ℓ).
 
-    Depends only on the versions, so a trainer can compute it once per step and reuse it for every
-    minibatch with :func:`apply_loglinear` (the A-3PO hot path: one fused op per minibatch)."""
-    return 1.0 - staleness_alpha(versions, current_version)
+    Versions and behavior log-probs are fixed for a training step, so a trainer computes this once per
+    step and pays one fused multiply-add per minibatch (:func:`apply_loglinear`): the whole point of
+    A-3PO is that the proximal policy costs nothing next to a forward pass.
+    behav_logp: [B, T] float; versions: [B, T] integer; current_version: int.
+    """
+    alpha = staleness_alpha(versions, current_version)
+    return alpha * behav_logp.detach().float(), 1.0 - alpha
 
 
 @torch.no_grad()
-def apply_loglinear(behav_logp: Tensor, logp: Tensor, weights: Tensor) -> Tensor:
-    """log π_prox = ℓ_b + (1 − α)(sg(ℓ) − ℓ_b), and exactly ℓ_b where the weight is 0 (whatever ℓ
-    holds there). behav_logp, logp: [B, T] float; weights: [B, T] float32 from loglinear_weights.
-    Returns [B, T] float32, detached."""
-    behav = behav_logp.detach().float()
-    mixed = torch.addcmul(behav, weights, logp.detach().float() - behav)
-    return torch.where(weights == 0, behav, mixed)
+def apply_loglinear(base: Tensor, logp: Tensor, weights: Tensor) -> Tensor:
+    """log π_prox = base + weights · sg(ℓ) for rows of a :func:`loglinear_plan` (one fused op).
+
+    base, weights: [B, T] float32 from loglinear_plan (rows selected for the minibatch); logp: [B, T].
+    Returns [B, T] float32, detached. Where α = 1 (weight 0) and ℓ is finite this is exactly ℓ_b. A
+    non-finite ℓ gives a non-finite result; such tokens are already outside every loss's valid mask
+    (their ℓ is non-finite), so the reference form's ``where`` guard is not needed on this path.
+    """
+    return torch.addcmul(base, weights, logp.detach().float())
 
 
 @torch.no_grad()

@@ -17,6 +17,7 @@ from asyncrl.checkpoint import save_checkpoint
 from asyncrl.config import Config, ConfigError
 from asyncrl.evaluation import evaluate
 from asyncrl.metrics import MetricsWriter
+from asyncrl.policy.lora import apply_lora
 from asyncrl.policy.model import load_policy_for
 from asyncrl.pretrain import is_complete, pretrain, pretrained_dir
 from asyncrl.progress import TrainProgress
@@ -70,6 +71,7 @@ class Session:
         task = cfg.task.build()
         policy_dir = resolve_policy_dir(cfg, log=progress.log if cfg.run.progress else (lambda m: None))
         model, tokenizer = load_policy_for(cfg.policy, policy_dir)
+        model = apply_lora(model, cfg.policy)  # trainer side only: workers load the plain base model
         run_dir = make_run_dir(cfg)
         eval_problems = task.problems("eval")[: cfg.eval.n_problems]
         return cls(cfg, run_dir, model, tokenizer, task, task.problems("train"), eval_problems,
@@ -128,6 +130,9 @@ class Session:
             "peak_rss_children_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
             **extra,
         }
+        if extra.get("train_wall_s"):  # training throughput: samples consumed per second of the loop
+            per_step = self.cfg.rollout.prompts_per_step * self.cfg.rollout.samples_per_prompt
+            summary["samples_per_s"] = steps * per_step / extra["train_wall_s"]
         tmp = self.run_dir / "summary.json.tmp"
         tmp.write_text(json.dumps(summary, indent=2))
         tmp.rename(self.run_dir / "summary.json")

@@ -1,0 +1,398 @@
+"""Turn a bench `results.json` into summary.json, table.md, figures/*.png and report.html.
+
+`write_report` is the single entry point. It aggregates every method's runs across seeds
+(mean + 95% percentile-bootstrap CI), then dispatches on `results["suite"]` to one builder per
+suite; a builder returns its suite-specific headline numbers, a Markdown table and the figures
+it drew. The HTML report is self-contained (PNGs inlined as base64 data URIs) so it can be
+mailed or attached to a PR as one file.
+
+Missing data is the norm (a sync run logs no staleness, a crashed seed has no final eval), so
+every lookup degrades to NaN, NaN is dropped by the statistics, and NaN is written to JSON as
+null; ratios whose inputs are missing are null.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import figures as F
+from .stats import (aggregate_methods, bootstrap_ci, group_by_method, ordered, run_value, seed_stat,
+                    wall_time_key)
+from .stats import as_float as _num
+
+__all__ = ["COLLAPSE_MARGIN", "md_to_html", "write_report"]
+
+# Display order of the methods each suite is expected to contain; unknown methods go last.
+METHOD_ORDER = {"a3po": ("sync", "async-recompute", "async-loglinear"),
+                "peer-trl": ("trl-grpo", "asyncrl-sync", "asyncrl-async-loglinear")}
+# atlas: a cell "collapsed" if its final eval reward ends more than this below where it started
+# (absolute reward units). 0.02 is above seed-to-seed eval noise of the tiny-model suites but
+# far below any real learning signal.
+COLLAPSE_MARGIN = 0.02
+CI_CAPTION = ("Cells: mean ± half-width of the 95% percentile-bootstrap CI of the mean over "
+              "seeds (n = number of seeds); n/a = not logged.")
+
+FigureList = list[tuple[str, str]]  # (file name under figures/, caption)
+Builder = Callable[[Mapping[str, Any], Path, dict], tuple[dict, str, FigureList]]
+
+
+def _mean(methods: Mapping[str, Any], method: str, metric: str) -> float:
+    """Cross-seed mean of `metric` for `method`, NaN when the method or metric is absent."""
+    return _num(methods.get(method, {}).get(metric, {}).get("mean"))
+
+
+def _ratio(num: float, den: float) -> float | None:
+    """num / den, or None when either is missing/non-finite or den is zero."""
+    if not (math.isfinite(num) and math.isfinite(den)) or den == 0:
+        return None
+    return num / den
+
+
+def _fmt(x: Any) -> str:
+    """Three significant digits, "n/a" for missing values."""
+    x = _num(x)
+    return "n/a" if not math.isfinite(x) else f"{x:.3g}"
+
+
+def _pm(stat: Mapping[str, Any]) -> str:
+    """Table cell "mean ± half-width" for a {"mean", "ci_low", "ci_high"} stat."""
+    mean, low, high = (_num(stat.get(k)) for k in ("mean", "ci_low", "ci_high"))
+    if not math.isfinite(mean):
+        return "n/a"
+    return f"{_fmt(mean)} ± {_fmt((high - low) / 2)}"
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]], caption: str) -> str:
+    """A GitHub-style Markdown table followed by a caption paragraph."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n\n" + caption + "\n"
+
+
+BAND = "mean over seeds, band = 95% bootstrap CI (min/max where only one seed has the step)"
+# a3po line figures, after the A-3PO paper: (file, {panel title: metric}, x axis, title, y label(s), caption).
+A3PO_LINES = (
+    ("fig2_reward_vs_wall.png", {"": "reward_mean"}, wall_time_key, "Train reward vs training wall time",
+     "train reward", "Train reward vs cumulative step time (x excludes eval time)"),
+    ("fig3_eval_reward.png", {"": "eval_reward"}, "step", "Eval reward vs step", "eval reward",
+     "Eval reward vs step"),
+    ("fig4_entropy.png", {"": "entropy"}, "step", "Entropy vs step", "entropy", "Policy entropy vs step"),
+    ("fig5_importance_weights.png", {"max": "importance_weight_max", "min": "importance_weight_min"}, "step",
+     "Importance weight extremes per step", ["max importance weight", "min importance weight"],
+     "Max and min importance weight per step"),
+    ("fig6_clipped_tokens.png", {"": "clipped_tokens"}, "step", "Clipped-token fraction vs step",
+     "clipped-token fraction", "Fraction of clipped tokens per step"),
+)
+
+
+def _line_figures(fig_dir: Path, groups: Mapping[str, list], specs: Sequence[tuple], colors: dict
+                  ) -> FigureList:
+    """Draw one mean-over-seeds line figure per spec (see A3PO_LINES); returns [(file, caption)]."""
+    for name, panels, x, title, ylabel, _ in specs:
+        F.method_line_figure(fig_dir / name, groups, panels, x=x, title=title, ylabel=ylabel, colors=colors)
+    return [(name, f"{caption}; {BAND}.") for name, *_, caption in specs]
+
+
+def _mratio(methods: Mapping[str, Any], num: str, den: str, metric: str) -> float | None:
+    """Ratio of two methods' cross-seed means of `metric` (None if either is missing)."""
+    return _ratio(_mean(methods, num, metric), _mean(methods, den, metric))
+
+
+def _points_gap(methods: Mapping[str, Any], a: str, b: str, metric: str) -> float | None:
+    """(mean_a - mean_b) * 100, i.e. a reward difference in points; None if either is missing."""
+    gap = _mean(methods, a, metric) - _mean(methods, b, metric)
+    return gap * 100 if math.isfinite(gap) else None
+
+
+def _method_table(methods: Mapping[str, Any], groups: Mapping[str, list],
+                  cols: Sequence[tuple[str, str]], caption: str) -> str:
+    """One row per method: name, seed count, then `mean ± half-width` per (metric, header) column."""
+    rows = [[m, str(len(groups.get(m, [])))] + [_pm(s[k]) for k, _ in cols] for m, s in methods.items()]
+    return _md_table(["Method", "n"] + [h for _, h in cols], rows, caption)
+
+
+def _build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
+                ) -> tuple[dict, str, FigureList]:
+    """A-3PO suite: speedups vs sync/recompute, overlap ceiling, eval gap, paper-style figures.
+
+    Takes results.json, the figure folder and the aggregated per-method stats; returns
+    (suite-specific summary entries, Markdown table, [(figure file, caption)])."""
+    sync, rec, ll = "sync", "async-recompute", "async-loglinear"
+    t_gen = _mean(methods, sync, "gen_time_per_step_s")
+    t_train = _mean(methods, sync, "train_time_per_step_s")
+    # Perfect generation/training overlap makes a step cost max(T_gen, T_train) instead of the sum.
+    ideal = _ratio(t_gen + t_train, max(t_gen, t_train))
+    speedup = _mratio(methods, sync, ll, "train_wall_s")
+    extra = {
+        "speedup_vs_sync": speedup,
+        "speedup_vs_recompute": _mratio(methods, rec, ll, "train_wall_s"),
+        "prox_time_ratio": _mratio(methods, rec, ll, "prox_time_per_step_s"),
+        "ideal_overlap": ideal,
+        "speedup_fraction_of_ideal": None if speedup is None or ideal is None else _ratio(speedup, ideal),
+        "eval_gap_sync_minus_loglinear": _points_gap(methods, sync, ll, "final_eval_reward"),
+        "per_method": {m: {"final_eval_reward_mean": s["final_eval_reward"]["mean"],
+                           "final_eval_reward_ci": [s["final_eval_reward"]["ci_low"],
+                                                    s["final_eval_reward"]["ci_high"]]}
+                       for m, s in methods.items()},
+    }
+    groups = group_by_method(results.get("runs") or [], METHOD_ORDER["a3po"])
+    colors = F.method_colors(list(groups))
+    F.method_bar_chart(fig_dir / "fig1_prox_time.png", methods, "prox_time_per_step_s", logy=True,
+                       title="Proximal-policy time per step", ylabel="seconds (log scale)", colors=colors)
+    figs = [("fig1_prox_time.png", "Proximal-policy computation time per step (log scale), "
+                                   "error bars = 95% bootstrap CI over seeds.")]
+    figs += _line_figures(fig_dir, groups, A3PO_LINES, colors)
+    cols = [("final_eval_reward", "Final eval reward"), ("train_wall_s", "Train wall (s)"),
+            ("time_per_step_s", "Time/step (s)"), ("prox_time_per_step_s", "Prox time/step (s)"),
+            ("importance_weight_max", "IW max"), ("importance_weight_min", "IW min"),
+            ("clipped_tokens", "Clipped tokens"), ("entropy", "Entropy"), ("ess_frac", "ESS")]
+    table = _method_table(methods, groups, cols,
+                          CI_CAPTION + " IW/clipped/entropy/ESS are per-run means over steps.")
+    return extra, table, figs
+
+
+def _k_key(run: Mapping[str, Any]) -> Any:
+    """The exact lag K of an atlas run (params.K), "n/a" when absent."""
+    k = (run.get("params") or {}).get("K")
+    return "n/a" if k is None else k
+
+
+def _collapse_reasons(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Why an atlas cell counts as collapsed (empty list = healthy).
+
+    A cell collapsed if its mean final eval reward < mean initial eval reward - COLLAPSE_MARGIN,
+    or if any seed logged a non-finite `loss` or `skipped_updates` > 0 on some step. A `loss`
+    key holding null counts as non-finite: results.json is strict JSON, so the runner writes the
+    NaN losses of metrics.jsonl as null; only an absent key means "not logged"."""
+    reasons = []
+    final = bootstrap_ci([run_value(r, "final_eval_reward") for r in runs])[0]
+    initial = bootstrap_ci([run_value(r, "initial_eval_reward") for r in runs])[0]
+    if final < initial - COLLAPSE_MARGIN:  # False when either is NaN
+        reasons.append(f"final eval reward fell more than {COLLAPSE_MARGIN} below initial")
+    recs = [rec for r in runs for rec in r.get("metrics") or []]
+    if any("loss" in rec and not math.isfinite(_num(rec["loss"])) for rec in recs):
+        reasons.append("non-finite loss")
+    if any(_num(rec.get("skipped_updates")) > 0 for rec in recs):
+        reasons.append("skipped updates")
+    return reasons
+
+
+def _clip_or_mask(run: Mapping[str, Any]) -> float:
+    """Mean over steps of clipped_tokens + masked_token_frac (a missing half counts as 0)."""
+    per_step = []
+    for rec in run.get("metrics") or []:
+        pair = [_num(rec.get("clipped_tokens")), _num(rec.get("masked_token_frac"))]
+        if any(math.isfinite(v) for v in pair):
+            per_step.append(sum(v for v in pair if math.isfinite(v)))
+    return float(np.mean(per_step)) if per_step else math.nan
+
+
+def _atlas_grid(runs: Sequence[Mapping[str, Any]]) -> tuple[list[str], list, dict, list]:
+    """Aggregate atlas runs per (loss, K) cell.
+
+    Takes the run dicts; returns (losses in display order, sorted Ks, grid, collapsed) where
+    grid = {loss: {str(K): cell stats}} (cells never run are absent) and collapsed lists the
+    [loss, K] pairs flagged by _collapse_reasons."""
+    losses = ordered([str(r.get("method")) for r in runs])
+    # Numeric Ks sort numerically; a missing K ("n/a") goes last.
+    ks = sorted({_k_key(r) for r in runs}, key=lambda k: (isinstance(k, str), _num(k), str(k)))
+    grid: dict[str, dict[str, dict]] = {m: {} for m in losses}
+    collapsed = []
+    for m in losses:
+        for k in ks:
+            cell = [r for r in runs if str(r.get("method")) == m and _k_key(r) == k]
+            if not cell:
+                continue
+            reasons = _collapse_reasons(cell)
+            grid[m][str(k)] = {
+                "n": len(cell),
+                "final_eval_reward": seed_stat([run_value(r, "final_eval_reward") for r in cell]),
+                "initial_eval_reward": seed_stat([run_value(r, "initial_eval_reward") for r in cell]),
+                "clip_or_mask_frac": seed_stat([_clip_or_mask(r) for r in cell]),
+                "ess_frac": seed_stat([run_value(r, "ess_frac") for r in cell]),
+                "collapsed": bool(reasons), "collapse_reasons": reasons}
+            if reasons:
+                collapsed.append([m, k])
+    return losses, ks, grid, collapsed
+
+
+def _build_atlas(results: Mapping[str, Any], fig_dir: Path, methods: dict
+                 ) -> tuple[dict, str, FigureList]:
+    """Atlas suite: (loss, K) grid of final reward, clip/mask fraction, ESS and collapse flags.
+
+    Takes results.json, the figure folder and the per-method stats (unused: the grid is the
+    headline); returns (summary entries, Markdown table, figures)."""
+    losses, ks, grid, collapsed = _atlas_grid(results.get("runs") or [])
+
+    def matrix(key: str) -> list[list[float]]:
+        """(loss, K) matrix of a cell stat's mean; NaN for cells never run."""
+        return [[_num(grid[m].get(str(k), {}).get(key, {}).get("mean")) for k in ks] for m in losses]
+
+    marks = [[bool(grid[m].get(str(k), {}).get("collapsed")) for k in ks] for m in losses]
+    common = dict(row_labels=losses, col_labels=[str(k) for k in ks], xlabel="K (exact lag)",
+                  ylabel="loss", marked=marks)
+    F.heatmap(fig_dir / "fig1_final_reward_heatmap.png", matrix("final_eval_reward"),
+              title="Final eval reward", cbar_label="final eval reward", **common)
+    F.heatmap(fig_dir / "fig2_ess_heatmap.png", matrix("ess_frac"),
+              title="Effective sample size fraction", cbar_label="ESS / N", **common)
+    mark = f"× / ✗ = collapsed (final < initial − {COLLAPSE_MARGIN}, non-finite loss, or skipped updates)"
+    figs = [("fig1_final_reward_heatmap.png", f"Mean final eval reward over seeds per (loss, K); {mark}."),
+            ("fig2_ess_heatmap.png", f"Mean ESS fraction per (loss, K); {mark}.")]
+
+    def cell_text(m: str, k: Any) -> str:
+        """Table cell: final reward `mean ± half-width`, ✗ if collapsed, — if never run."""
+        cell = grid[m].get(str(k))
+        return "—" if cell is None else _pm(cell["final_eval_reward"]) + (" ✗" if cell["collapsed"] else "")
+
+    table = _md_table(["Loss \\ K"] + [str(k) for k in ks], [[m] + [cell_text(m, k) for k in ks] for m in losses],
+                      "Final eval reward. " + CI_CAPTION + f" {mark}; — = cell not run.")
+    extra = {"Ks": ks, "collapse_margin": COLLAPSE_MARGIN, "grid": grid, "collapsed": collapsed}
+    return extra, table, figs
+
+
+def _build_peer_trl(results: Mapping[str, Any], fig_dir: Path, methods: dict
+                    ) -> tuple[dict, str, FigureList]:
+    """Peer comparison with TRL GRPO: throughput ratios and eval-reward delta.
+
+    Takes results.json, the figure folder and the per-method stats; returns (summary entries,
+    Markdown table, figures)."""
+    trl, sync, ll = "trl-grpo", "asyncrl-sync", "asyncrl-async-loglinear"
+    keys = ("samples_per_s", "time_per_step_s", "final_eval_reward")
+    extra = {
+        "samples_per_s_ratio_vs_trl": _mratio(methods, ll, trl, "samples_per_s"),
+        "samples_per_s_ratio_sync_vs_trl": _mratio(methods, sync, trl, "samples_per_s"),
+        "eval_reward_delta_vs_trl": _points_gap(methods, ll, trl, "final_eval_reward"),
+        "per_method": {m: {k: s[k] for k in keys} for m, s in methods.items()},
+    }
+    groups = group_by_method(results.get("runs") or [], METHOD_ORDER["peer-trl"])
+    colors = F.method_colors(list(groups))
+    F.method_bar_chart(fig_dir / "fig1_samples_per_s.png", methods, "samples_per_s",
+                       title="Training throughput", ylabel="samples / s", colors=colors)
+    figs = [("fig1_samples_per_s.png", "Samples per second per method, error bars = 95% bootstrap CI over seeds.")]
+    figs += _line_figures(fig_dir, groups, [("fig2_eval_reward.png", {"": "eval_reward"}, "step",
+                                             "Eval reward vs step", "eval reward", "Eval reward vs step")], colors)
+    cols = [("samples_per_s", "Samples/s"), ("time_per_step_s", "Time/step (s)"),
+            ("final_eval_reward", "Final eval reward"), ("train_wall_s", "Train wall (s)")]
+    return extra, _method_table(methods, groups, cols, CI_CAPTION), figs
+
+
+_BUILDERS: dict[str, Builder] = {"a3po": _build_a3po, "atlas": _build_atlas, "peer-trl": _build_peer_trl}
+
+
+def _jsonable(obj: Any) -> Any:
+    """Deep copy of `obj` that strict JSON accepts: NaN/inf -> None, numpy -> Python, keys -> str."""
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` via `path.tmp` + rename, so readers never see a partial file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def md_to_html(md: str) -> str:
+    """Render the Markdown our tables use as HTML: pipe tables, and paragraphs for the rest.
+
+    Takes Markdown text; returns an HTML fragment with all text escaped. A run of lines that
+    start with "|" is a table (first row = header, "---" separator rows skipped)."""
+    out, table = [], []
+
+    def flush() -> None:
+        """Emit the pending table rows (if any) as one <table>."""
+        if not table:
+            return
+        cells = [[html.escape(c.strip()) for c in row.strip().strip("|").split("|")] for row in table]
+        head, body = cells[0], cells[1:]
+        out.append("<table>\n<thead><tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr></thead>\n<tbody>\n"
+                   + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>\n" for row in body)
+                   + "</tbody>\n</table>")
+        table.clear()
+
+    for line in md.splitlines():
+        if line.lstrip().startswith("|"):
+            if not re.fullmatch(r"\s*\|?[\s:|-]*-[\s:|-]*", line):  # skip |---|---| separators
+                table.append(line)
+            continue
+        flush()
+        if line.strip():
+            out.append(f"<p>{html.escape(line.strip().lstrip('#').strip())}</p>")
+    flush()
+    return "\n".join(out)
+
+
+_CSS = ("body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222}"
+        "table{border-collapse:collapse;font-size:0.9em}th,td{border:1px solid #ccc;padding:3px 8px;"
+        "text-align:right}th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}"
+        "figure{margin:1.5em 0}img{max-width:100%}figcaption{color:#555;font-size:0.9em}"
+        "code{background:#f3f3f3;padding:1px 4px}")
+
+
+def _render_html(summary: Mapping[str, Any], results: Mapping[str, Any], table_md: str,
+                 figures: FigureList, fig_dir: Path) -> str:
+    """The self-contained report page: header facts, headline numbers, table, inlined figures."""
+    esc = html.escape
+    host = ", ".join(f"{esc(str(k))}={esc(str(v))}" for k, v in (results.get("host") or {}).items())
+    headline = "".join(f"<li><code>{esc(k)}</code>: {esc(_fmt(v))}</li>" for k, v in summary.items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "n_runs")
+    parts = [f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+             f"<title>asyncrl bench: {esc(summary['suite'])}</title><style>{_CSS}</style></head><body>",
+             f"<h1>asyncrl bench — {esc(summary['suite'])}</h1>",
+             f"<p>Command: <code>{esc(str(results.get('command', '')))}</code><br>"
+             f"Date: {esc(str(results.get('created_at', '')))}<br>Host: {host or 'n/a'}<br>"
+             f"Runs: {summary['n_runs']}{' (quick mode)' if results.get('quick') else ''}</p>"]
+    if headline:
+        parts.append(f"<h2>Headline</h2><ul>{headline}</ul>")
+    parts += ["<h2>Results</h2>", md_to_html(table_md), "<h2>Figures</h2>"]
+    for name, caption in figures:
+        data = base64.b64encode((fig_dir / name).read_bytes()).decode("ascii")
+        parts.append(f"<figure><img src=\"data:image/png;base64,{data}\" alt=\"{esc(caption)}\">"
+                     f"<figcaption>{esc(caption)}</figcaption></figure>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def write_report(out_dir: Path, results: dict) -> dict:
+    """Write summary.json, table.md, figures/*.png and report.html for one bench suite.
+
+    Takes the output directory (created if needed) and the parsed results.json dict. Raises
+    ValueError for a suite with no builder. Returns the summary dict exactly as written to
+    summary.json (missing numbers are None, as in the JSON): the common keys suite, quick,
+    command, created_at, host, n_runs and methods ({method: {metric: {mean, ci_low, ci_high,
+    n}}}), plus the suite's headline entries.
+    """
+    suite = results.get("suite")
+    if suite not in _BUILDERS:
+        raise ValueError(f"unknown bench suite {suite!r}; expected one of {sorted(_BUILDERS)}")
+    out_dir = Path(out_dir)
+    fig_dir = out_dir / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    runs = results.get("runs") or []
+    methods = aggregate_methods(runs, METHOD_ORDER.get(suite, ()))
+    extra, table_md, figures = _BUILDERS[suite](results, fig_dir, methods)
+    summary = _jsonable({"suite": suite, "quick": bool(results.get("quick", False)),
+                         "command": results.get("command"), "created_at": results.get("created_at"),
+                         "host": results.get("host"), "n_runs": len(runs), "methods": methods, **extra})
+    # allow_nan=False: _jsonable already mapped NaN to null; fail loudly if anything slipped by.
+    _write_atomic(out_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    _write_atomic(out_dir / "table.md", f"# asyncrl bench: {suite}\n\n{table_md}")
+    _write_atomic(out_dir / "report.html", _render_html(summary, results, table_md, figures, fig_dir))
+    return summary

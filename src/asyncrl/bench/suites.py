@@ -1,0 +1,133 @@
+"""Benchmark suites as data: each suite is a list of cells (method × seed [× K]), each cell one
+training run described by dotted config overrides. The runner executes cells; the report turns
+their summaries into figures. Nothing here runs anything.
+
+Suites:
+  a3po      sync vs async-recompute vs async-loglinear (A-3PO Table 1, Figs. 1-6)
+  atlas     every loss with its natural proximal choice × exact lag K (simulated mode)
+  peer-trl  TRL's GRPOTrainer beside asyncrl sync and async-loglinear, same model/task/batches
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# The three A-3PO presets (configs/<name>.yaml hold the same switches; a test checks they agree).
+A3PO_METHODS: dict[str, dict[str, object]] = {
+    "sync": {"run.mode": "sync", "trainer.prox": "behav", "loss.name": "ppo"},
+    "async-recompute": {"run.mode": "async", "async.max_staleness": 4, "trainer.prox": "recompute",
+                        "loss.name": "decoupled"},
+    "async-loglinear": {"run.mode": "async", "async.max_staleness": 4, "trainer.prox": "loglinear",
+                        "loss.name": "decoupled"},
+}
+
+# Atlas: each loss with the proximal policy it is meant to run with. decoupled is A-3PO (loglinear,
+# no extra forward pass); the others act on ρ = π_θ/π_behav directly ("none": the coupled / bypass
+# form), which is how they are used on stale data in their papers. opsm's δ has no published
+# default (TRL's example value is used).
+ATLAS_LOSSES: dict[str, dict[str, object]] = {
+    "ppo": {"loss.name": "ppo", "trainer.prox": "none"},
+    "decoupled": {"loss.name": "decoupled", "trainer.prox": "loglinear"},
+    "tis": {"loss.name": "tis", "trainer.prox": "none"},
+    "mis": {"loss.name": "mis", "trainer.prox": "none"},
+    "cispo": {"loss.name": "cispo", "trainer.prox": "none"},
+    "opsm": {"loss.name": "opsm", "trainer.prox": "none", "loss.params.delta": 0.5},
+    "m2po": {"loss.name": "m2po", "trainer.prox": "none"},
+    "gspo": {"loss.name": "gspo", "trainer.prox": "none"},
+    "vaco": {"loss.name": "vaco", "trainer.prox": "none"},
+    "reinforce": {"loss.name": "reinforce", "trainer.prox": "none"},
+}
+ATLAS_KS = (0, 1, 2, 4, 8, 16)
+ATLAS_QUICK_KS = (0, 2, 8)
+
+PEER_METHODS: dict[str, dict[str, object]] = {
+    "trl-grpo": {"run.mode": "sync"},  # run by asyncrl.bench.peer_trl (TRL decides the rest)
+    "asyncrl-sync": A3PO_METHODS["sync"],
+    "asyncrl-async-loglinear": A3PO_METHODS["async-loglinear"],
+}
+
+# --quick: a few minutes on 2 cores. Small eval, few steps; enough to exercise every code path.
+QUICK_COMMON = {"eval.n_problems": 32, "eval.samples": 1, "eval.every": 0}
+QUICK = {
+    "a3po": {**QUICK_COMMON, "trainer.steps": 8},
+    "atlas": {**QUICK_COMMON, "trainer.steps": 8, "rollout.prompts_per_step": 4},
+    "peer-trl": {**QUICK_COMMON, "trainer.steps": 3},
+}
+# Full runs: the paper-style comparison at the default 200 steps; the atlas and the TRL peer are
+# shorter so that the whole matrix fits in an afternoon on a laptop.
+FULL = {
+    "a3po": {},
+    "atlas": {"trainer.steps": 100, "eval.every": 0},
+    "peer-trl": {"trainer.steps": 100, "eval.every": 25},
+}
+DEFAULT_SEEDS = {"a3po": 3, "atlas": 3, "peer-trl": 1}
+QUICK_SEEDS = {"a3po": 1, "atlas": 1, "peer-trl": 1}
+SUITES = ("a3po", "atlas", "peer-trl")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One training run of a suite."""
+
+    name: str  # unique, also the run directory name: "<method>-s<seed>" or "<method>-k<K>-s<seed>"
+    method: str
+    seed: int
+    runner: str  # "train" (asyncrl train) or "trl" (asyncrl.bench.peer_trl)
+    overrides: tuple[str, ...]  # dotted key=value, applied on top of the defaults
+    params: dict = field(default_factory=dict, compare=False)  # what varies across cells, for the report
+
+
+def _overrides(*parts: dict[str, object]) -> tuple[str, ...]:
+    merged: dict[str, object] = {}
+    for part in parts:
+        merged.update(part)
+    return tuple(f"{key}={_render(value)}" for key, value in merged.items())
+
+
+def _render(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _params(switches: dict[str, object], **extra) -> dict:
+    short = {"run.mode": "mode", "trainer.prox": "prox", "loss.name": "loss", "async.max_staleness": "K"}
+    return {**{short[k]: v for k, v in switches.items() if k in short}, **extra}
+
+
+def build_cells(suite: str, *, quick: bool = False, seeds: int | None = None,
+                methods: list[str] | None = None, ks: list[int] | None = None,
+                extra: list[str] | None = None) -> list[Cell]:
+    """The cells of ``suite``, in run order (seed-major, so a partial run covers every method).
+
+    methods / ks filter the suite's matrix (unknown names raise ValueError); extra overrides apply
+    to every cell last, so they win.
+    """
+    if suite not in SUITES:
+        raise ValueError(f"suite: unknown {suite!r} (known: {', '.join(SUITES)})")
+    table = {"a3po": A3PO_METHODS, "atlas": ATLAS_LOSSES, "peer-trl": PEER_METHODS}[suite]
+    chosen = methods or list(table)
+    unknown = [m for m in chosen if m not in table]
+    if unknown:
+        raise ValueError(f"--methods: unknown {', '.join(unknown)} for suite {suite} (known: {', '.join(table)})")
+    n_seeds = seeds if seeds is not None else (QUICK_SEEDS if quick else DEFAULT_SEEDS)[suite]
+    if n_seeds < 1:
+        raise ValueError("--seeds: must be >= 1")
+    base = (QUICK if quick else FULL)[suite]
+    tail = tuple(extra or ())
+    cells = []
+    for seed in range(n_seeds):
+        if suite == "atlas":
+            for k in ks if ks is not None else (ATLAS_QUICK_KS if quick else ATLAS_KS):
+                if k < 0:
+                    raise ValueError(f"--ks: K must be >= 0, got {k}")
+                for method in chosen:
+                    switches = {"run.mode": "simulated", **table[method], "async.lag": k}
+                    cells.append(Cell(f"{method}-k{k}-s{seed}", method, seed, "train",
+                                      _overrides(base, switches, {"run.seed": seed}) + tail,
+                                      _params(table[method], K=k, mode="simulated")))
+        else:
+            for method in chosen:
+                runner = "trl" if method == "trl-grpo" else "train"
+                cells.append(Cell(f"{method}-s{seed}", method, seed, runner,
+                                  _overrides(base, table[method], {"run.seed": seed}) + tail,
+                                  _params(table[method])))
+    return cells

@@ -1,0 +1,100 @@
+"""`asyncrl bench <suite> --quick` end to end on the tiny test model (one smoke test per suite), plus
+resumability: a second invocation skips finished cells and only rebuilds the report."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "foundation"))
+from test_e2e_train import TINY  # noqa: E402
+
+# the suite sets run.mode per method: drop the tiny config's mode; one step of two is enough to
+# exercise every metric and figure
+BENCH_TINY = [o for o in TINY if not o.startswith(("run.mode=", "eval.every=", "trainer.steps="))] + [
+    "trainer.steps=2", "eval.every=0", "async.worker_start_timeout_s=120"]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("bench-cache"))
+
+
+def bench(tmp_path: Path, cache: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "asyncrl.cli", "bench", *args, *BENCH_TINY,
+                           f"policy.cache_dir={cache}"], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=timeout)
+
+
+def check_report(out: Path, n_runs: int) -> dict:
+    results = json.loads((out / "results.json").read_text())
+    assert len(results["runs"]) == n_runs
+    assert all(len(run["metrics"]) == 2 for run in results["runs"])
+    assert results["command"].startswith("asyncrl bench")
+    for name in ("summary.json", "table.md", "report.html"):
+        assert (out / name).is_file(), name
+    pngs = list((out / "figures").glob("*.png"))
+    assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    assert "data:image/png;base64," in (out / "report.html").read_text()
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_a3po_quick_runs_reports_and_resumes(tmp_path, cache):
+    proc = bench(tmp_path, cache, "a3po", "--quick", "--out", "out")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "out"
+    summary = check_report(out, 3)
+    for key in ("speedup_vs_sync", "speedup_vs_recompute", "prox_time_ratio", "ideal_overlap"):
+        assert summary[key] is not None and summary[key] > 0, key
+    assert summary["prox_time_ratio"] > 1  # a forward pass costs more than one fused op
+    assert set(summary["per_method"]) == {"sync", "async-recompute", "async-loglinear"}
+    # resume: nothing reruns (the finished summaries are untouched), the report is rebuilt
+    stamps = {p: p.stat().st_mtime for p in (out / "runs").glob("*/summary.json")}
+    time.sleep(0.05)
+    again = bench(tmp_path, cache, "a3po", "--quick", "--out", "out", timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "3 of 3 cells already finished" in again.stderr
+    assert {p: p.stat().st_mtime for p in stamps} == stamps
+
+
+def test_atlas_quick_subset(tmp_path, cache):
+    proc = bench(tmp_path, cache, "atlas", "--quick", "--methods", "decoupled,m2po", "--ks", "0,2",
+                 "--out", "out")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = check_report(tmp_path / "out", 4)
+    assert summary["Ks"] == [0, 2] and set(summary["grid"]) == {"decoupled", "m2po"}
+
+
+def test_bad_cell_config_is_refused_before_anything_runs(tmp_path, cache):
+    proc = bench(tmp_path, cache, "atlas", "--quick", "--methods", "ppo", "--ks", "0", "--out", "out",
+                 "policy.model_path=/nonexistent/model", timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "policy.model_path" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_failed_cell_is_one_line_and_nonzero(tmp_path, cache):
+    (tmp_path / "empty").mkdir()  # passes validation, fails when the run loads the model
+    proc = bench(tmp_path, cache, "atlas", "--quick", "--methods", "ppo", "--ks", "0", "--out", "out",
+                 f"policy.model_path={tmp_path / 'empty'}", timeout=120)
+    assert proc.returncode == 1
+    assert "cell ppo-k0-s0 failed" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "runs" / "ppo-k0-s0" / "summary.json").exists()
+
+
+def test_bad_bench_arguments_exit_2_without_traceback(tmp_path, cache):
+    proc = bench(tmp_path, cache, "a3po", "--methods", "nope", "--out", "out", timeout=60)
+    assert proc.returncode == 2 and "unknown nope" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_peer_trl_quick(tmp_path, cache):
+    pytest.importorskip("trl")
+    proc = bench(tmp_path, cache, "peer-trl", "--quick", "--out", "out")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = check_report(tmp_path / "out", 3)
+    assert summary["samples_per_s_ratio_vs_trl"] > 0

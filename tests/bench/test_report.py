@@ -1,0 +1,219 @@
+"""Tests for the bench reporting half: stats, figures and write_report on synthetic results."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asyncrl.bench.report import md_to_html, write_report
+from asyncrl.bench.stats import bootstrap_ci, mean_curve
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _run(method: str, seed: int, *, train_wall: float, final: float, initial: float = 0.30,
+         gen: float = 0.5, train: float = 0.7, prox: float = 0.001, sps: float = 80.0,
+         params: dict | None = None, steps: int = 4, loss: float | None = 0.05,
+         skipped: float = 0.0, masked: float = 0.0) -> dict:
+    """One synthetic results.json run with hand-checkable numbers."""
+    metrics = [{"step": s, "reward_mean": 0.3 + 0.05 * s + 0.01 * seed, "entropy": 0.2 - 0.01 * s,
+                "importance_weight_max": 1.3, "importance_weight_min": 0.6, "clipped_tokens": 0.01,
+                "masked_token_frac": masked, "ess_frac": 0.9, "loss": 0.05, "prox_time_s": prox,
+                "step_time_s": 1.0, "elapsed_s": 1.5 * s, "skipped_updates": 0.0}
+               for s in range(1, steps + 1)]
+    metrics[-1]["loss"], metrics[-1]["skipped_updates"] = loss, skipped
+    summary = {"steps": steps, "initial_eval_reward": initial, "final_eval_reward": final,
+               "eval_history": [[0, initial], [steps // 2, (initial + final) / 2], [steps, final]],
+               "wall_time_s": train_wall * 1.2, "train_wall_s": train_wall, "time_per_step_s": train_wall / steps,
+               "gen_time_per_step_s": gen, "train_time_per_step_s": train, "prox_time_per_step_s": prox,
+               "samples_per_s": sps, "peak_rss_mb": 900.0}
+    return {"cell": f"{method}/s{seed}", "method": method, "seed": seed, "params": params or {},
+            "summary": summary, "metrics": metrics}
+
+
+def _results(suite: str, runs: list[dict]) -> dict:
+    return {"suite": suite, "quick": True, "command": f"asyncrl bench {suite} --seeds 3",
+            "created_at": "2026-11-21T20:00:00Z",
+            "host": {"cpus": 2, "platform": "Linux-test", "torch": "2.13.0+cpu", "asyncrl": "0.1.0"},
+            "runs": runs}
+
+
+def _a3po_results(with_recompute: bool = True) -> dict:
+    runs = []
+    for seed, (w_sync, w_rec, w_ll) in enumerate([(100, 80, 50), (110, 88, 55), (120, 96, 60)]):
+        runs.append(_run("sync", seed, train_wall=w_sync, final=0.60, prox=0.0))
+        if with_recompute:
+            runs.append(_run("async-recompute", seed, train_wall=w_rec, final=0.59, prox=0.1))
+        runs.append(_run("async-loglinear", seed, train_wall=w_ll, final=0.58, prox=0.001))
+    return _results("a3po", runs)
+
+
+def _check_outputs(out, summary: dict, n_figures: int) -> None:
+    """Common file checks: all outputs exist, PNGs valid and small, HTML self-contained."""
+    for name in ("summary.json", "table.md", "report.html"):
+        assert (out / name).is_file()
+    assert not list(out.rglob("*.tmp")), "atomic writes must not leave temp files"
+    pngs = sorted((out / "figures").glob("*.png"))
+    assert len(pngs) == n_figures
+    for png in pngs:
+        data = png.read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) < 150_000
+    # Strict JSON (no NaN literals) and identical to the returned dict.
+    on_disk = json.loads((out / "summary.json").read_text(),
+                         parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    assert on_disk == summary
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == n_figures
+    assert 'src="figures/' not in page and "<table>" in page and summary["command"] in page
+
+
+def test_a3po_report(tmp_path):
+    summary = write_report(tmp_path, _a3po_results())
+    _check_outputs(tmp_path, summary, n_figures=6)
+    assert summary["suite"] == "a3po" and summary["n_runs"] == 9 and summary["quick"] is True
+    assert summary["speedup_vs_sync"] == pytest.approx(110 / 55)
+    assert summary["speedup_vs_recompute"] == pytest.approx(88 / 55)
+    assert summary["prox_time_ratio"] == pytest.approx(0.1 / 0.001)
+    assert summary["ideal_overlap"] == pytest.approx((0.5 + 0.7) / 0.7)
+    assert summary["speedup_fraction_of_ideal"] == pytest.approx(2.0 / (1.2 / 0.7))
+    assert summary["eval_gap_sync_minus_loglinear"] == pytest.approx(2.0)
+    sync = summary["methods"]["sync"]
+    assert sync["train_wall_s"]["mean"] == pytest.approx(110) and sync["train_wall_s"]["n"] == 3
+    assert sync["train_wall_s"]["ci_low"] <= 110 <= sync["train_wall_s"]["ci_high"]
+    assert sync["importance_weight_max"]["mean"] == pytest.approx(1.3)
+    assert summary["per_method"]["async-loglinear"]["final_eval_reward_mean"] == pytest.approx(0.58)
+    assert summary["per_method"]["async-loglinear"]["final_eval_reward_ci"] == pytest.approx([0.58, 0.58])
+    table = (tmp_path / "table.md").read_text()
+    assert all(f"| {m} |" in table for m in ("sync", "async-recompute", "async-loglinear"))
+    assert "Prox time/step" in table and "±" in table
+
+
+def test_a3po_missing_method_and_keys(tmp_path):
+    results = _a3po_results(with_recompute=False)
+    del results["runs"][0]["summary"]["samples_per_s"]
+    for rec in results["runs"][0]["metrics"]:
+        rec.pop("entropy")
+        rec["ess_frac"] = math.nan
+    summary = write_report(tmp_path, results)
+    _check_outputs(tmp_path, summary, n_figures=6)
+    assert summary["speedup_vs_recompute"] is None and summary["prox_time_ratio"] is None
+    assert summary["speedup_vs_sync"] == pytest.approx(2.0)
+    assert summary["methods"]["sync"]["samples_per_s"]["n"] == 2  # seed 0's missing value dropped
+    assert "async-recompute" not in summary["methods"]
+
+
+def test_atlas_report(tmp_path):
+    runs = []
+    for seed in range(2):
+        runs.append(_run("decoupled", seed, train_wall=10, final=0.5, params={"K": 1}, masked=0.02))
+        # NaN losses reach results.json as null (strict JSON): must count as non-finite.
+        runs.append(_run("decoupled", seed, train_wall=10, final=0.5, params={"K": 4},
+                         loss=None if seed else 0.05))
+        runs.append(_run("tis", seed, train_wall=10, final=0.5, params={"K": 1}, skipped=float(seed)))
+        runs.append(_run("tis", seed, train_wall=10, final=0.25, initial=0.3, params={"K": 4}))
+    summary = write_report(tmp_path, _results("atlas", runs))
+    _check_outputs(tmp_path, summary, n_figures=2)
+    assert summary["Ks"] == [1, 4]
+    assert sorted(map(tuple, summary["collapsed"])) == [("decoupled", 4), ("tis", 1), ("tis", 4)]
+    healthy = summary["grid"]["decoupled"]["1"]
+    assert healthy["collapsed"] is False and healthy["n"] == 2
+    assert healthy["final_eval_reward"]["mean"] == pytest.approx(0.5)
+    assert healthy["clip_or_mask_frac"]["mean"] == pytest.approx(0.01 + 0.02)
+    assert healthy["ess_frac"]["mean"] == pytest.approx(0.9)
+    assert summary["grid"]["tis"]["4"]["collapse_reasons"][0].startswith("final eval reward")
+    table = (tmp_path / "table.md").read_text()
+    assert table.count("✗") >= 3 and "| decoupled |" in table and "| 4 |" in table
+
+
+def test_peer_trl_report(tmp_path):
+    runs = []
+    for seed in range(2):
+        runs.append(_run("trl-grpo", seed, train_wall=40, final=0.50, sps=40.0))
+        runs.append(_run("asyncrl-sync", seed, train_wall=30, final=0.52, sps=60.0))
+        runs.append(_run("asyncrl-async-loglinear", seed, train_wall=20, final=0.55, sps=100.0))
+    summary = write_report(tmp_path, _results("peer-trl", runs))
+    _check_outputs(tmp_path, summary, n_figures=2)
+    assert summary["samples_per_s_ratio_vs_trl"] == pytest.approx(2.5)
+    assert summary["samples_per_s_ratio_sync_vs_trl"] == pytest.approx(1.5)
+    assert summary["eval_reward_delta_vs_trl"] == pytest.approx(5.0)
+    assert summary["per_method"]["trl-grpo"]["samples_per_s"]["mean"] == pytest.approx(40.0)
+
+
+def test_unknown_suite_raises(tmp_path):
+    with pytest.raises(ValueError, match="nope"):
+        write_report(tmp_path, _results("nope", []))
+
+
+def test_md_to_html_escapes_and_builds_table():
+    page = md_to_html("| a | b<c |\n|---|---|\n| 1 ± 0.1 | ✗ |\n\nCaption & note\n")
+    assert "<th>b&lt;c</th>" in page and "<td>1 ± 0.1</td>" in page and "<p>Caption &amp; note</p>" in page
+    assert "---" not in page
+
+
+def test_bootstrap_hand_cases():
+    assert bootstrap_ci([2.0] * 5) == (2.0, 2.0, 2.0)
+    assert bootstrap_ci([7.5]) == (7.5, 7.5, 7.5)
+    assert all(math.isnan(v) for v in bootstrap_ci([]))
+    assert all(math.isnan(v) for v in bootstrap_ci([math.nan, None]))
+    mean, low, high = bootstrap_ci([1.0, 2.0, 3.0, 4.0])
+    assert mean == 2.5 and 1.0 <= low < 2.5 < high <= 4.0
+    assert bootstrap_ci([1.0, math.nan, 3.0]) == bootstrap_ci([1.0, 3.0])
+    assert bootstrap_ci([1.0, 5.0, 2.0], seed=3) == bootstrap_ci([1.0, 5.0, 2.0], seed=3)
+    narrow = bootstrap_ci([1.0, 5.0, 2.0, 4.0], confidence=0.5)
+    wide = bootstrap_ci([1.0, 5.0, 2.0, 4.0], confidence=0.99)
+    assert wide[1] <= narrow[1] and narrow[2] <= wide[2]
+    with pytest.raises(ValueError):
+        bootstrap_ci([1.0, 2.0], confidence=1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.floats(-1e6, 1e6), st.just(math.nan)), min_size=1, max_size=25))
+def test_bootstrap_property(values):
+    mean, low, high = bootstrap_ci(values, n_boot=300)
+    clean = [v for v in values if not math.isnan(v)]
+    if not clean:
+        assert math.isnan(mean) and math.isnan(low) and math.isnan(high)
+        return
+    assert min(clean) <= low <= mean <= high <= max(clean)
+
+
+def test_mean_curve_aligns_by_step():
+    a = [{"step": 1, "r": 1.0, "step_time_s": 2.0}, {"step": 2, "r": 2.0, "step_time_s": 2.0},
+         {"step": 3, "r": 3.0, "step_time_s": 2.0}]
+    # Out of order, step 2 missing, a NaN at step 3: matched on step number, not position.
+    b = [{"step": 3, "r": math.nan, "step_time_s": 1.0}, {"step": 1, "r": 3.0, "step_time_s": 1.0}]
+    x, mean, low, high = mean_curve([{"metrics": a}, b], "r")
+    np.testing.assert_allclose(x, [1, 2, 3])
+    np.testing.assert_allclose(mean, [2.0, 2.0, 3.0])
+    assert low[0] <= 2.0 <= high[0]
+    np.testing.assert_allclose([low[1], high[1], low[2], high[2]], [2.0, 2.0, 3.0, 3.0])
+    x_wall, *_ = mean_curve([a], "r", x="wall_time")
+    np.testing.assert_allclose(x_wall, [2.0, 4.0, 6.0])  # cumulative step_time_s
+    no_times = [{"step": 1, "r": 1.0, "elapsed_s": 5.0}, {"step": 2, "r": 1.0, "elapsed_s": 9.0}]
+    np.testing.assert_allclose(mean_curve([no_times], "r", x="wall_time")[0], [5.0, 9.0])
+    assert all(arr.size == 0 for arr in mean_curve([a], "missing"))
+
+
+@pytest.mark.parametrize("suite", ["a3po", "atlas", "peer-trl"])
+def test_empty_results_still_render(tmp_path, suite):
+    summary = write_report(tmp_path, _results(suite, []))
+    assert summary["n_runs"] == 0 and summary["methods"] == {}
+    assert (tmp_path / "report.html").is_file()
+    assert all(p.read_bytes().startswith(PNG_MAGIC) for p in (tmp_path / "figures").glob("*.png"))
+
+
+def test_noisy_long_curves_stay_small(tmp_path):
+    from asyncrl.bench.figures import line_band_figure
+
+    rng = np.random.default_rng(0)
+    x = np.arange(1, 301, dtype=float)
+    curves = {f"m{i}": (x, y := rng.random(300), y - rng.random(300), y + rng.random(300)) for i in range(3)}
+    path = line_band_figure(tmp_path / "noisy.png", {"a": curves, "b": curves}, title="t", xlabel="step",
+                            ylabel="y")
+    data = path.read_bytes()
+    assert data.startswith(PNG_MAGIC) and len(data) < 150_000

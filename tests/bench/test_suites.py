@@ -1,0 +1,70 @@
+"""Suite matrices: cells, filters, resumability bookkeeping and agreement with configs/*.yaml."""
+
+from pathlib import Path
+
+import pytest
+
+from asyncrl.bench.suites import A3PO_METHODS, ATLAS_KS, ATLAS_LOSSES, build_cells
+from asyncrl.config import load_config
+from asyncrl.objectives import LOSSES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("preset", list(A3PO_METHODS))
+def test_a3po_methods_match_the_preset_files(preset):
+    from_file = load_config(str(ROOT / "configs" / f"{preset}.yaml"), []).to_dict()
+    from_suite = load_config(None, [f"{k}={v}" for k, v in A3PO_METHODS[preset].items()]).to_dict()
+    assert from_file == from_suite
+
+
+def test_presets_differ_only_in_the_three_switches():
+    dicts = [load_config(None, [f"{k}={v}" for k, v in m.items()]).to_dict() for m in A3PO_METHODS.values()]
+    flat = [{f"{s}.{k}": v for s, sec in d.items() if isinstance(sec, dict) for k, v in sec.items()} for d in dicts]
+    differing = {k for k in flat[0] if len({repr(f[k]) for f in flat}) > 1}
+    assert differing <= {"run.mode", "trainer.prox", "loss.name", "async.max_staleness"}
+
+
+def test_a3po_cells_are_seed_major_and_unique():
+    cells = build_cells("a3po", seeds=2)
+    assert [c.name for c in cells] == ["sync-s0", "async-recompute-s0", "async-loglinear-s0",
+                                       "sync-s1", "async-recompute-s1", "async-loglinear-s1"]
+    assert all(f"run.seed={c.seed}" in c.overrides for c in cells)
+    assert cells[2].params == {"mode": "async", "K": 4, "prox": "loglinear", "loss": "decoupled"}
+
+
+def test_atlas_covers_every_loss_and_every_k_and_every_cell_config_loads():
+    assert set(ATLAS_LOSSES) == set(LOSSES)
+    cells = build_cells("atlas", seeds=1)
+    assert len(cells) == len(LOSSES) * len(ATLAS_KS)
+    for cell in cells:
+        cfg = load_config(None, list(cell.overrides))
+        assert cfg.run.mode == "simulated" and cfg.async_.lag == cell.params["K"]
+        assert cfg.loss.name == cell.params["loss"]
+
+
+def test_extra_overrides_win_and_filters_apply():
+    cells = build_cells("atlas", quick=True, methods=["tis"], ks=[3], extra=["trainer.steps=2"])
+    assert [c.name for c in cells] == ["tis-k3-s0"]
+    assert load_config(None, list(cells[0].overrides)).trainer.steps == 2
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"methods": ["nope"]}, "unknown nope"),
+    ({"seeds": 0}, "seeds"),
+    ({"ks": [-1]}, "K must be"),
+])
+def test_bad_matrix_arguments_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        build_cells("atlas", **kwargs)
+
+
+def test_unknown_suite():
+    with pytest.raises(ValueError, match="unknown 'x'"):
+        build_cells("x")
+
+
+def test_peer_suite_runs_trl_cell_with_its_own_runner():
+    cells = build_cells("peer-trl", quick=True)
+    assert [(c.method, c.runner) for c in cells] == [
+        ("trl-grpo", "trl"), ("asyncrl-sync", "train"), ("asyncrl-async-loglinear", "train")]
