@@ -83,10 +83,25 @@ class PolicyConfig:
     chat_template: bool = True  # wrap prompts in the tokenizer's chat template when it has one
     attn_implementation: str | None = None  # e.g. "sdpa", "eager", "flash_attention_2"; None = default
     gradient_checkpointing: bool = False
+    # LoRA through peft (pip install "asyncrl[lora]"): only the adapters train; rollout workers and
+    # checkpoints get the merged weights (docs/models.md). 0 = off (full fine-tuning)
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] | None = None  # None = peft's default for the architecture
 
     def validate(self) -> None:
         if self.torch_threads < 1:
             raise ValueError("torch_threads: must be >= 1")
+        if self.lora_rank < 0:
+            raise ValueError("lora_rank: must be >= 0 (0 = no LoRA)")
+        if self.lora_alpha <= 0:
+            raise ValueError("lora_alpha: must be > 0")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError("lora_dropout: must be in [0, 1)")
+        if self.lora_target_modules is not None and (
+                not self.lora_target_modules or not all(m.strip() for m in self.lora_target_modules)):
+            raise ValueError("lora_target_modules: must be a non-empty list of module names, or null")
         if self.model_path is not None and not Path(self.model_path).is_dir():
             raise ValueError(f"model_path: no such directory: {self.model_path}")
 
@@ -184,6 +199,10 @@ class RolloutConfig:
     samples_per_prompt: int = 8
     max_new_tokens: int = 48
     temperature: float = 1.0
+    # generation engine: "transformers" (embedded default) or "vllm" (pip install "asyncrl[vllm]";
+    # docs/models.md); vllm_kwargs go to vllm.LLM (e.g. gpu_memory_utilization, max_model_len)
+    engine: Literal["transformers", "vllm"] = "transformers"
+    vllm_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
         if self.prompts_per_step < 1:

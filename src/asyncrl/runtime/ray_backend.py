@@ -84,7 +84,9 @@ class RayPool:
             self.actors[worker_id] = RolloutActor.remote(self.specs[worker_id], self.store)
 
     def publish(self, model: torch.nn.Module, version: int) -> None:
-        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        from asyncrl.policy.lora import export_state_dict  # merged weights when training LoRA
+
+        state = {k: v.detach().cpu().clone() for k, v in export_state_dict(model).items()}
         ray.get(self.store.set.remote(version, [ray.put(state)]))
 
     def wait_ready(self) -> list[tuple]:

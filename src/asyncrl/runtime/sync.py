@@ -27,6 +27,23 @@ class CurrentPolicy:
         pass
 
 
+def make_engine(cfg: Config, session: Session):
+    """The rollout engine of ``rollout.engine``. vLLM starts from the policy directory (version 0:
+    the weights the session loaded; with LoRA the merged weights equal them at version 0)."""
+    ro = cfg.rollout
+    if ro.engine == "vllm":
+        from asyncrl.rollout.vllm_engine import VLLMEngine
+        from asyncrl.runtime.session import resolve_policy_dir
+
+        return VLLMEngine(resolve_policy_dir(cfg), session.tokenizer, max_new_tokens=ro.max_new_tokens,
+                          temperature=ro.temperature, seed=cfg.run.seed,
+                          chat_template=cfg.policy.chat_template, dtype=cfg.policy.dtype, version=0,
+                          **ro.vllm_kwargs)
+    return TransformersEngine(session.model, session.tokenizer, max_new_tokens=ro.max_new_tokens,
+                              temperature=ro.temperature, seed=cfg.run.seed,
+                              chat_template=cfg.policy.chat_template)
+
+
 def run_sync(cfg: Config) -> dict:
     return run_lockstep(cfg, CurrentPolicy)
 
@@ -40,9 +57,7 @@ def run_lockstep(cfg: Config, make_source) -> dict:
     ro = cfg.rollout
     trainer = Trainer(session.model, cfg.trainer, cfg.loss, temperature=ro.temperature, seed=cfg.run.seed)
     source = make_source(session.model)
-    engine = TransformersEngine(session.model, session.tokenizer, max_new_tokens=ro.max_new_tokens,
-                                temperature=ro.temperature, seed=cfg.run.seed,
-                                chat_template=cfg.policy.chat_template)
+    engine = make_engine(cfg, session)
     prompts = PromptStream(session.train_problems, ro.prompts_per_step, seed=cfg.run.seed)
     gen_total = train_total = prox_total = 0.0
     tokens_total = 0
@@ -52,7 +67,12 @@ def run_lockstep(cfg: Config, make_source) -> dict:
         for step in range(1, cfg.trainer.steps + 1):
             problems = prompts.next()
             t0 = time.perf_counter()
-            engine.model, version = source.select(trainer.version)
+            model, version = source.select(trainer.version)
+            if ro.engine == "vllm":
+                if version != engine.version:  # in place, then tokens carry the new version
+                    engine.update_weights(model, version)
+            else:
+                engine.model = model
             gen = engine.generate(problems, ro.samples_per_prompt, version=version)
             batch = score(gen, problems, ro.samples_per_prompt, session.task, session.tokenizer,
                           first_group_id=(step - 1) * ro.prompts_per_step)

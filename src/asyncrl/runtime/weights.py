@@ -1,7 +1,11 @@
 """Weight sync on one machine: one flat shared-memory tensor holding every parameter, a version
 counter and a lock. The trainer publishes after each step; rollout workers pull between decode
 chunks. Pulling copies under the lock, so a worker never sees half of one version and half of the
-next, and the version it reads is the version of exactly the weights it copied."""
+next, and the version it reads is the version of exactly the weights it copied.
+
+A LoRA (peft) trainer publishes its *merged* weights under the base model's names
+(:func:`asyncrl.policy.lora.export_state_dict`): workers hold the plain base model, and the
+layout is the base model's, the same fixed size with or without LoRA."""
 
 from __future__ import annotations
 
@@ -10,9 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
+from asyncrl.policy.lora import export_state_dict
+
 
 def _param_shapes(model: torch.nn.Module) -> list[tuple[str, torch.Size]]:
-    return [(name, p.shape) for name, p in model.state_dict().items()]
+    return [(name, p.shape) for name, p in export_state_dict(model).items()]
 
 
 @dataclass
@@ -43,7 +49,7 @@ class SharedWeights:
 
     @torch.no_grad()
     def publish(self, model: torch.nn.Module, version: int) -> None:
-        state = model.state_dict()
+        state = export_state_dict(model)
         with self.lock:
             for name, view in self._views().items():
                 view.copy_(state[name].float())

