@@ -12,6 +12,12 @@ can be generated from weights more than K versions older than the batch that wil
 except when a slow rollout is overtaken (interrupted generation then still tags each token with
 its exact version, and drop-at-consumption enforces the bound).
 
+Look-ahead window: when generation is faster than training, the rule above lets the generator run
+the full K batches ahead, so every batch arrives exactly K versions stale although one batch of
+look-ahead already keeps the trainer busy. ``max_ahead`` = W ≤ K replaces K in the admission rule
+(not in the drop bound): data are then about W versions stale, the trainer still never waits as long
+as W ≥ 1 and a batch is generated faster than it is trained, and K still bounds any overtaken rollout.
+
 Consumption: a group whose oldest generated token is more than K versions behind V is dropped
 (all its samples; GRPO advantages need the whole group) and counted. Staleness is measured at
 consumption time, so time spent waiting in the queue counts.
@@ -81,12 +87,17 @@ class StalenessBuffer:
     """Holds finished groups; decides admission; hands out batches of ``groups_per_batch`` groups."""
 
     def __init__(self, max_staleness: int, groups_per_batch: int, samples_per_group: int, *,
-                 recency_decay: float = 1.0, seed: int = 0):
+                 recency_decay: float = 1.0, seed: int = 0, max_ahead: int | None = None):
         if max_staleness < 0:
             raise ValueError("max_staleness: must be >= 0")
+        if max_ahead is not None and max_ahead < 0:
+            raise ValueError("max_ahead: must be >= 0")
         if not 0 < recency_decay <= 1:
             raise ValueError("recency_decay: must be in (0, 1]")
         self.max_staleness = max_staleness
+        # batches the generator may start beyond the one the trainer takes next (None = K, AReaL's
+        # rule). When generation outpaces training, data arrive exactly this many versions stale.
+        self.window = max_staleness if max_ahead is None else min(max_ahead, max_staleness)
         self.groups_per_batch = groups_per_batch
         self.samples_per_group = samples_per_group
         self.recency_decay = recency_decay
@@ -102,7 +113,7 @@ class StalenessBuffer:
 
     def capacity(self, version: int) -> int:
         """Samples that may still start at trainer version ``version``."""
-        return (self.max_staleness + version + 1) * self.batch_samples - self.started
+        return (self.window + version + 1) * self.batch_samples - self.started
 
     def try_admit(self, n_samples: int, version: int) -> bool:
         if n_samples > self.capacity(version):

@@ -52,23 +52,25 @@ class Trainer:
                                             eps=cfg.adv_eps)
         self.model.train()
         perm = torch.randperm(len(batch), generator=self.rng)
-        minibatches = perm.chunk(cfg.n_minibatches)
-        prox_full, prox_plans, prox_time = None, None, 0.0
+        batch = batch.select(perm)  # minibatch order: minibatch i is a contiguous block of rows (views)
+        sizes = [len(index) for index in perm.chunk(cfg.n_minibatches)]
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        prox_parts, prox_plans, prox_time = None, None, 0.0
         t0 = time.perf_counter()
         if cfg.prox == "recompute":
             with torch.no_grad():
-                prox_full, _ = self.logprobs(batch)
+                prox_parts = self.logprobs(batch)[0].split(sizes)
         elif cfg.prox == "loglinear":  # versions are fixed for the step: plan once, one fused op per minibatch
             base, weights = loglinear_plan(batch.behav_logp, batch.versions, self.version)
-            prox_plans = [(base[index], weights[index]) for index in minibatches]
+            prox_plans = list(zip(base.split(sizes), weights.split(sizes)))
         prox_time += time.perf_counter() - t0
         stats: dict[str, list[float]] = defaultdict(list)
-        for i, index in enumerate(minibatches):
-            mb = batch.select(index)
+        for i, (start, size) in enumerate(zip(starts, sizes)):
+            mb = batch.rows(start, start + size)
             logp, entropy = self.logprobs(mb, with_entropy=True)
             prox_logp = None  # "none": coupled objective, anchored at the behavior policy
-            if prox_full is not None:
-                prox_logp = prox_full[index]
+            if prox_parts is not None:
+                prox_logp = prox_parts[i]
             elif prox_plans is not None:
                 t0 = time.perf_counter()
                 prox_logp = apply_loglinear(prox_plans[i][0], logp, prox_plans[i][1])

@@ -46,6 +46,10 @@ class Batch(Generation):
         """Rows ``index`` of every tensor field."""
         return Batch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
+    def rows(self, start: int, stop: int) -> "Batch":
+        """Rows ``start:stop`` of every tensor field, as views (no copy)."""
+        return Batch(**{f.name: getattr(self, f.name)[start:stop] for f in fields(self)})
+
 
 def batch_to_numpy(batch: Batch) -> dict:
     """Plain numpy arrays: pickled by value across processes. (torch's queue reduction shares

@@ -22,7 +22,7 @@ def test_presets_differ_only_in_the_three_switches():
     dicts = [load_config(None, [f"{k}={v}" for k, v in m.items()]).to_dict() for m in A3PO_METHODS.values()]
     flat = [{f"{s}.{k}": v for s, sec in d.items() if isinstance(sec, dict) for k, v in sec.items()} for d in dicts]
     differing = {k for k in flat[0] if len({repr(f[k]) for f in flat}) > 1}
-    assert differing <= {"run.mode", "trainer.prox", "loss.name", "async.max_staleness"}
+    assert differing <= {"run.mode", "trainer.prox", "loss.name", "async.max_staleness", "async.max_ahead"}
 
 
 def test_a3po_cells_are_seed_major_and_unique():
@@ -30,7 +30,7 @@ def test_a3po_cells_are_seed_major_and_unique():
     assert [c.name for c in cells] == ["sync-s0", "async-recompute-s0", "async-loglinear-s0",
                                        "sync-s1", "async-recompute-s1", "async-loglinear-s1"]
     assert all(f"run.seed={c.seed}" in c.overrides for c in cells)
-    assert cells[2].params == {"mode": "async", "K": 4, "prox": "loglinear", "loss": "decoupled"}
+    assert cells[2].params == {"mode": "async", "K": 4, "W": 1, "prox": "loglinear", "loss": "decoupled"}
 
 
 def test_atlas_covers_every_loss_and_every_k_and_every_cell_config_loads():

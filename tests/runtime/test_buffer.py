@@ -96,3 +96,20 @@ def test_validation(bad):
     kw = dict(max_staleness=1, groups_per_batch=1, samples_per_group=1) | bad
     with pytest.raises(ValueError, match=next(iter(bad))):
         StalenessBuffer(**kw)
+
+
+def test_max_ahead_narrows_admission_but_not_the_drop_bound():
+    """W = max_ahead replaces K in the admission rule only: (W + V + 1)·B samples may start."""
+    buf = StalenessBuffer(4, groups_per_batch=2, samples_per_group=4, max_ahead=1)
+    assert buf.capacity(0) == (1 + 0 + 1) * 8
+    assert buf.try_admit(16, 0) and not buf.try_admit(1, 0)
+    assert buf.capacity(3) == (1 + 3 + 1) * 8 - 16
+    # data up to K = 4 versions old are still accepted at consumption
+    buf.add(group([[0, 0]] * 4))
+    buf.add(group([[0, 0]] * 4, gid=1))
+    assert buf.ready(4) and not StalenessBuffer(4, 2, 4, max_ahead=1).ready(4)
+    # W is capped at K, and None means K (AReaL's rule)
+    assert StalenessBuffer(2, 1, 1, max_ahead=9).capacity(0) == 3
+    assert StalenessBuffer(2, 1, 1).capacity(0) == 3
+    with pytest.raises(ValueError, match="max_ahead"):
+        StalenessBuffer(2, 1, 1, max_ahead=-1)

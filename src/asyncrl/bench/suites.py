@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 # The three A-3PO presets (configs/<name>.yaml hold the same switches; a test checks they agree).
 A3PO_METHODS: dict[str, dict[str, object]] = {
     "sync": {"run.mode": "sync", "trainer.prox": "behav", "loss.name": "ppo"},
-    "async-recompute": {"run.mode": "async", "async.max_staleness": 4, "trainer.prox": "recompute",
+    "async-recompute": {"run.mode": "async", "async.max_staleness": 4, "async.max_ahead": 1,
+                        "trainer.prox": "recompute",
                         "loss.name": "decoupled"},
-    "async-loglinear": {"run.mode": "async", "async.max_staleness": 4, "trainer.prox": "loglinear",
+    "async-loglinear": {"run.mode": "async", "async.max_staleness": 4, "async.max_ahead": 1,
+                        "trainer.prox": "loglinear",
                         "loss.name": "decoupled"},
 }
 
@@ -89,7 +91,8 @@ def _render(value: object) -> str:
 
 
 def _params(switches: dict[str, object], **extra) -> dict:
-    short = {"run.mode": "mode", "trainer.prox": "prox", "loss.name": "loss", "async.max_staleness": "K"}
+    short = {"run.mode": "mode", "trainer.prox": "prox", "loss.name": "loss", "async.max_staleness": "K",
+             "async.max_ahead": "W"}
     return {**{short[k]: v for k, v in switches.items() if k in short}, **extra}
 
 

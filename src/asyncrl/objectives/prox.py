@@ -74,21 +74,21 @@ def approximate_prox_logp(
     return torch.where(alpha == 1.0, behav, mixed)
 
 
-@torch.no_grad()
 def loglinear_plan(behav_logp: Tensor, versions: Tensor, current_version: int | Tensor) -> tuple[Tensor, Tensor]:
     """The step-constant part of the A-3PO proximal policy: ``(base, weights)``, both [B, T] float32,
     with base = α ℓ_b and weights = 1 − α, so that log π_prox = base + weights · sg(ℓ).
 
     Versions and behavior log-probs are fixed for a training step, so a trainer computes this once per
-    step and pays one fused multiply-add per minibatch (:func:`apply_loglinear`): the whole point of
-    A-3PO is that the proximal policy costs nothing next to a forward pass.
-    behav_logp: [B, T] float; versions: [B, T] integer; current_version: int.
+    step (rows in minibatch order, so each minibatch takes a view) and pays one fused multiply-add per
+    minibatch (:func:`apply_loglinear`): the point of A-3PO is that the proximal policy costs nothing
+    next to a forward pass, so this path is written for few kernel launches (in-place where possible).
+    behav_logp: [B, T] float (no grad); versions: [B, T] integer; current_version: int.
     """
-    alpha = staleness_alpha(versions, current_version)
-    return alpha * behav_logp.detach().float(), 1.0 - alpha
+    alpha = (current_version - versions).clamp_(min=1).float().reciprocal_()
+    alpha.masked_fill_(versions < 0, 1.0)  # not generated: π_prox = π_behav
+    return alpha * behav_logp.detach(), 1.0 - alpha
 
 
-@torch.no_grad()
 def apply_loglinear(base: Tensor, logp: Tensor, weights: Tensor) -> Tensor:
     """log π_prox = base + weights · sg(ℓ) for rows of a :func:`loglinear_plan` (one fused op).
 

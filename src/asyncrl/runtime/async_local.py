@@ -54,7 +54,8 @@ class AsyncLoop:
         self.cfg, self.session, self.trainer, self.pool, self.shared = cfg, session, trainer, pool, shared
         self.buffer = StalenessBuffer(cfg.async_.max_staleness, cfg.rollout.prompts_per_step,
                                       cfg.rollout.samples_per_prompt,
-                                      recency_decay=cfg.async_.recency_decay, seed=cfg.run.seed)
+                                      recency_decay=cfg.async_.recency_decay, seed=cfg.run.seed,
+                                      max_ahead=cfg.async_.max_ahead)
         self.feeder = Feeder(session, cfg)
         self.gen_busy = 0.0  # worker generation seconds since the last step
         self.gen_tokens = 0
