@@ -83,9 +83,13 @@ def loglinear_plan(behav_logp: Tensor, versions: Tensor, current_version: int | 
     minibatch (:func:`apply_loglinear`): the point of A-3PO is that the proximal policy costs nothing
     next to a forward pass, so this path is written for few kernel launches (in-place where possible).
     behav_logp: [B, T] float (no grad); versions: [B, T] integer; current_version: int.
+
+    Positions with v < 0 (not generated: padding after EOS) are outside every loss mask, so this path
+    leaves them finite but does not special-case them (the reference form in
+    :func:`approximate_prox_logp` returns exactly ℓ_b there); every generated token gets exactly
+    the A-3PO value, and exactly ℓ_b where d ≤ 1.
     """
-    alpha = (current_version - versions).clamp_(min=1).float().reciprocal_()
-    alpha.masked_fill_(versions < 0, 1.0)  # not generated: π_prox = π_behav
+    alpha = (current_version - versions).clamp_(min=1).reciprocal()  # integer → float32
     return alpha * behav_logp.detach(), 1.0 - alpha
 
 
