@@ -64,9 +64,10 @@ def _fmt(x: Any) -> str:
     return "n/a" if not math.isfinite(x) else f"{x:.3g}"
 
 
-def _pm(stat: Mapping[str, Any]) -> str:
-    """Table cell "mean ± half-width" for a {"mean", "ci_low", "ci_high"} stat."""
-    mean, low, high = (_num(stat.get(k)) for k in ("mean", "ci_low", "ci_high"))
+def _pm(stat: Mapping[str, Any], scale: float = 1.0) -> str:
+    """Table cell "mean ± half-width" for a {"mean", "ci_low", "ci_high"} stat, times ``scale``
+    (e.g. 1e3 to show seconds as milliseconds)."""
+    mean, low, high = (_num(stat.get(k)) * scale for k in ("mean", "ci_low", "ci_high"))
     if not math.isfinite(mean):
         return "n/a"
     return f"{_fmt(mean)} ± {_fmt((high - low) / 2)}"
@@ -116,9 +117,11 @@ def _points_gap(methods: Mapping[str, Any], a: str, b: str, metric: str) -> floa
 
 def _method_table(methods: Mapping[str, Any], groups: Mapping[str, list],
                   cols: Sequence[tuple[str, str]], caption: str) -> str:
-    """One row per method: name, seed count, then `mean ± half-width` per (metric, header) column."""
-    rows = [[m, str(len(groups.get(m, [])))] + [_pm(s[k]) for k, _ in cols] for m, s in methods.items()]
-    return _md_table(["Method", "n"] + [h for _, h in cols], rows, caption)
+    """One row per method: name, seed count, then `mean ± half-width` per (metric, header[, scale])
+    column."""
+    rows = [[m, str(len(groups.get(m, [])))] + [_pm(s[c[0]], *c[2:]) for c in cols]
+            for m, s in methods.items()]
+    return _md_table(["Method", "n"] + [c[1] for c in cols], rows, caption)
 
 
 def _build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
@@ -153,7 +156,7 @@ def _build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
                                    "error bars = 95% bootstrap CI over seeds.")]
     figs += _line_figures(fig_dir, groups, A3PO_LINES, colors)
     cols = [("final_eval_reward", "Final eval reward"), ("train_wall_s", "Train wall (s)"),
-            ("time_per_step_s", "Time/step (s)"), ("prox_time_per_step_s", "Prox time/step (s)"),
+            ("time_per_step_s", "Time/step (s)"), ("prox_time_per_step_s", "Prox time/step (ms)", 1e3),
             ("importance_weight_max", "IW max"), ("importance_weight_min", "IW min"),
             ("clipped_tokens", "Clipped tokens"), ("entropy", "Entropy"), ("ess_frac", "ESS")]
     table = _method_table(methods, groups, cols,
