@@ -2,8 +2,6 @@
 training (sync and async) with a checkpoint that plain transformers loads."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -157,27 +155,11 @@ def test_missing_peft_is_one_line_config_error(tiny_policy, monkeypatch):
 
 # -- end to end -------------------------------------------------------------------------------
 
-# the tiny, fast warm start of tests/foundation/test_e2e_train.py
-TINY = [
-    "model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
-    "model.intermediate_size=128", "model.vocab_size=400",
-    "task.arithmetic.min_steps=1", "task.arithmetic.max_steps=1", "task.arithmetic.ops=+",
-    "task.arithmetic.max_value=9", "task.arithmetic.n_train=70", "task.arithmetic.n_eval=4",
-    "pretrain.steps=200", "pretrain.batch_size=32", "pretrain.lr=0.003", "pretrain.warmup_steps=5",
-    "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=16",
-    "trainer.n_minibatches=2", "eval.n_problems=8", "run.progress=false", "pretrain.alt_style_frac=0",
-]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "foundation"))
+from test_e2e_train import TINY as E2E_TINY, cache, run_cli  # noqa: E402,F401  (cache: shared fixture)
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("cache"))
-
-
-def run_cli(tmp_path: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "asyncrl.cli", *args], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=timeout)
+# the tiny, fast warm start of the e2e tests; mode, steps, lr and eval cadence are set per test here
+TINY = [o for o in E2E_TINY if not o.startswith(("trainer.steps=", "trainer.lr=", "eval.every=", "run.mode="))]
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -43,15 +43,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 import warnings
 from datetime import datetime
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach the hub (beta=0: no reference model is built)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from transformers import TrainerCallback  # noqa: E402
 
 from asyncrl.config import Config, ConfigError, load_config  # noqa: E402
 from asyncrl.config_loader import read_yaml  # noqa: E402
@@ -179,174 +179,138 @@ def check_prompt_ids(trainer, tokenizer, texts: list[str], chat_template: bool) 
                         f"{theirs[bad][:8]}... vs {ours[bad][:8]}...")
 
 
+class _PerStep(TrainerCallback):
+    """One metrics record per asyncrl-equivalent step, built when TRL logs (every n_minibatches):
+    rewards from our scorer, TRL's logged statistics, the step's timers, and the eval when due."""
+
+    def __init__(self, session, step_rewards: list[list[float]], timers: dict[str, float]):
+        self.session, self.step_rewards, self.timers = session, step_rewards, timers
+        self.per_step = session.cfg.trainer.n_minibatches
+        self.totals = {key: 0.0 for key in timers}
+        self.boundary = time.perf_counter()
+        self.written = 0
+        self.threads_seen = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        import torch
+
+        self.threads_seen = torch.get_num_threads()
+        self.boundary = time.perf_counter()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        if "loss" not in logs or state.global_step % self.per_step:
+            return
+        step = state.global_step // self.per_step
+        if step <= self.written:
+            return
+        rewards = self.step_rewards[step - 1] if len(self.step_rewards) >= step else []
+        record = {
+            "reward_mean": sum(rewards) / len(rewards) if rewards else logs.get("reward"),
+            "trl_reward": logs.get("reward"),
+            "entropy": logs.get("entropy"),
+            "clipped_tokens": logs.get("clip_ratio/region_mean"),
+            "loss": logs["loss"],
+            "grad_norm_last": logs.get("grad_norm"),
+            "completion_len_mean": logs.get("completions/mean_length"),
+            "frac_zero_adv_groups": logs.get("frac_reward_zero_std"),
+            "gen_time_s": self.timers["gen"],
+            "rollout_time_s": self.timers["rollout"],
+            "step_time_s": time.perf_counter() - self.boundary,
+        }
+        for key in self.timers:
+            self.totals[key] += self.timers[key]
+            self.timers[key] = 0.0
+        if self.session.eval_due(step):
+            record["eval_reward"] = self.session.evaluate(step)
+        record["elapsed_s"] = time.time() - self.session.started
+        self.session.metrics.write(step, record)
+        self.session.progress.update(step, reward=record["reward_mean"], eval_acc=record.get("eval_reward"))
+        self.written = step
+        self.boundary = time.perf_counter()  # the next step's clock starts after this step's eval
+
+
+def _dataset(session):
+    """The prompts of asyncrl's step k, in asyncrl's order (PromptStream with the run seed): TRL's
+    sampler with shuffle_dataset=False walks the rows in order, prompts_per_step per generation batch."""
+    from datasets import Dataset
+
+    from asyncrl.rollout.prompts import PromptStream
+
+    cfg, problems = session.cfg, session.train_problems
+    stream = PromptStream(problems, cfg.rollout.prompts_per_step, seed=cfg.run.seed)
+    index_of = {id(p): i for i, p in enumerate(problems)}
+    rows = [{"prompt": prompt_for(session.tokenizer, p.prompt, cfg.policy.chat_template),
+             "problem_index": index_of[id(p)]}
+            for _ in range(cfg.trainer.steps) for p in stream.next()]
+    return Dataset.from_list(rows) if rows else None
+
+
 def run(cfg: Config, threads_explicit: bool = False) -> dict:
+    """Train with TRL's GRPOTrainer inside an asyncrl Session (model, task, eval, metrics, summary)."""
     try:
         import trl
         from trl import GRPOConfig, GRPOTrainer
     except ImportError:
         raise PeerError(_missing_trl()) from None
     import torch
-    from datasets import Dataset
-    from transformers import PrinterCallback, TrainerCallback
+    from transformers import PrinterCallback
 
-    from asyncrl.evaluation import evaluate
-    from asyncrl.metrics import MetricsWriter
-    from asyncrl.policy.model import load_policy_for
     from asyncrl.progress import TrainProgress
-    from asyncrl.rollout.prompts import PromptStream
     from asyncrl.rollout.scoring import rewards_of
-    from asyncrl.runtime.session import make_run_dir, resolve_policy_dir
+    from asyncrl.runtime.session import Session
 
-    started = time.time()
     # asyncrl's policy.torch_threads default (1) is per process of the async runtime (trainer +
     # workers on separate cores); TRL is one process on an otherwise idle machine: give it every core
     # unless the user set policy.torch_threads explicitly
     threads = cfg.policy.torch_threads if threads_explicit else (os.cpu_count() or 1)
     torch.set_num_threads(threads)
-    torch.manual_seed(cfg.run.seed)
-    ro, tr = cfg.rollout, cfg.trainer
-    steps, batch = tr.steps, ro.batch_size
+    steps = cfg.trainer.steps
     if cfg.run.name is None:
         cfg.run.name = f"{MODE}-s{cfg.run.seed}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-
-    progress = TrainProgress(steps, MODE, enabled=cfg.run.progress)
-    task = cfg.task.build()
-    policy_dir = resolve_policy_dir(cfg, log=progress.log if cfg.run.progress else (lambda m: None))
-    model, tokenizer = load_policy_for(cfg.policy, policy_dir)
-    tokenizer.padding_side = "left"  # TRL pads itself (left) for generate; keep the tokenizer consistent
-    run_dir = make_run_dir(cfg)
-    train_problems = task.problems("train")
-    eval_problems = task.problems("eval")[: cfg.eval.n_problems]
-    chat = cfg.policy.chat_template
-
-    # the prompts of asyncrl's step k, in asyncrl's order (PromptStream with the run seed); TRL's
-    # RepeatSampler with shuffle=False walks the rows in order, prompts_per_step per generation batch
-    stream = PromptStream(train_problems, ro.prompts_per_step, seed=cfg.run.seed)
-    index_of = {id(p): i for i, p in enumerate(train_problems)}
-    rows = [{"prompt": prompt_for(tokenizer, p.prompt, chat), "problem_index": index_of[id(p)]}
-            for _ in range(steps) for p in stream.next()]
-    dataset = Dataset.from_list(rows) if rows else None
-
+    session = Session.open(cfg)
+    session.progress = TrainProgress(steps, MODE, enabled=cfg.run.progress)
     step_rewards: list[list[float]] = []
 
     def task_reward(prompts, completions, problem_index, **_) -> list[float]:
         texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-        rewards = rewards_of(task, texts, [train_problems[i] for i in problem_index])
+        rewards = rewards_of(session.task, texts, [session.train_problems[i] for i in problem_index])
         step_rewards.append(rewards)
         return rewards
 
-    options = trl_options(cfg, str(run_dir / "trl"))
-    (run_dir / "trl_args.json").write_text(json.dumps({"trl_version": trl.__version__, **options}, indent=2))
-
-    eval_history: list[list] = []
-    eval_time = [0.0]
-
-    def run_eval(step: int) -> float:
-        t0 = time.perf_counter()
-        acc = evaluate(model, tokenizer, task, eval_problems, max_new_tokens=ro.max_new_tokens,
-                       temperature=cfg.eval.temperature, batch_size=cfg.eval.batch_size,
-                       samples=cfg.eval.samples, chat_template=chat, seed=cfg.run.seed)
-        eval_history.append([step, acc])
-        if step > 0:
-            eval_time[0] += time.perf_counter() - t0
-        return acc
-
-    def eval_due(step: int) -> bool:  # as Session.eval_due
-        return step == steps or (cfg.eval.every > 0 and step % cfg.eval.every == 0)
-
-    metrics = MetricsWriter(run_dir, cfg.run.tensorboard)
+    options = trl_options(cfg, str(session.run_dir / "trl"))
+    (session.run_dir / "trl_args.json").write_text(
+        json.dumps({"trl_version": trl.__version__, **options}, indent=2))
     timers = {"gen": 0.0, "rollout": 0.0}
-    totals = {"gen": 0.0, "rollout": 0.0}
-
-    class PerStep(TrainerCallback):
-        """One metrics record per asyncrl-equivalent step, built when TRL logs (every n_minibatches)."""
-
-        def __init__(self):
-            self.boundary = time.perf_counter()
-            self.written = 0
-            self.threads_seen = None
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.threads_seen = torch.get_num_threads()
-            self.boundary = time.perf_counter()
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            logs = logs or {}
-            if "loss" not in logs or state.global_step % tr.n_minibatches:
-                return
-            step = state.global_step // tr.n_minibatches
-            if step <= self.written:
-                return
-            now = time.perf_counter()
-            rewards = step_rewards[step - 1] if len(step_rewards) >= step else []
-            record = {
-                "reward_mean": sum(rewards) / len(rewards) if rewards else logs.get("reward"),
-                "trl_reward": logs.get("reward"),
-                "entropy": logs.get("entropy"),
-                "clipped_tokens": logs.get("clip_ratio/region_mean"),
-                "loss": logs["loss"],
-                "grad_norm_last": logs.get("grad_norm"),
-                "completion_len_mean": logs.get("completions/mean_length"),
-                "frac_zero_adv_groups": logs.get("frac_reward_zero_std"),
-                "gen_time_s": timers["gen"],
-                "rollout_time_s": timers["rollout"],
-                "step_time_s": now - self.boundary,
-            }
-            totals["gen"] += timers["gen"]
-            totals["rollout"] += timers["rollout"]
-            timers["gen"] = timers["rollout"] = 0.0
-            if eval_due(step):
-                record["eval_reward"] = run_eval(step)
-            record["elapsed_s"] = time.time() - started
-            metrics.write(step, record)
-            progress.update(step, reward=record["reward_mean"], eval_acc=record.get("eval_reward"))
-            self.written = step
-            self.boundary = time.perf_counter()  # the next step's clock starts after this step's eval
-
-    callback = PerStep()
+    callback = _PerStep(session, step_rewards, timers)
     train_wall = 0.0
-    with progress:
-        progress.update(0, eval_acc=run_eval(0))
+    with session.progress as progress:
+        progress.update(0, eval_acc=session.evaluate(0))
         if steps > 0:
-            trainer = GRPOTrainer(model=model, reward_funcs=[task_reward], args=GRPOConfig(**options),
-                                  train_dataset=dataset, processing_class=tokenizer, callbacks=[callback])
+            trainer = GRPOTrainer(model=session.model, reward_funcs=[task_reward], args=GRPOConfig(**options),
+                                  train_dataset=_dataset(session), processing_class=session.tokenizer,
+                                  callbacks=[callback])
             trainer.remove_callback(PrinterCallback)  # stdout carries only the summary line
             torch.set_num_threads(threads)
-            check_prompt_ids(trainer, tokenizer, [r.prompt for r in train_problems[:256]], chat)
+            check_prompt_ids(trainer, session.tokenizer, [p.prompt for p in session.train_problems[:256]],
+                             cfg.policy.chat_template)
             _time_method(trainer, "_generate_single_turn", timers, "gen")
             _time_method(trainer, "_generate_and_score_completions", timers, "rollout")
             t0 = time.perf_counter()
             trainer.train()
-            train_wall = time.perf_counter() - t0 - eval_time[0]
+            train_wall = time.perf_counter() - t0 - session.eval_time_s
             if callback.written != steps:
                 raise RuntimeError(f"peer-trl: TRL ran {trainer.state.global_step} optimizer steps, "
                                    f"{callback.written} asyncrl steps recorded, expected {steps}")
-    metrics.close()
-
     n = max(steps, 1)
-    summary = {
-        "mode": MODE,
-        "loss": f"trl-{LOSS_TYPE}",
-        "seed": cfg.run.seed,
-        "steps": steps,
-        "initial_eval_reward": eval_history[0][1] if eval_history else None,
-        "final_eval_reward": eval_history[-1][1] if eval_history else None,
-        "eval_history": eval_history,
-        "wall_time_s": time.time() - started,
-        "train_wall_s": train_wall,
-        "time_per_step_s": train_wall / n,
-        "samples_per_s": steps * batch / train_wall if train_wall > 0 else None,
-        "gen_time_per_step_s": totals["gen"] / n,
-        "rollout_time_per_step_s": totals["rollout"] / n,
-        "torch_threads": callback.threads_seen or threads,
-        "trl_version": trl.__version__,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "run_dir": str(run_dir),
-    }
-    tmp = run_dir / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2))
-    tmp.rename(run_dir / "summary.json")
-    return summary
+    return session.finish(steps, {
+        "mode": MODE, "loss": f"trl-{LOSS_TYPE}", "prox": None,
+        "train_wall_s": train_wall, "time_per_step_s": train_wall / n,
+        "gen_time_per_step_s": callback.totals["gen"] / n,
+        "rollout_time_per_step_s": callback.totals["rollout"] / n,
+        "torch_threads": callback.threads_seen or threads, "trl_version": trl.__version__,
+        "run_dir": str(session.run_dir),
+    })
 
 
 def _time_method(obj, name: str, timers: dict, key: str) -> None:
