@@ -503,10 +503,14 @@ class MathVerifier:
         deadline = time.monotonic() + (1.0 if kill else 3.0)
         for proc in procs:
             with contextlib.suppress(Exception):
-                proc.join(max(0.0, deadline - time.monotonic()))
-                if proc.is_alive():
+                # at least a short join each: a shared deadline spent on the first worker (a loaded
+                # machine) must not leave the others unreaped
+                proc.join(max(0.2, deadline - time.monotonic()))
+        for proc in procs:  # stragglers: kill, then reap without a time limit (SIGKILL cannot be ignored)
+            with contextlib.suppress(Exception):
+                if proc.exitcode is None:
                     proc.kill()
-                    proc.join(1.0)
+                    proc.join()
 
     def _running(self) -> list[tuple[int, float]]:
         """(item id, seconds running) for every busy worker."""
