@@ -486,7 +486,9 @@ def test_close_stops_workers() -> None:
         v.warmup()
         ours = {p.pid for p in mp.active_children()} - before
         assert len(ours) == 2
-    assert not ours & {p.pid for p in mp.active_children()}
+    # the processes themselves, not multiprocessing's bookkeeping: a worker reaped by the executor's
+    # manager thread can stay listed in active_children() with exitcode None (a waitpid race)
+    assert not any(_alive(pid) for pid in ours)
     with pytest.raises(RuntimeError, match="closed"):
         v.score("#### 1", "2")
     with pytest.raises(ValueError, match="^timeout_s: "):
