@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run a benchmark suite (a3po | atlas | peer-trl) and write its report")
     bench.add_argument("suite", choices=("a3po", "atlas", "peer-trl"))
     bench.add_argument("--quick", action="store_true", help="the few-minute variant (smoke test)")
+    bench.add_argument("--config", help="YAML config every cell starts from (e.g. configs/gpu-embedded.yaml)")
     bench.add_argument("--seeds", type=int, help="seeds per cell (default: 3; peer-trl 1; --quick 1)")
     bench.add_argument("--out", help="output directory (default: runs/bench/<suite>[-quick])")
     bench.add_argument("--methods", help="comma-separated subset of the suite's methods / losses")
@@ -39,9 +40,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(cfg) -> int:
-    from asyncrl.runtime import RUNNERS
+    from asyncrl.runtime import train
 
-    summary = RUNNERS[cfg.run.mode](cfg)
+    summary = train(cfg)
     keys = ("mode", "steps", "initial_eval_reward", "final_eval_reward", "wall_time_s", "run_dir")
     print(json.dumps({k: summary[k] for k in keys}))
     return 0
@@ -61,17 +62,19 @@ def _pretrain(cfg) -> int:
 def _eval(cfg) -> int:
     import torch
 
-    from asyncrl.evaluation import evaluate
-    from asyncrl.policy.model import load_policy_for
+    from asyncrl.evaluation import eval_engine, evaluate
+    from asyncrl.policy.model import check_device, load_policy_for
     from asyncrl.runtime.session import resolve_policy_dir
-    
+
     torch.set_num_threads(cfg.policy.torch_threads)
+    check_device(cfg.policy.device)
     task = cfg.task.build()
     model, tokenizer = load_policy_for(cfg.policy, resolve_policy_dir(cfg))
     problems = task.problems("eval")[: cfg.eval.n_problems]
-    acc = evaluate(model, tokenizer, task, problems, max_new_tokens=cfg.rollout.max_new_tokens,
-                   temperature=cfg.eval.temperature, batch_size=cfg.eval.batch_size,
-                   samples=cfg.eval.samples, seed=cfg.run.seed, chat_template=cfg.policy.chat_template)
+    engine = eval_engine(model, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
+                         temperature=cfg.eval.temperature, seed=cfg.run.seed)
+    acc = evaluate(engine, tokenizer, task, problems, batch_size=cfg.eval.batch_size, samples=cfg.eval.samples,
+                   chat_template=cfg.policy.chat_template)
     print(json.dumps({"eval_reward": acc, "n_problems": len(problems)}))
     return 0
 
@@ -96,9 +99,9 @@ def _bench(args) -> int:
         return 2
     try:
         cells = build_cells(args.suite, quick=args.quick, seeds=args.seeds, methods=_csv(args.methods), ks=ks,
-                            extra=args.overrides)
+                            extra=args.overrides, config=args.config)
         for cell in cells:  # validate every cell's config before running anything
-            load_config(None, list(cell.overrides))
+            load_config(cell.config, list(cell.overrides))
     except (ValueError, ConfigError) as err:
         print(f"asyncrl: {err}", file=sys.stderr)
         return 2

@@ -35,12 +35,26 @@ class RunConfig:
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only at the end
     tensorboard: bool = True
     progress: bool = True  # live progress line (rich); off for subprocesses that parse stdout
+    # torch.use_deterministic_algorithms in the trainer and every worker: bitwise-reproducible GPU
+    # runs, at some speed cost (CPU runs are bitwise reproducible without it)
+    deterministic: bool = False
 
     def validate(self) -> None:
         if self.checkpoint_every < 0:
             raise ValueError("checkpoint_every: must be >= 0")
         if self.name is not None and ("/" in self.name or not self.name.strip()):
             raise ValueError("name: must be a non-empty directory name without '/'")
+
+
+def _validate_device(device: str) -> None:
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise ValueError(f"device: not a torch device: {device!r} (cpu, cuda, cuda:N)") from None
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"device: {device!r} is not supported (cpu, cuda, cuda:N)")
 
 
 @dataclass
@@ -76,8 +90,8 @@ class PolicyConfig:
     """Which weights to train and where they run."""
 
     model_path: str | None = None  # a local HF directory; None = the embedded tiny model (cached)
-    device: str = "cpu"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"  # "cpu", "cuda" or "cuda:N": trainer, rollout workers and evaluation
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # the trained (master) weights
     torch_threads: int = 1  # 1 per process: 2 threads slow down many-fold when the other core is busy
     cache_dir: str = ".asyncrl_cache"
     chat_template: bool = True  # wrap prompts in the tokenizer's chat template when it has one
@@ -93,6 +107,7 @@ class PolicyConfig:
     def validate(self) -> None:
         if self.torch_threads < 1:
             raise ValueError("torch_threads: must be >= 1")
+        _validate_device(self.device)
         if self.lora_rank < 0:
             raise ValueError("lora_rank: must be >= 0 (0 = no LoRA)")
         if self.lora_alpha <= 0:
@@ -203,6 +218,9 @@ class RolloutConfig:
     # docs/models.md); vllm_kwargs go to vllm.LLM (e.g. gpu_memory_utilization, max_model_len)
     engine: Literal["transformers", "vllm"] = "transformers"
     vllm_kwargs: dict[str, Any] = field(default_factory=dict)
+    # dtype of the generation weights; "auto" = policy.dtype. bfloat16 on a GPU halves the weight
+    # traffic of decoding (the behavior log-probs are then those of the bf16 weights)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
 
     def validate(self) -> None:
         if self.prompts_per_step < 1:
@@ -259,6 +277,9 @@ class TrainerConfig:
     # "loglinear" (A-3PO) / "linear" / "behav" = approximate_prox_logp per minibatch; "none" = pass no
     # prox_logp (coupled PPO; the REINFORCE "bypass" form of tis/mis)
     prox: Literal["behav", "recompute", "loglinear", "linear", "none"] = "loglinear"
+    # mixed precision: forward passes under torch.autocast in this dtype, master weights and the
+    # optimizer in policy.dtype. "bfloat16" is the usual GPU setting; "none" = full precision
+    autocast: Literal["none", "bfloat16", "float16"] = "none"
 
     def validate(self) -> None:
         if self.steps < 0:
@@ -306,6 +327,9 @@ class AsyncConfig:
     """Asynchronous rollout (``run.mode=async``) and simulated lag (``run.mode=simulated``)."""
 
     backend: Literal["local", "ray"] = "local"
+    # how weights reach the workers: "auto" = Ray's object store on the ray backend, CUDA IPC
+    # (a flat GPU buffer, device-to-device copies) when policy.device is cuda, else host shared memory
+    weight_channel: Literal["auto", "shm", "cuda", "ray"] = "auto"
     n_workers: int = 1  # rollout worker processes (each uses 1 torch thread)
     max_staleness: int = 4  # K: admission bound and drop-at-consumption bound, in versions
     # W: batches the generator may start beyond the one the trainer takes next; None = K (AReaL's
@@ -370,6 +394,11 @@ class Config:
             raise ValueError("async.unit_prompts: must divide rollout.prompts_per_step")
         if self.async_.lag and self.async_.policy_buffer:
             raise ValueError("async.lag: set either lag or policy_buffer, not both")
+        channel, backend = self.async_.weight_channel, self.async_.backend
+        if (channel == "ray") != (backend == "ray") and channel != "auto":
+            raise ValueError(f"async.weight_channel: {channel!r} does not work with async.backend={backend!r}")
+        if channel == "cuda" and not self.policy.device.startswith("cuda"):
+            raise ValueError(f"async.weight_channel: 'cuda' needs policy.device=cuda, got {self.policy.device!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

@@ -21,8 +21,8 @@ from typing import Callable
 import torch
 
 from asyncrl.config import Config
-from asyncrl.evaluation import evaluate
-from asyncrl.policy.model import build_tiny_model, num_parameters
+from asyncrl.evaluation import eval_engine, evaluate
+from asyncrl.policy.model import build_tiny_model, check_device, num_parameters
 from asyncrl.policy.tokenizer import train_tokenizer
 from asyncrl.tasks import Problem
 
@@ -36,6 +36,9 @@ def cache_key(cfg: Config) -> str:
         "task": dataclasses.asdict(cfg.task),
         "pretrain": dataclasses.asdict(cfg.pretrain),
     }
+    device = cfg.policy.device.split(":")[0]
+    if device != "cpu":  # other kernels, other weights; the CPU key stays what it always was
+        payload["device"] = device
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -108,7 +111,8 @@ def _pretrain(cfg: Config, on_step: Callable[[int, float], None] | None) -> Path
     corpus = [p.prompt + p.solution for p in train] + [demonstration(p, True) for p in train[:200]]
     tokenizer = train_tokenizer(corpus, cfg.model.vocab_size,
                                 cfg.model.split_digits)
-    model = build_tiny_model(cfg.model, tokenizer, seed=pc.seed)
+    device = check_device(cfg.policy.device)
+    model = build_tiny_model(cfg.model, tokenizer, seed=pc.seed).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=pc.lr, weight_decay=pc.weight_decay, betas=(0.9, 0.95))
     rng = random.Random(pc.seed)
     style_rng = random.Random(pc.seed + 1)
@@ -120,7 +124,7 @@ def _pretrain(cfg: Config, on_step: Callable[[int, float], None] | None) -> Path
             order += rng.sample(train, len(train))
         chunk, order = order[: pc.batch_size], order[pc.batch_size:]
         alt = [style_rng.random() < pc.alt_style_frac for _ in chunk]
-        ids, attn, labels = sft_batch(tokenizer, chunk, alt)
+        ids, attn, labels = (t.to(device) for t in sft_batch(tokenizer, chunk, alt))
         for group in opt.param_groups:
             group["lr"] = lr_at(step, pc)
         loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
@@ -132,8 +136,9 @@ def _pretrain(cfg: Config, on_step: Callable[[int, float], None] | None) -> Path
         if on_step is not None:
             on_step(step, loss_value)
     model.eval()
-    accuracy = evaluate(model, tokenizer, task, task.problems("eval")[: cfg.eval.n_problems],
-                        max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.eval.temperature,
+    engine = eval_engine(model, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
+                         temperature=cfg.eval.temperature)
+    accuracy = evaluate(engine, tokenizer, task, task.problems("eval")[: cfg.eval.n_problems],
                         batch_size=cfg.eval.batch_size, samples=cfg.eval.samples)
     summary = {
         "final_sft_loss": loss_value, "eval_reward": accuracy, "steps": pc.steps,
@@ -143,7 +148,7 @@ def _pretrain(cfg: Config, on_step: Callable[[int, float], None] | None) -> Path
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
+    model.cpu().save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / "pretrain_summary.json").write_text(json.dumps(summary, indent=2))
     shutil.rmtree(out, ignore_errors=True)

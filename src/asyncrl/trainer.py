@@ -3,10 +3,15 @@
 The objective is reached only through the ``asyncrl.objectives`` registry: this file never
 branches on the loss name. Non-finite losses or gradients skip the update (counted), so NaN/inf
 never reaches the weights.
+
+Device: the trainer works on its model's device; a batch moves there once, at the entrance of
+:meth:`Trainer.step`. Mixed precision (``trainer.autocast``): the weights and the optimizer stay
+in the policy dtype (fp32 master weights); forward passes run under ``torch.autocast``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import defaultdict
@@ -24,6 +29,8 @@ from asyncrl.objectives import (
 from asyncrl.policy.logprobs import completion_logprobs
 from asyncrl.types import Batch
 
+AUTOCAST_DTYPES = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
 
 class Trainer:
     """Owns the trained model, its optimizer and the policy version counter."""
@@ -35,23 +42,34 @@ class Trainer:
         self.loss = loss
         self.temperature = temperature
         self.version = 0
+        self.device = next(model.parameters()).device
+        # fused AdamW: one kernel for all parameters on CUDA (the foreach path elsewhere)
+        fused = {"fused": True} if self.device.type == "cuda" else {}
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
-        self.rng = torch.Generator().manual_seed(seed)
+            model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay, **fused)
+        self.rng = torch.Generator().manual_seed(seed)  # minibatch permutation, sampled on the CPU
+        self.autocast_dtype = AUTOCAST_DTYPES[cfg.autocast]
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     def logprobs(self, batch: Batch, with_entropy: bool = False):
-        return completion_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
-                                   batch.completion_mask, temperature=self.temperature,
-                                   with_entropy=with_entropy)
+        with self._autocast():
+            return completion_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                                       batch.completion_mask, temperature=self.temperature,
+                                       with_entropy=with_entropy)
 
     def step(self, batch: Batch) -> dict[str, float]:
         """Train on ``batch`` (any number of versions behind) and advance the version by one."""
         cfg = self.cfg
         started = time.perf_counter()
+        batch = batch.to(self.device)
         batch.advantages = group_advantages(batch.rewards, batch.group_ids, method=cfg.advantage,
                                             eps=cfg.adv_eps)
         self.model.train()
-        perm = torch.randperm(len(batch), generator=self.rng)
+        perm = torch.randperm(len(batch), generator=self.rng).to(self.device)
         batch = batch.select(perm)  # minibatch order: minibatch i is a contiguous block of rows (views)
         sizes = [len(index) for index in perm.chunk(cfg.n_minibatches)]
         starts = [sum(sizes[:i]) for i in range(len(sizes))]

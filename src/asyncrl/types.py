@@ -8,6 +8,13 @@ from dataclasses import dataclass, fields
 import torch
 
 
+def on_device(tensor: torch.Tensor, device: torch.device) -> bool:
+    """Whether ``tensor`` lives on ``device`` ("cuda" matches any "cuda:i" of the current index)."""
+    if tensor.device.type != device.type:
+        return False
+    return device.index is None or tensor.device.index == device.index
+
+
 @dataclass
 class Generation:
     """Raw output of a sampler.
@@ -25,6 +32,15 @@ class Generation:
     behav_logp: torch.Tensor
     versions: torch.Tensor
     completion_mask: torch.Tensor
+
+    def to(self, device: torch.device | str, non_blocking: bool = False):
+        """Every tensor field on ``device`` (the same object when already there): the one place a
+        batch changes device, at the entrance of the component that consumes it."""
+        device = torch.device(device)
+        tensors = {f.name: getattr(self, f.name) for f in fields(self)}
+        if all(on_device(t, device) for t in tensors.values()):
+            return self
+        return type(self)(**{k: t.to(device, non_blocking=non_blocking) for k, t in tensors.items()})
 
 
 @dataclass

@@ -2,8 +2,17 @@ import torch
 
 from asyncrl.policy.logprobs import completion_logprobs
 from asyncrl.policy.model import load_policy
-from asyncrl.policy.sampling import decode, left_pad, prefill, sample, to_generation
+from asyncrl.policy.sampling import decode, left_pad, prefill, to_generation
 from asyncrl.policy.tokenizer import train_tokenizer
+from asyncrl.rollout import EngineSpec, make_engine
+
+
+def sample(model, tok, prompts, *, max_new_tokens, temperature, seed, version=0):
+    engine = make_engine("transformers", EngineSpec(max_new_tokens=max_new_tokens, temperature=temperature,
+                                                    seed=seed), model=model, tokenizer=tok)
+    assert engine.model is model  # same device and dtype: the engine generates with the model itself
+    engine.update_weights(model, version)
+    return engine.generate(prompts)
 
 
 def test_tokenizer_round_trip(tiny_policy):
@@ -47,8 +56,7 @@ def test_behavior_logprobs_match_direct_computation(tiny_policy):
     model, tok, task = tiny_policy
     problems = task.problems("train")[:6]
     prompts = [tok(p.prompt)["input_ids"] for p in problems]
-    gen = sample(model, prompts, max_new_tokens=12, temperature=0.7, eos_id=tok.eos_token_id,
-                 pad_id=tok.pad_token_id, version=3, generator=torch.Generator().manual_seed(1))
+    gen = sample(model, tok, prompts, max_new_tokens=12, temperature=0.7, version=3, seed=1)
     assert gen.completion_ids.shape[0] == 6
     assert set(gen.versions[gen.completion_mask].tolist()) == {3}
     assert (gen.versions[~gen.completion_mask] == -1).all()
@@ -64,8 +72,7 @@ def test_trainer_logprobs_and_entropy_match_direct_computation(tiny_policy):
     model, tok, task = tiny_policy
     problems = task.problems("train")[:4]
     prompts = [tok(p.prompt)["input_ids"] for p in problems]
-    gen = sample(model, prompts, max_new_tokens=10, temperature=1.0, eos_id=tok.eos_token_id,
-                 pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(2))
+    gen = sample(model, tok, prompts, max_new_tokens=10, temperature=1.0, seed=2)
     logp, entropy = completion_logprobs(model, gen.prompt_ids, gen.prompt_mask, gen.completion_ids,
                                         gen.completion_mask, with_entropy=True)
     assert logp.requires_grad
@@ -101,3 +108,51 @@ def test_chunked_decode_with_reprefill_equals_one_pass(tiny_policy):
     chunked = to_generation(decode(model, state, 7, **kw))
     assert torch.equal(whole.completion_ids, chunked.completion_ids)
     torch.testing.assert_close(whole.behav_logp, chunked.behav_logp, rtol=1e-4, atol=1e-4)
+
+
+def test_engine_hook_swaps_weights_between_chunks(tiny_policy):
+    """A hook that loads other weights mid-generation: later tokens carry the new version and come
+    from the new weights (the engine re-runs the prefix with them)."""
+    import copy
+
+    model, tok, task = tiny_policy
+    own = copy.deepcopy(model)
+    spec = EngineSpec(max_new_tokens=12, temperature=0.0, chunk_tokens=4)
+    engine = make_engine("transformers", spec, model=own, tokenizer=tok)
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    calls = []
+
+    def hook() -> bool:
+        calls.append(engine.version)
+        if engine.version == 0:
+            engine.update_weights(other, 1)
+            return True
+        return False
+
+    prompts = [tok(p.prompt)["input_ids"] for p in task.problems("train")[:3]]
+    gen = engine.generate(prompts, between_chunks=hook)
+    mask = gen.completion_mask
+    assert calls[0] == 0 and len(calls) >= 2
+    assert (gen.versions[:, :4][mask[:, :4]] == 0).all() and (gen.versions[:, 4:][mask[:, 4:]] == 1).all()
+    # the engine held its own copy: the hook changed it, not the model it was built from
+    assert torch.equal(own.lm_head.weight, other.lm_head.weight)
+    assert not torch.equal(model.lm_head.weight, other.lm_head.weight)
+    n = int(mask[0].sum())
+    with torch.no_grad():
+        ref_new = _direct_logprobs(other, prompts[0], gen.completion_ids[0, :n].tolist(), 1.0)
+        ref_old = _direct_logprobs(model, prompts[0], gen.completion_ids[0, :n].tolist(), 1.0)
+    expected = torch.where(gen.versions[0, :n] == 1, ref_new, ref_old)
+    torch.testing.assert_close(gen.behav_logp[0, :n], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_engine_copies_weights_in_generation_dtype(tiny_policy):
+    model, tok, _ = tiny_policy
+    engine = make_engine("transformers", EngineSpec(max_new_tokens=4, temperature=1.0, dtype="bfloat16"),
+                         model=model, tokenizer=tok)
+    assert engine.model is not model and next(engine.model.parameters()).dtype == torch.bfloat16
+    engine.update_weights(model, 2)
+    torch.testing.assert_close(engine.model.lm_head.weight.float(), model.lm_head.weight, rtol=1e-2, atol=1e-2)
+    assert engine.version == 2

@@ -5,7 +5,8 @@ import torch
 
 import asyncrl.trainer as trainer_module
 from asyncrl.config import LossConfig, TrainerConfig
-from asyncrl.rollout import TransformersEngine, score
+from asyncrl.policy.prompts import encode_problems
+from asyncrl.rollout import EngineSpec, make_engine, score
 from asyncrl.trainer import Trainer
 
 
@@ -14,7 +15,8 @@ def setup(tiny_policy):
     model, tok, task = tiny_policy
     state = {k: v.clone() for k, v in model.state_dict().items()}
     problems = task.problems("train")[:4]
-    gen = TransformersEngine(model, tok, max_new_tokens=8, temperature=1.0).generate(problems, 4, version=0)
+    engine = make_engine("transformers", EngineSpec(max_new_tokens=8, temperature=1.0), model=model, tokenizer=tok)
+    gen = engine.generate(encode_problems(tok, problems, 4))
     batch = score(gen, problems, 4, task, tok)
     batch.rewards = torch.tensor([1.0, 0, 0, 0] * 4)  # signal in every group
     yield model, batch

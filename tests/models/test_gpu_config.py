@@ -15,7 +15,8 @@ def test_gpu_gsm8k_config_loads(tmp_path):
     cfg = load_config(CONFIG, [f"policy.model_path={model_dir}", f"task.path={data}"])
     assert cfg.policy.device == "cuda" and cfg.policy.gradient_checkpointing
     assert cfg.rollout.engine == "vllm" and cfg.rollout.max_new_tokens == 512
-    assert cfg.rollout.vllm_kwargs["dtype"] == "bfloat16"
+    assert cfg.rollout.vllm_kwargs["dtype"] == "bfloat16" and cfg.rollout.dtype == "bfloat16"
+    assert cfg.trainer.autocast == "bfloat16"
     assert cfg.task.name == "gsm8k" and cfg.trainer.lr == 1e-6
     assert cfg.rollout.batch_size % cfg.trainer.n_minibatches == 0
 
@@ -37,10 +38,11 @@ def test_missing_vllm_is_one_line_config_error(monkeypatch, tiny_policy):
     import pytest
 
     from asyncrl.config import ConfigError
+    from asyncrl.rollout import EngineSpec
     from asyncrl.rollout.vllm_engine import VLLMEngine
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm → ImportError
     _, tokenizer, _ = tiny_policy
     with pytest.raises(ConfigError, match=r"rollout.engine: vllm is not installed") as err:
-        VLLMEngine("/nonexistent", tokenizer, max_new_tokens=4, temperature=1.0)
+        VLLMEngine("/nonexistent", tokenizer, EngineSpec(max_new_tokens=4, temperature=1.0))
     assert "\n" not in str(err.value)

@@ -98,12 +98,13 @@ def test_shared_weights_publish_merged(tiny_policy):
 
     from transformers import AutoModelForCausalLM
 
-    from asyncrl.runtime.weights import SharedWeights
+    from asyncrl.runtime.channels import open_channel
 
     model, tokenizer, task = _fresh(tiny_policy)
     worker = AutoModelForCausalLM.from_config(model.config)
     lora = apply_lora(model, _lora_cfg())
-    shared = SharedWeights.create(lora, mp.get_context("spawn"), version=0)
+    shared = open_channel("shm", lora, ctx=mp.get_context("spawn"))
+    assert shared.latest() == 0
     assert [n for n, _ in shared.layout] == list(worker.state_dict())
     _randomize_lora(lora, seed=1)
     shared.publish(lora, 3)

@@ -44,11 +44,18 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(tiny_dir):
+    from asyncrl.rollout import EngineSpec
     from asyncrl.rollout.vllm_engine import VLLMEngine
 
     path, _, tokenizer, _ = tiny_dir
-    return VLLMEngine(path, tokenizer, max_new_tokens=12, temperature=TEMPERATURE, seed=0,
-                      chat_template=False, max_model_len=256)
+    return VLLMEngine(path, tokenizer, EngineSpec(max_new_tokens=12, temperature=TEMPERATURE, seed=0),
+                      max_model_len=256)
+
+
+def _prompts(tokenizer, problems, n):
+    from asyncrl.policy.prompts import encode_problems
+
+    return encode_problems(tokenizer, problems, n, chat_template=False)
 
 
 def _perturbed(model, seed: int, scale: float = 0.05):
@@ -83,7 +90,7 @@ def _check_structure(gen, rows: int, eos: int, pad: int):
 def test_generate_logprobs_match_trainer(engine, tiny_dir):
     _, model, tokenizer, task = tiny_dir
     engine.update_weights(model, 0)
-    gen = engine.generate(task.problems("train")[:3], 2, version=0)
+    gen = engine.generate(_prompts(tokenizer, task.problems("train")[:3], 2))
     _check_structure(gen, 6, tokenizer.eos_token_id, tokenizer.pad_token_id)
     assert set(gen.versions[gen.completion_mask].tolist()) == {0}
     logp = _trainer_logp(model, gen)
@@ -96,7 +103,7 @@ def test_update_weights_in_place(engine, tiny_dir):
     new = _perturbed(model, seed=1)
     engine.update_weights(new, 5)
     assert engine.version == 5
-    gen = engine.generate(task.problems("train")[3:6], 2)
+    gen = engine.generate(_prompts(tokenizer, task.problems("train")[3:6], 2))
     assert set(gen.versions[gen.completion_mask].tolist()) == {5}
     torch.testing.assert_close(gen.behav_logp, _trainer_logp(new, gen), atol=TOL, rtol=0)
     stale = _trainer_logp(model, gen)
@@ -113,14 +120,14 @@ def test_update_from_trainer_step(engine, tiny_dir):
     trained = copy.deepcopy(model)
     engine.update_weights(trained, 0)
     problems = task.problems("train")[:2]
-    gen = engine.generate(problems, 4, version=0)
+    gen = engine.generate(_prompts(tokenizer, problems, 4))
     batch = score(gen, problems, 4, task, tokenizer)
     batch.rewards = torch.arange(len(batch), dtype=torch.float32) % 2  # a non-zero advantage signal
     trainer = Trainer(trained, TrainerConfig(lr=1e-2, n_minibatches=1), LossConfig(), temperature=TEMPERATURE)
     trainer.step(batch)
     trained.eval()
     engine.update_weights(trained, trainer.version)
-    gen = engine.generate(problems, 4)
+    gen = engine.generate(_prompts(tokenizer, problems, 4))
     assert set(gen.versions[gen.completion_mask].tolist()) == {1}
     torch.testing.assert_close(gen.behav_logp, _trainer_logp(trained, gen), atol=TOL, rtol=0)
 
@@ -135,10 +142,12 @@ def test_chunked_generation_across_update(engine, tiny_dir):
         calls.append(engine.version)
         if len(calls) == 1:
             engine.update_weights(new, 1)
+            return True
+        return False
 
     engine.chunk_tokens = 4
     try:
-        gen = engine.generate(task.problems("train")[:3], 2, version=0, between_chunks=between_chunks)
+        gen = engine.generate(_prompts(tokenizer, task.problems("train")[:3], 2), between_chunks=between_chunks)
     finally:
         engine.chunk_tokens = None
     mask = gen.completion_mask
@@ -165,7 +174,7 @@ def test_update_from_lora_model_is_merged(engine, tiny_dir):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.1)
     lora.eval()
     engine.update_weights(lora, 7)
-    gen = engine.generate(task.problems("train")[:2], 2)
+    gen = engine.generate(_prompts(tokenizer, task.problems("train")[:2], 2))
     torch.testing.assert_close(gen.behav_logp, _trainer_logp(lora, gen), atol=TOL, rtol=0)
 
 

@@ -305,12 +305,10 @@ def run(cfg: Config, threads_explicit: bool = False) -> dict:
     n = max(steps, 1)
     return session.finish(steps, {
         "mode": MODE, "loss": f"trl-{LOSS_TYPE}", "prox": None,
-        "train_wall_s": train_wall, "time_per_step_s": train_wall / n,
         "gen_time_per_step_s": callback.totals["gen"] / n,
         "rollout_time_per_step_s": callback.totals["rollout"] / n,
         "torch_threads": callback.threads_seen or threads, "trl_version": trl.__version__,
-        "run_dir": str(session.run_dir),
-    })
+    }, train_wall)
 
 
 def _time_method(obj, name: str, timers: dict, key: str) -> None:

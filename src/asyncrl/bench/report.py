@@ -143,6 +143,10 @@ def _build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
         "ideal_overlap": ideal,
         "speedup_fraction_of_ideal": None if speedup is None or ideal is None else _ratio(speedup, ideal),
         "eval_gap_sync_minus_loglinear": _points_gap(methods, sync, ll, "final_eval_reward"),
+        # trainer publish + worker pull, per step, of the A-3PO runs (the weight channel's cost)
+        "weight_sync_s_per_step": _weight_sync(methods, ll),
+        "decode_tokens_per_s": {m: _finite(_mean(methods, m, "gen_tokens_per_s")) for m in methods},
+        "device": _devices(results),
         "per_method": {m: {"final_eval_reward_mean": s["final_eval_reward"]["mean"],
                            "final_eval_reward_ci": [s["final_eval_reward"]["ci_low"],
                                                     s["final_eval_reward"]["ci_high"]]}
@@ -162,6 +166,21 @@ def _build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
     table = _method_table(methods, groups, cols,
                           CI_CAPTION + " IW/clipped/entropy/ESS are per-run means over steps.")
     return extra, table, figs
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _weight_sync(methods: dict, method: str) -> float | None:
+    total = sum(_mean(methods, method, key) for key in ("weight_publish_per_step_s", "weight_pull_per_step_s"))
+    return total if math.isfinite(total) else None
+
+
+def _devices(results: Mapping[str, Any]) -> str | None:
+    """The device(s) the runs trained on, from their summaries ("cpu", or the GPU's name)."""
+    names = sorted({(r.get("summary") or {}).get("device") for r in results.get("runs") or []} - {None})
+    return ", ".join(names) or None
 
 
 def _k_key(run: Mapping[str, Any]) -> Any:

@@ -6,8 +6,9 @@
 
 A cell is finished when its ``summary.json`` exists (runs write it atomically, last); an unfinished
 cell directory left by an interrupted run is wiped and the cell runs again. Cells run as
-subprocesses by default, so every run starts from a fresh interpreter (clean RSS figures, a crash
-cannot take the suite down); short simulated cells can run in-process to skip ~5 s of imports each.
+subprocesses by default (``python -m asyncrl.runtime``), so every run starts from a fresh
+interpreter (clean RSS figures, a crash cannot take the suite down); short simulated cells can run
+in-process (:func:`asyncrl.runtime.train`) to skip ~5 s of imports each.
 """
 
 from __future__ import annotations
@@ -37,22 +38,32 @@ class BenchError(RuntimeError):
 
 
 def cell_argv(cell: Cell, runs_dir: Path) -> list[str]:
-    """Command-line arguments of one cell (after the program name)."""
-    common = [*cell.overrides, f"run.out_dir={runs_dir}", f"run.name={cell.name}", "run.progress=false"]
+    """The ``asyncrl`` command-line arguments that run one cell by hand (after the program name)."""
+    common = [*_config_args(cell), *_cell_overrides(cell, runs_dir)]
     return ["train", *common] if cell.runner == "train" else common
 
 
+def _cell_overrides(cell: Cell, runs_dir: Path) -> list[str]:
+    return [*cell.overrides, f"run.out_dir={runs_dir}", f"run.name={cell.name}", "run.progress=false"]
+
+
+def _config_args(cell: Cell) -> list[str]:
+    return ["--config", str(Path(cell.config).resolve())] if cell.config else []
+
+
 def _command(cell: Cell, runs_dir: Path) -> list[str]:
-    module = "asyncrl.cli" if cell.runner == "train" else "asyncrl.bench.peer_trl"
-    return [sys.executable, "-m", module, *cell_argv(cell, runs_dir)]
+    module = "asyncrl.runtime" if cell.runner == "train" else "asyncrl.bench.peer_trl"
+    return [sys.executable, "-m", module, *_config_args(cell), *_cell_overrides(cell, runs_dir)]
 
 
 def _run_in_process(cell: Cell, runs_dir: Path, log_path: Path) -> int:
-    from asyncrl.cli import main
+    from asyncrl.config import load_config
+    from asyncrl.runtime import train
 
     with open(log_path, "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
-            return main(cell_argv(cell, runs_dir))
+            train(load_config(cell.config, _cell_overrides(cell, runs_dir)))
+            return 0
         except Exception:  # a crashing cell fails the suite with its log, not the bench process
             traceback.print_exc()
             print(f"{sys.exc_info()[0].__name__}: {sys.exc_info()[1]}")
@@ -107,8 +118,10 @@ def host_info() -> dict:
 
     from asyncrl import __version__
 
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "torch": torch.__version__, "asyncrl": __version__}
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
+        if torch.cuda.is_available() else []
+    return {"cpus": os.cpu_count(), "gpus": gpus, "platform": platform.platform(),
+            "python": platform.python_version(), "torch": torch.__version__, "asyncrl": __version__}
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -29,7 +29,8 @@ wall_time_key = "wall_time"
 # Per-run scalars read from each run's summary, aggregated across seeds by aggregate_methods.
 SUMMARY_METRICS = ("final_eval_reward", "initial_eval_reward", "train_wall_s", "wall_time_s",
                    "time_per_step_s", "gen_time_per_step_s", "train_time_per_step_s",
-                   "prox_time_per_step_s", "samples_per_s")
+                   "prox_time_per_step_s", "samples_per_s", "weight_publish_per_step_s",
+                   "weight_pull_per_step_s", "gen_tokens_per_s")
 # Per-step metrics: each run contributes its mean over steps, then runs are aggregated.
 STEP_METRICS = ("importance_weight_max", "importance_weight_min", "clipped_tokens", "entropy",
                 "ess_frac")

@@ -77,6 +77,7 @@ class Cell:
     runner: str  # "train" (asyncrl train) or "trl" (asyncrl.bench.peer_trl)
     overrides: tuple[str, ...]  # dotted key=value, applied on top of the defaults
     params: dict = field(default_factory=dict, compare=False)  # what varies across cells, for the report
+    config: str | None = None  # YAML config file under the overrides (``asyncrl bench --config``)
 
 
 def _overrides(*parts: dict[str, object]) -> tuple[str, ...]:
@@ -98,11 +99,12 @@ def _params(switches: dict[str, object], **extra) -> dict:
 
 def build_cells(suite: str, *, quick: bool = False, seeds: int | None = None,
                 methods: list[str] | None = None, ks: list[int] | None = None,
-                extra: list[str] | None = None) -> list[Cell]:
+                extra: list[str] | None = None, config: str | None = None) -> list[Cell]:
     """The cells of ``suite``, in run order (seed-major, so a partial run covers every method).
 
     methods / ks filter the suite's matrix (unknown names raise ValueError); extra overrides apply
-    to every cell last, so they win.
+    to every cell last, so they win; ``config`` is a YAML file every cell starts from (the suite's
+    switches and ``extra`` override it).
     """
     if suite not in SUITES:
         raise ValueError(f"suite: unknown {suite!r} (known: {', '.join(SUITES)})")
@@ -126,11 +128,11 @@ def build_cells(suite: str, *, quick: bool = False, seeds: int | None = None,
                     switches = {"run.mode": "simulated", **table[method], "async.lag": k}
                     cells.append(Cell(f"{method}-k{k}-s{seed}", method, seed, "train",
                                       _overrides(base, switches, {"run.seed": seed}) + tail,
-                                      _params(table[method], K=k, mode="simulated")))
+                                      _params(table[method], K=k, mode="simulated"), config))
         else:
             for method in chosen:
                 runner = "trl" if method == "trl-grpo" else "train"
                 cells.append(Cell(f"{method}-s{seed}", method, seed, runner,
                                   _overrides(base, table[method], {"run.seed": seed}) + tail,
-                                  _params(table[method])))
+                                  _params(table[method]), config))
     return cells

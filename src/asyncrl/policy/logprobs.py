@@ -18,19 +18,19 @@ def completion_logprobs(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt
     completion_mask [B, T] bool. Returns logp [B, T] float32 (0 where the mask is False) and, if
     asked, entropy [B, T] float32 of the full next-token distribution. Logits are divided by
     ``temperature`` so the result is comparable to the behavior log-probs recorded at sampling.
-    Differentiable when called with grad enabled.
+    Differentiable when called with grad enabled. Every tensor must be on the model's device
+    (callers move a batch once, with ``Batch.to``).
     """
-    device = next(model.parameters()).device
-    ids = torch.cat([prompt_ids, completion_ids], dim=1).to(device)
-    attn = torch.cat([prompt_mask.long(), completion_mask.long()], dim=1).to(device)
+    ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attn = torch.cat([prompt_mask.long(), completion_mask.long()], dim=1)
     n = completion_ids.shape[1]
     logits = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn)).logits
     # logits at position j predict token j + 1: the completion is predicted by the n positions
     # ending one before the last.
     logits = logits[:, -n - 1:-1].float() / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
-    mask = completion_mask.to(device)
-    logp = logp_all.gather(-1, completion_ids.to(device)[..., None]).squeeze(-1)
+    mask = completion_mask
+    logp = logp_all.gather(-1, completion_ids[..., None]).squeeze(-1)
     logp = torch.where(mask, logp, torch.zeros_like(logp))
     entropy = None
     if with_entropy:

@@ -3,6 +3,7 @@ from a config, so it runs through exactly the code path of a Hugging Face checkp
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -14,6 +15,37 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from asyncrl.config import ModelConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def check_device(device: str) -> torch.device:
+    """``device`` as a torch device, or a one-line ConfigError when this machine does not have it
+    (checked when a run starts, not at config load: a GPU config still loads on a CPU machine)."""
+    from asyncrl.config_loader import ConfigError
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("policy.device", f"{device!r} requested but torch {torch.__version__} sees no "
+                                               "CUDA device")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError("policy.device", f"{device!r}: only {torch.cuda.device_count()} CUDA device(s)")
+    return dev
+
+
+def set_deterministic(on: bool) -> None:
+    """Deterministic kernels (``run.deterministic``), in every process that computes."""
+    if on:
+        import os
+
+        # cuBLAS needs a fixed workspace for reproducible GEMMs; read when CUDA initialises
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=False)
+        torch.backends.cudnn.benchmark = False
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The config name of a torch dtype (a key of DTYPES)."""
+    return next(name for name, value in DTYPES.items() if value == dtype)
 
 
 def build_tiny_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> Qwen2ForCausalLM:
@@ -75,3 +107,17 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
 
 def num_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+@torch.no_grad()
+def plain_copy(model: torch.nn.Module, device: torch.device | str, dtype: torch.dtype) -> PreTrainedModel:
+    """A separate plain (no LoRA) model with ``model``'s current weights, on ``device`` in ``dtype``:
+    what a generation engine holds when it cannot share the trainer's module."""
+    from asyncrl.policy.lora import base_model_of, export_state_dict, is_peft_model
+
+    if not is_peft_model(model):
+        return copy.deepcopy(model).to(device=device, dtype=dtype)
+    base = base_model_of(model)
+    fresh = type(base)(base.config)
+    fresh.load_state_dict(export_state_dict(model))
+    return fresh.to(device=device, dtype=dtype)

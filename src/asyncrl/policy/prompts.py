@@ -11,3 +11,12 @@ def encode_prompt(tokenizer, text: str, chat_template: bool = True) -> list[int]
                                             tokenize=True)
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
     return tokenizer(text)["input_ids"]
+
+
+def encode_problems(tokenizer, problems, n: int = 1, chat_template: bool = True) -> list[list[int]]:
+    """Prompt ids of ``n`` samples per problem (rows: problems × n, in order); each encoded once."""
+    out: list[list[int]] = []
+    for problem in problems:
+        ids = encode_prompt(tokenizer, problem.prompt, chat_template)
+        out += [ids] * n
+    return out

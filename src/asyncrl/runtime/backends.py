@@ -1,45 +1,51 @@
-"""Where rollout workers run: ``local`` (processes on this machine, weights in shared memory) or
-``ray`` (actors on a Ray cluster, weights through the object store). Both yield a pool with the
-same methods (submit / poll / restart_dead / wait_ready / n_inflight / restarts) and a weight
-channel with ``publish(model, version)``."""
+"""Where rollout workers run: ``local`` (processes on this machine) or ``ray`` (actors on a Ray
+cluster). Each backend returns a pool (submit / poll / restart_dead / wait_ready / n_inflight /
+restarts / shutdown) and the weight channel its workers pull from. A new backend is one function
+plus one line in :data:`BACKENDS`."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from collections.abc import Callable
 
+import torch
 import torch.multiprocessing as tmp
 
 from asyncrl.config import Config, ConfigError
-from asyncrl.pretrain import pretrained_dir
+from asyncrl.runtime.channels import channel_name, open_channel
+from asyncrl.runtime.engines import generation_dtype
 from asyncrl.runtime.pool import WorkerPool
-from asyncrl.runtime.weights import SharedWeights
+from asyncrl.runtime.worker import WorkerSpec
 
 
-def policy_dir_of(cfg: Config) -> str:
-    return cfg.policy.model_path or str(pretrained_dir(cfg))
+def _channel(cfg: Config, model: torch.nn.Module, ctx=None):
+    from asyncrl.policy.model import DTYPES
+
+    name = channel_name(cfg.async_.weight_channel, cfg.async_.backend, cfg.policy.device)
+    if name == "cuda" and torch.device(cfg.policy.device).type != "cuda":
+        raise ConfigError("async.weight_channel", f"'cuda' needs policy.device=cuda, got {cfg.policy.device!r}")
+    return open_channel(name, model, ctx=ctx, device=cfg.policy.device, dtype=DTYPES[generation_dtype(cfg)])
 
 
-@contextmanager
-def open_backend(cfg: Config, session):
-    from asyncrl.runtime.async_local import worker_specs
+def _local(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
+    ctx = tmp.get_context("spawn")  # torch's context: CUDA tensors cross as IPC handles
+    channel = _channel(cfg, model, ctx)
+    return WorkerPool(ctx, specs, channel, cfg.async_.worker_start_timeout_s), channel
 
-    specs = worker_specs(cfg, policy_dir_of(cfg))
-    if cfg.async_.backend == "ray":
-        try:
-            from asyncrl.runtime.ray_backend import RayPool
-        except ImportError as err:
-            raise ConfigError("async.backend", f"ray is not installed ({err}); "
-                              "pip install 'asyncrl[ray]' torch==2.13.0") from None
-        pool = RayPool(specs, session.model, cfg.async_.worker_start_timeout_s)
-        try:
-            yield pool, pool
-        finally:
-            pool.shutdown()
-        return
-    ctx = tmp.get_context("spawn")
-    shared = SharedWeights.create(session.model, ctx, version=0)
-    pool = WorkerPool(ctx, specs, shared, cfg.async_.worker_start_timeout_s)
+
+def _ray(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
     try:
-        yield pool, shared
-    finally:
-        pool.shutdown()
+        from asyncrl.runtime.ray_backend import RayPool, init_ray
+    except ImportError as err:
+        raise ConfigError("async.backend", f"ray is not installed ({err}); "
+                          "pip install 'asyncrl[ray]' torch==<your torch version>") from None
+    owns_ray = init_ray(len(specs))
+    channel = _channel(cfg, model)
+    return RayPool(specs, channel, cfg.async_.worker_start_timeout_s, owns_ray=owns_ray), channel
+
+
+BACKENDS: dict[str, Callable] = {"local": _local, "ray": _ray}
+
+
+def open_backend(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
+    """(pool, channel) of ``async.backend``; the channel holds ``model``'s weights as version 0."""
+    return BACKENDS[cfg.async_.backend](cfg, specs, model)

@@ -16,10 +16,10 @@ class WorkerError(RuntimeError):
 
 
 class WorkerPool:
-    def __init__(self, ctx, specs: list[WorkerSpec], shared, start_timeout_s: float = 300.0):
+    def __init__(self, ctx, specs: list[WorkerSpec], channel, start_timeout_s: float = 300.0):
         self.ctx = ctx
         self.specs = {s.worker_id: s for s in specs}
-        self.shared = shared
+        self.channel = channel
         self.result_q = ctx.Queue()
         self.stop = ctx.Event()
         self.processes: dict[int, object] = {}
@@ -35,7 +35,7 @@ class WorkerPool:
         spec = self.specs[worker_id]
         if self.restarts:  # a restarted worker must not replay its predecessor's random stream
             spec = replace(spec, seed=spec.seed + 1_000_003 * self.restarts)
-        proc = self.ctx.Process(target=worker_main, args=(spec, self.shared, work_q, self.result_q, self.stop),
+        proc = self.ctx.Process(target=worker_main, args=(spec, self.channel, work_q, self.result_q, self.stop),
                                 daemon=True, name=f"asyncrl-rollout-{worker_id}")
         proc.start()
         self.processes[worker_id] = proc

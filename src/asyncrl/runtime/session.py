@@ -15,10 +15,10 @@ import yaml
 
 from asyncrl.checkpoint import save_checkpoint
 from asyncrl.config import Config, ConfigError
-from asyncrl.evaluation import evaluate
+from asyncrl.evaluation import eval_engine, evaluate
 from asyncrl.metrics import MetricsWriter
 from asyncrl.policy.lora import apply_lora
-from asyncrl.policy.model import load_policy_for
+from asyncrl.policy.model import check_device, load_policy_for, set_deterministic
 from asyncrl.pretrain import is_complete, pretrain, pretrained_dir
 from asyncrl.progress import TrainProgress
 from asyncrl.tasks import Problem, Task
@@ -33,6 +33,13 @@ def resolve_policy_dir(cfg: Config, log=print) -> Path:
         log(f"warm start not cached; running `asyncrl pretrain` ({cfg.pretrain.steps} steps) → {path}")
         pretrain(cfg)
     return path
+
+
+def device_name(device: str) -> str:
+    """What the run ran on, for summaries and reports ("cpu", or the GPU's name)."""
+    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return torch.device(device).type
 
 
 def make_run_dir(cfg: Config) -> Path:
@@ -65,6 +72,8 @@ class Session:
 
     @classmethod
     def open(cls, cfg: Config) -> "Session":
+        check_device(cfg.policy.device)
+        set_deterministic(cfg.run.deterministic)
         torch.manual_seed(cfg.run.seed)
         progress = TrainProgress(cfg.trainer.steps, f"{cfg.run.mode}/{cfg.loss.name}",
                                  enabled=cfg.run.progress)
@@ -79,11 +88,11 @@ class Session:
 
     def evaluate(self, step: int) -> float:
         t0 = time.perf_counter()
-        acc = evaluate(self.model, self.tokenizer, self.task, self.eval_problems,
-                       max_new_tokens=self.cfg.rollout.max_new_tokens,
-                       temperature=self.cfg.eval.temperature, batch_size=self.cfg.eval.batch_size,
-                       samples=self.cfg.eval.samples, chat_template=self.cfg.policy.chat_template,
-                       seed=self.cfg.run.seed)
+        ev = self.cfg.eval
+        engine = eval_engine(self.model, self.tokenizer, max_new_tokens=self.cfg.rollout.max_new_tokens,
+                             temperature=ev.temperature, seed=self.cfg.run.seed)
+        acc = evaluate(engine, self.tokenizer, self.task, self.eval_problems, batch_size=ev.batch_size,
+                       samples=ev.samples, chat_template=self.cfg.policy.chat_template)
         self.eval_history.append((step, acc))
         if step > 0:
             self.eval_time_s += time.perf_counter() - t0
@@ -96,7 +105,7 @@ class Session:
         record["elapsed_s"] = time.time() - self.started
         self.metrics.write(step, record)
         self.progress.update(step, reward=record.get("reward_mean"), eval_acc=record.get("eval_reward"),
-                             tokens_per_s=record.get("gen_tokens_per_s"))
+                             tokens_per_s=record.get("throughput_tokens_per_s"))
         if self.checkpoint_due(step):
             self.checkpoint(step, trainer.state_dict())
 
@@ -113,7 +122,9 @@ class Session:
     def checkpoint_due(self, step: int) -> bool:
         return self._due(step, self.cfg.run.checkpoint_every)
 
-    def finish(self, steps: int, extra: dict) -> dict:
+    def finish(self, steps: int, extra: dict, train_wall_s: float | None = None) -> dict:
+        """Write ``summary.json`` (atomically, last: a run with one is finished) and return it.
+        ``train_wall_s``: seconds of the training loop, evaluations after step 0 excluded."""
         self.metrics.close()
         summary = {
             "mode": self.cfg.run.mode,
@@ -128,11 +139,15 @@ class Session:
             # ru_maxrss is in KiB on Linux; children = rollout worker processes (largest one)
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "peak_rss_children_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-            **extra,
+            "device": device_name(self.cfg.policy.device),
+            "run_dir": str(self.run_dir),
         }
-        if extra.get("train_wall_s"):  # training throughput: samples consumed per second of the loop
-            per_step = self.cfg.rollout.prompts_per_step * self.cfg.rollout.samples_per_prompt
-            summary["samples_per_s"] = steps * per_step / extra["train_wall_s"]
+        if train_wall_s is not None:
+            summary["train_wall_s"] = train_wall_s
+            summary["time_per_step_s"] = train_wall_s / max(steps, 1)
+            if train_wall_s > 0:  # training throughput: samples consumed per second of the loop
+                summary["samples_per_s"] = steps * self.cfg.rollout.batch_size / train_wall_s
+        summary.update(extra)
         tmp = self.run_dir / "summary.json.tmp"
         tmp.write_text(json.dumps(summary, indent=2))
         tmp.rename(self.run_dir / "summary.json")

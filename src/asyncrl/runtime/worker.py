@@ -1,15 +1,14 @@
-"""Rollout worker process: pulls work units, generates with the newest published weights, scores,
-and returns version-tagged groups. Started once and kept (spawning costs seconds of imports and
-model build).
+"""Rollout worker: pulls work units, generates with the newest published weights, scores, and
+returns version-tagged groups. Started once and kept (spawning costs seconds of imports and model
+build). The same class runs in a local process (:func:`worker_main`) or a Ray actor.
 
-Interruptible generation: between decode chunks of ``chunk_tokens`` tokens the worker checks the
-published version; if newer, it copies the weights, re-runs the prefix (prompt + tokens so far)
-with them, and continues the same sequences, so later tokens carry the new version.
+Interruptible generation: between decode chunks of ``chunk_tokens`` tokens the engine calls the
+worker's hook, which checks the channel's version; if newer, it pulls the weights and hands them to
+the engine, which continues the same sequences with them (later tokens carry the new version).
 
-With ``rollout.engine=vllm`` the worker keeps a CPU copy of the plain model only as the landing
-place of pulled weights, generates with :class:`asyncrl.rollout.vllm_engine.VLLMEngine` (in
-process) and, between its chunks, pulls newer weights and reloads them into vLLM in place; the
-continuation re-prefills prompt + tokens so far, as above.
+The channel fills an ``nn.Module``: the transformers engine's own model, or — for an engine that
+holds its weights elsewhere (vLLM) — a CPU staging copy of the plain model, which is then handed to
+the engine's ``update_weights``.
 """
 
 from __future__ import annotations
@@ -48,124 +47,81 @@ class WorkerSpec:
     cpu: int | None = None  # CPU to pin this process to, or None
 
 
-def _generate(model, tokenizer, shared, unit_prompts, spec, rollout, generator, local_version):
-    from asyncrl.policy.sampling import decode, left_pad, prefill, to_generation
-
-    ids, mask = left_pad(unit_prompts, tokenizer.pad_token_id)
-    state = prefill(model, ids, mask)
-    kw = dict(temperature=rollout.temperature, eos_id=tokenizer.eos_token_id,
-              pad_id=tokenizer.pad_token_id, generator=generator)
-    chunk = spec.chunk_tokens if spec.interruptible else rollout.max_new_tokens
-    updates = 0
-    while state.n_generated < rollout.max_new_tokens and not bool(state.finished.all()):
-        n = min(chunk, rollout.max_new_tokens - state.n_generated)
-        state = decode(model, state, n, version=local_version, **kw)
-        if (spec.interruptible and shared.latest() > local_version
-                and state.n_generated < rollout.max_new_tokens and not bool(state.finished.all())):
-            local_version = shared.pull(model)
-            state = prefill(model, state.prompt_ids, state.prompt_mask, state.tokens, state.logps,
-                            state.versions, state.finished)
-            updates += 1
-    return to_generation(state), local_version, updates
-
-
 def pin_to_cpu(cpu: int | None) -> None:
     if cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {cpu})
 
 
 class RolloutWorker:
-    """The state of one rollout worker, wherever it runs (a local process or a Ray actor).
+    """The state of one rollout worker, wherever it runs. ``channel``: a WeightChannel."""
 
-    ``weights`` is the weight channel: ``latest() -> int`` and ``pull(model) -> int``.
-    """
-
-    def __init__(self, spec: WorkerSpec, weights):
+    def __init__(self, spec: WorkerSpec, channel):
         from transformers.utils import logging as hf_logging
 
         from asyncrl.config import Config
         from asyncrl.config_loader import from_dict
-        from asyncrl.policy.model import load_policy_for
-        from asyncrl.tasks import build_task
+        from asyncrl.policy.model import load_policy, set_deterministic
+        from asyncrl.runtime.engines import generation_dtype, rollout_engine
 
         torch.set_num_threads(1)
         hf_logging.disable_progress_bar()
         self.spec = spec
-        self.weights = weights
+        self.channel = channel
         self.cfg = from_dict(Config, spec.config)
-        self.engine = None
-        if self.cfg.rollout.engine == "vllm":
-            self.model, self.tokenizer = self._start_vllm(spec)
-        else:
-            self.model, self.tokenizer = load_policy_for(self.cfg.policy, spec.policy_dir)
-        self.model.eval()
-        self.task = build_task(self.cfg.task.name, self.cfg.task.params())
+        set_deterministic(self.cfg.run.deterministic)
+        policy = self.cfg.policy
+        holds_module = self.cfg.rollout.engine == "transformers"
+        device = policy.device if holds_module else "cpu"
+        model, self.tokenizer = load_policy(spec.policy_dir, device, generation_dtype(self.cfg),
+                                            attn_implementation=policy.attn_implementation)
+        self.engine = rollout_engine(self.cfg, model=model.eval(), tokenizer=self.tokenizer,
+                                     policy_dir=spec.policy_dir, seed=spec.seed, chunked=spec.interruptible)
+        # the module the channel fills: the engine's own model, else a staging copy
+        self.landing = getattr(self.engine, "model", None) or model
+        self.task = self.cfg.task.build()
         self.problems = self.task.problems("train")
-        self.generator = torch.Generator().manual_seed(spec.seed)
-        self.version = weights.pull(self.model)
-        if self.engine is not None:
-            self.engine.update_weights(self.model, self.version)
-
-    def _start_vllm(self, spec: WorkerSpec):
-        """A vLLM engine on the policy directory, plus a CPU staging model that the weight channel
-        pulls into (both channels, shared memory and Ray, fill an ``nn.Module``)."""
-        from asyncrl.policy.model import load_policy
-        from asyncrl.rollout.vllm_engine import VLLMEngine
-
-        ro, policy = self.cfg.rollout, self.cfg.policy
-        model, tokenizer = load_policy(spec.policy_dir, "cpu", policy.dtype)
-        self.engine = VLLMEngine(spec.policy_dir, tokenizer, max_new_tokens=ro.max_new_tokens,
-                                 temperature=ro.temperature, seed=spec.seed, chat_template=policy.chat_template,
-                                 dtype=policy.dtype, chunk_tokens=spec.chunk_tokens if spec.interruptible else None,
-                                 **ro.vllm_kwargs)
-        return model, tokenizer
+        self.pull_s = 0.0
+        self._pull()
 
     def _pull(self) -> int:
-        self.version = self.weights.pull(self.model)
-        if self.engine is not None:
-            self.engine.update_weights(self.model, self.version)
-        return self.version
-
-    def _generate_vllm(self, prompts: list[list[int]]):
-        updates = 0
-
-        def between_chunks() -> None:
-            nonlocal updates
-            if self.weights.latest() > self.engine.version:
-                self._pull()
-                updates += 1
-
-        gen = self.engine.generate_ids(prompts, self.version,
-                                       between_chunks=between_chunks if self.spec.interruptible else None)
-        return gen, self.engine.version, updates
+        t0 = time.perf_counter()
+        version = self.channel.pull(self.landing)
+        self.engine.update_weights(self.landing, version)
+        self.pull_s += time.perf_counter() - t0
+        return version
 
     def run(self, unit: WorkUnit) -> dict:
-        from asyncrl.policy.prompts import encode_prompt
+        from asyncrl.policy.prompts import encode_problems
         from asyncrl.rollout.scoring import score
 
         started = time.perf_counter()
-        if self.weights.latest() > self.version:
+        self.pull_s = 0.0
+        updates = 0
+
+        def between_chunks() -> bool:
+            nonlocal updates
+            if self.channel.latest() <= self.engine.version:
+                return False
+            self._pull()
+            updates += 1
+            return True
+
+        if self.channel.latest() > self.engine.version:
             self._pull()
         chosen = [self.problems[i] for i in unit.problem_indices]
-        prompts = [encode_prompt(self.tokenizer, p.prompt, self.cfg.policy.chat_template)
-                   for p in chosen for _ in range(unit.n)]
-        if self.engine is not None:
-            gen, self.version, updates = self._generate_vllm(prompts)
-        else:
-            with torch.no_grad():
-                gen, self.version, updates = _generate(self.model, self.tokenizer, self.weights, prompts,
-                                                       self.spec, self.cfg.rollout, self.generator, self.version)
+        prompts = encode_problems(self.tokenizer, chosen, unit.n, self.cfg.policy.chat_template)
+        gen = self.engine.generate(prompts, between_chunks=between_chunks if self.spec.interruptible else None)
         batch = score(gen, chosen, unit.n, self.task, self.tokenizer)
         batch.group_ids = torch.tensor(unit.group_ids).repeat_interleave(unit.n)
         return {"unit_id": unit.unit_id, "batch": batch, "gen_time_s": time.perf_counter() - started,
-                "weight_updates": updates}
+                "weight_updates": updates, "weight_pull_s": self.pull_s}
 
 
-def worker_main(spec: WorkerSpec, shared, work_q, result_q, stop) -> None:
+def worker_main(spec: WorkerSpec, channel, work_q, result_q, stop) -> None:
     """Process entry point. Sends ("ready", id), ("result", id, payload) or ("error", id, text)."""
     try:
         pin_to_cpu(spec.cpu)
-        worker = RolloutWorker(spec, shared)
+        worker = RolloutWorker(spec, channel)
         result_q.put(("ready", spec.worker_id, None))
         while not stop.is_set():
             try:

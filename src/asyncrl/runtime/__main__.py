@@ -1,0 +1,32 @@
+"""``python -m asyncrl.runtime [--config FILE] [dotted.key=value ...]``: one training run, without the
+CLI (what ``asyncrl bench`` runs in a fresh interpreter per cell). Bad input exits 2 with one line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from asyncrl.config import ConfigError, load_config
+from asyncrl.runtime import train
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m asyncrl.runtime", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="YAML config file")
+    parser.add_argument("overrides", nargs="*", metavar="dotted.key=value")
+    args = parser.parse_args(argv)
+    try:
+        summary = train(load_config(args.config, args.overrides))
+    except ConfigError as err:
+        print(f"asyncrl: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("asyncrl: interrupted", file=sys.stderr)
+        return 130
+    print(json.dumps({k: summary[k] for k in ("mode", "steps", "final_eval_reward", "run_dir")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""Config → rollout engine: the settings every mode and every worker builds its engine from."""
+
+from __future__ import annotations
+
+from asyncrl.config import Config
+from asyncrl.rollout.engine import Engine, EngineSpec, make_engine
+
+
+def generation_dtype(cfg: Config) -> str:
+    """``rollout.dtype``, where ``auto`` means the policy's own dtype."""
+    return cfg.policy.dtype if cfg.rollout.dtype == "auto" else cfg.rollout.dtype
+
+
+def rollout_engine(cfg: Config, *, model, tokenizer, policy_dir, seed: int, chunked: bool) -> Engine:
+    """The engine of ``rollout.engine``; ``chunked``: stop every ``async.chunk_tokens`` tokens for the
+    between-chunks hook (interruptible generation)."""
+    ro = cfg.rollout
+    spec = EngineSpec(max_new_tokens=ro.max_new_tokens, temperature=ro.temperature, seed=seed,
+                      chunk_tokens=cfg.async_.chunk_tokens if chunked else None, device=cfg.policy.device,
+                      dtype=generation_dtype(cfg))
+    return make_engine(ro.engine, spec, model=model, tokenizer=tokenizer, policy_dir=str(policy_dir),
+                       vllm_kwargs=ro.vllm_kwargs)

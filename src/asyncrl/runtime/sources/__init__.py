@@ -1,0 +1,32 @@
+"""Batch sources: where the training loop's batches come from, one per ``run.mode``.
+
+A source has ``next_batch(version, step) -> Batch``, ``publish(model, version)``,
+``step_metrics() -> dict`` (the step's generation and weight-sync figures, under the same names in
+every mode), ``wait_ready()``, ``summary()``, ``n_generators``, and is a context manager that
+releases its workers. A new mode is one source plus one line in :data:`SOURCES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def _sync(cfg, session):
+    from asyncrl.runtime.sources.lockstep import sync_source
+
+    return sync_source(cfg, session)
+
+
+def _simulated(cfg, session):
+    from asyncrl.runtime.sources.lockstep import simulated_source
+
+    return simulated_source(cfg, session)
+
+
+def _async(cfg, session):
+    from asyncrl.runtime.sources.async_source import AsyncSource
+
+    return AsyncSource(cfg, session)
+
+
+SOURCES: dict[str, Callable] = {"sync": _sync, "simulated": _simulated, "async": _async}

@@ -1,0 +1,148 @@
+"""Asynchronous batch source: rollout workers (local processes or Ray actors) generate continuously
+into the staleness-bounded buffer while the trainer trains; weights go out through a weight channel
+after every step.
+
+    admit work (buffer rule) ─► workers ─► results ─► buffer ─► next_batch ─► trainer ─► publish
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from asyncrl.buffer import Group, StalenessBuffer, concat_groups
+from asyncrl.config import Config
+from asyncrl.rollout import PromptStream
+from asyncrl.runtime.backends import open_backend
+from asyncrl.runtime.session import Session, resolve_policy_dir
+from asyncrl.runtime.worker import WorkerSpec, WorkUnit
+from asyncrl.types import Batch
+
+
+class Feeder:
+    """Turns the prompt stream into work units, admitted by the buffer's staleness rule."""
+
+    def __init__(self, session: Session, cfg: Config):
+        ro = cfg.rollout
+        self.n = ro.samples_per_prompt
+        self.unit_prompts = cfg.async_.unit_prompts or max(1, ro.prompts_per_step // cfg.async_.n_workers)
+        self.index = {p.uid: i for i, p in enumerate(session.train_problems)}
+        self.prompts = PromptStream(session.train_problems, self.unit_prompts, seed=cfg.run.seed)
+        self.next_unit = 0
+        self.next_group = 0
+
+    def admit(self, pool, buffer: StalenessBuffer, version: int) -> int:
+        admitted = 0
+        while buffer.try_admit(self.unit_prompts * self.n, version):
+            problems = self.prompts.next()
+            groups = list(range(self.next_group, self.next_group + len(problems)))
+            pool.submit(WorkUnit(self.next_unit, [self.index[p.uid] for p in problems], groups, self.n))
+            self.next_unit += 1
+            self.next_group += len(problems)
+            admitted += 1
+        return admitted
+
+
+def cpu_plan(cfg: Config) -> tuple[int | None, list[int | None]]:
+    """(trainer CPU, worker CPUs): one core each when the machine has enough, else no pinning."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    n = cfg.async_.n_workers
+    if not cfg.async_.pin_cpus or cfg.async_.backend != "local" or len(cpus) < n + 1:
+        return None, [None] * n
+    return cpus[0], cpus[1:n + 1]
+
+
+def worker_specs(cfg: Config, policy_dir) -> list[WorkerSpec]:
+    _, worker_cpus = cpu_plan(cfg)
+    return [WorkerSpec(worker_id=i, config=cfg.to_dict(), policy_dir=str(policy_dir),
+                       seed=cfg.run.seed + 7919 * i, chunk_tokens=cfg.async_.chunk_tokens,
+                       interruptible=cfg.async_.interruptible, cpu=worker_cpus[i])
+            for i in range(cfg.async_.n_workers)]
+
+
+def _split_groups(batch: Batch, n: int) -> list[Group]:
+    return [Group(batch.select(torch.arange(i, i + n))) for i in range(0, len(batch), n)]
+
+
+class AsyncSource:
+    def __init__(self, cfg: Config, session: Session):
+        self.cfg, self.session = cfg, session
+        self.n_generators = cfg.async_.n_workers
+        self.pool, self.channel = open_backend(cfg, worker_specs(cfg, resolve_policy_dir(cfg)), session.model)
+        self.trainer_cpu, _ = cpu_plan(cfg)
+        self.original_cpus = os.sched_getaffinity(0) if self.trainer_cpu is not None else None
+        if self.trainer_cpu is not None:  # after spawning, so workers do not inherit the trainer's mask
+            os.sched_setaffinity(0, {self.trainer_cpu})
+        a = cfg.async_
+        self.buffer = StalenessBuffer(a.max_staleness, cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt,
+                                      recency_decay=a.recency_decay, seed=cfg.run.seed, max_ahead=a.max_ahead)
+        self.feeder = Feeder(session, cfg)
+        self.lost_units = 0
+        self.metrics: dict[str, float] = {}
+        self.feeder.admit(self.pool, self.buffer, 0)  # workers start generating now
+
+    def __enter__(self) -> "AsyncSource":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.pool.shutdown()
+        if self.original_cpus is not None:
+            os.sched_setaffinity(0, self.original_cpus)
+
+    def _add(self, key: str, value: float) -> None:
+        self.metrics[key] = self.metrics.get(key, 0.0) + value
+
+    def _collect(self, messages) -> None:
+        for kind, _, payload in messages:
+            if kind != "result":
+                continue
+            batch = payload["batch"]
+            self._add("gen_time_s", payload["gen_time_s"])
+            self._add("weight_pull_s", payload["weight_pull_s"])
+            self._add("weight_updates_midgen", payload["weight_updates"])
+            self._add("gen_tokens", int(batch.completion_mask.sum()))
+            for group in _split_groups(batch, self.cfg.rollout.samples_per_prompt):
+                self.buffer.add(group)
+
+    def _service(self, version: int, timeout: float) -> None:
+        for unit in self.pool.restart_dead():
+            self.buffer.mark_lost(len(unit.problem_indices) * unit.n)
+            self.lost_units += 1
+        self.feeder.admit(self.pool, self.buffer, version)
+        self._collect(self.pool.poll(timeout))
+
+    def wait_ready(self) -> None:
+        self._collect(self.pool.wait_ready())
+
+    def next_batch(self, version: int, step: int) -> Batch:
+        """Block until a batch of fresh groups is ready (servicing workers meanwhile)."""
+        every = self.cfg.async_.hard_sync_every
+        bound = 0 if every and step % every == 0 else None
+        self.dropped_before = self.buffer.dropped
+        self._service(version, 0.0)
+        while not self.buffer.ready(version, bound):
+            self._service(version, 0.2)
+        groups = self.buffer.take(version, bound)
+        return concat_groups(groups, self.session.tokenizer.pad_token_id)
+
+    def publish(self, model: torch.nn.Module, version: int) -> None:
+        t0 = time.perf_counter()
+        self.channel.publish(model, version)
+        self.metrics["weight_publish_s"] = time.perf_counter() - t0
+        self._service(version, 0.0)
+
+    def step_metrics(self) -> dict[str, float]:
+        out = {"gen_time_s": 0.0, "gen_tokens": 0, "weight_pull_s": 0.0, "weight_updates_midgen": 0,
+               **self.metrics,
+               "buffer_samples": len(self.buffer), "inflight_units": self.pool.n_inflight,
+               "dropped_samples": self.buffer.dropped - self.dropped_before,
+               "dropped_samples_total": self.buffer.dropped, "lost_units_total": self.lost_units,
+               "worker_restarts": self.pool.restarts}
+        self.metrics = {}
+        return out
+
+    def summary(self) -> dict:
+        return {"dropped_samples_total": self.buffer.dropped, "worker_restarts": self.pool.restarts,
+                "max_staleness": self.cfg.async_.max_staleness}

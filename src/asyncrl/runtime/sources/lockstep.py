@@ -1,0 +1,128 @@
+"""Batch sources without concurrency: generate a batch, then the trainer trains on it.
+
+``sync`` generates with the weights being trained (the paper's "sync GRPO" baseline).
+``simulated`` generates with an older version — exactly version k − ``async.lag`` for step k, or
+one drawn uniformly from the last ``async.policy_buffer`` versions (VACO's buffer of past
+policies) — so staleness is exact and reproducible to the bit.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import OrderedDict
+
+import torch
+
+from asyncrl.config import Config
+from asyncrl.policy.lora import export_state_dict
+from asyncrl.policy.model import plain_copy, DTYPES
+from asyncrl.policy.prompts import encode_problems
+from asyncrl.rollout import PromptStream, score
+from asyncrl.runtime.engines import generation_dtype, rollout_engine
+from asyncrl.runtime.session import Session, resolve_policy_dir
+from asyncrl.types import Batch
+
+
+class CurrentPolicy:
+    """Sync: every batch comes from the weights being trained."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+
+    def select(self, version: int):
+        return self.model, version
+
+    def record(self, model: torch.nn.Module, version: int) -> None:
+        pass
+
+
+class LaggedPolicies:
+    """The last ``depth`` weight snapshots (on the model's device); ``select`` picks the version that
+    generates the next batch."""
+
+    def __init__(self, model: torch.nn.Module, lag: int, policy_buffer: int, seed: int):
+        self.lag = lag
+        self.policy_buffer = policy_buffer
+        self.depth = max(lag, policy_buffer) + 1
+        self.rng = random.Random(seed)
+        self.snapshots: OrderedDict[int, dict[str, torch.Tensor]] = OrderedDict()
+        self.record(model, 0)
+
+    @torch.no_grad()
+    def record(self, model: torch.nn.Module, version: int) -> None:
+        self.snapshots[version] = {k: v.detach().clone() for k, v in export_state_dict(model).items()}
+        while len(self.snapshots) > self.depth:
+            self.snapshots.popitem(last=False)
+
+    def select(self, version: int):
+        if self.policy_buffer:
+            chosen = self.rng.randint(max(0, version - self.policy_buffer + 1), version)
+        else:
+            chosen = max(0, version - self.lag)
+        return self.snapshots[chosen], chosen
+
+
+class LockstepSource:
+    """Prompts → engine (weights of the version ``policies`` selects) → scored batch."""
+
+    n_generators = 1
+
+    def __init__(self, cfg: Config, session: Session, policies, *, own_weights: bool):
+        ro = cfg.rollout
+        self.cfg, self.session, self.policies = cfg, session, policies
+        model = session.model
+        if own_weights and ro.engine == "transformers":  # past versions need weights of their own
+            model = plain_copy(model, cfg.policy.device, DTYPES[generation_dtype(cfg)])
+        self.engine = rollout_engine(cfg, model=model, tokenizer=session.tokenizer,
+                                     policy_dir=resolve_policy_dir(cfg), seed=cfg.run.seed, chunked=False)
+        self.prompts = PromptStream(session.train_problems, ro.prompts_per_step, seed=cfg.run.seed)
+        self.metrics: dict[str, float] = {}
+
+    def __enter__(self) -> "LockstepSource":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def wait_ready(self) -> None:
+        pass
+
+    def next_batch(self, version: int, step: int) -> Batch:
+        ro = self.cfg.rollout
+        problems = self.prompts.next()
+        t0 = time.perf_counter()
+        weights, chosen = self.policies.select(version)
+        if chosen != self.engine.version:
+            self.engine.update_weights(weights, chosen)
+        pulled = time.perf_counter()
+        prompts = encode_problems(self.session.tokenizer, problems, ro.samples_per_prompt,
+                                  self.cfg.policy.chat_template)
+        gen = self.engine.generate(prompts)
+        batch = score(gen, problems, ro.samples_per_prompt, self.session.task, self.session.tokenizer,
+                      first_group_id=(step - 1) * ro.prompts_per_step)
+        self.metrics.update(gen_time_s=time.perf_counter() - pulled, weight_pull_s=pulled - t0,
+                            gen_tokens=int(batch.completion_mask.sum()))
+        return batch
+
+    def publish(self, model: torch.nn.Module, version: int) -> None:
+        t0 = time.perf_counter()
+        self.policies.record(model, version)
+        self.metrics["weight_publish_s"] = time.perf_counter() - t0
+
+    def step_metrics(self) -> dict[str, float]:
+        out, self.metrics = self.metrics, {}
+        return out
+
+    def summary(self) -> dict:
+        return {}
+
+
+def sync_source(cfg: Config, session: Session) -> LockstepSource:
+    return LockstepSource(cfg, session, CurrentPolicy(session.model), own_weights=False)
+
+
+def simulated_source(cfg: Config, session: Session) -> LockstepSource:
+    a = cfg.async_
+    return LockstepSource(cfg, session, LaggedPolicies(session.model, a.lag, a.policy_buffer, cfg.run.seed),
+                          own_weights=True)
