@@ -11,6 +11,7 @@ import shlex
 import sys
 
 from asyncrl.config import ConfigError, load_config
+from asyncrl.config_loader import guarded
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -137,15 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()  # our own progress line is the only one
     if args.command == "bench":
         return _bench(args)
-    try:
-        cfg = load_config(args.config, args.overrides)
-        return COMMANDS[args.command](cfg)
-    except ConfigError as err:
-        print(f"asyncrl: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("asyncrl: interrupted", file=sys.stderr)
-        return 130
+    return guarded(lambda: COMMANDS[args.command](load_config(args.config, args.overrides)))
 
 
 if __name__ == "__main__":

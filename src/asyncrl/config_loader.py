@@ -12,6 +12,7 @@ import re
 import types
 import typing
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 import yaml
@@ -26,6 +27,21 @@ class ConfigError(ValueError):
     def __init__(self, key: str, message: str):
         self.key = key
         super().__init__(f"config error: {key}: {message}" if key else f"config error: {message}")
+
+
+def guarded(command: "Callable[[], int]") -> int:
+    """Exit status of a command-line entry point: a ConfigError becomes one line on stderr and
+    status 2, Ctrl-C status 130; no traceback for either."""
+    import sys
+
+    try:
+        return command()
+    except ConfigError as err:
+        print(f"asyncrl: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("asyncrl: interrupted", file=sys.stderr)
+        return 130
 
 
 def _type_name(tp: Any) -> str:

@@ -46,3 +46,33 @@ def test_missing_vllm_is_one_line_config_error(monkeypatch, tiny_policy):
     with pytest.raises(ConfigError, match=r"rollout.engine: vllm is not installed") as err:
         VLLMEngine("/nonexistent", tokenizer, EngineSpec(max_new_tokens=4, temperature=1.0))
     assert "\n" not in str(err.value)
+
+
+EMBEDDED_GPU = Path(__file__).resolve().parents[2] / "configs" / "gpu-embedded.yaml"
+
+
+def test_gpu_embedded_preset_loads_with_mixed_precision():
+    cfg = load_config(EMBEDDED_GPU)
+    assert cfg.policy.device == "cuda" and cfg.policy.dtype == "float32"
+    assert cfg.trainer.autocast == "bfloat16" and cfg.rollout.dtype == "bfloat16"
+    assert (cfg.model.hidden_size, cfg.model.num_layers, cfg.model.num_kv_heads) == (896, 24, 2)
+
+
+def test_cuda_device_without_gpu_is_one_line_error(tmp_path):
+    """On a machine without CUDA a GPU config still loads, and a run says why it cannot start."""
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    proc = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", "policy.device=cuda", "run.progress=false"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("asyncrl: ") and "policy.device:" in proc.stderr
+    assert "\n" not in proc.stderr.strip()
+    assert not (tmp_path / "runs").exists()  # nothing half-written

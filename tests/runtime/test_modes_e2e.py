@@ -73,3 +73,25 @@ def test_async_staleness_bound_holds(tmp_path, cache):
     assert max(r["staleness_token_max"] for r in records) == 1  # async really ran ahead
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["mode"] == "async" and summary["steps"] == 6
+
+
+COMMON_KEYS = {"reward_mean", "version", "gen_time_s", "gen_tokens", "gen_tokens_per_s", "throughput_tokens_per_s",
+               "trainer_wait_s", "weight_publish_s", "weight_pull_s", "step_time_s", "train_time_s",
+               "prox_time_s", "generator_util", "trainer_util", "completion_len_mean", "staleness_token_max"}
+SUMMARY_KEYS = {"train_wall_s", "time_per_step_s", "gen_time_per_step_s", "train_time_per_step_s",
+                "prox_time_per_step_s", "wait_time_per_step_s", "weight_publish_per_step_s",
+                "weight_pull_per_step_s", "gen_tokens_per_s", "samples_per_s", "device", "run_dir"}
+
+
+@pytest.mark.parametrize("mode", ["sync", "simulated", "async"])
+def test_one_metric_name_per_quantity_in_every_mode(tmp_path, cache, mode):
+    run_dir, records = train(tmp_path, cache, mode, f"run.mode={mode}", "trainer.steps=2")
+    for record in records:
+        assert COMMON_KEYS <= record.keys(), COMMON_KEYS - record.keys()
+        if record["gen_time_s"] > 0:  # async: what arrived during the step (can be nothing)
+            assert record["gen_tokens_per_s"] == pytest.approx(record["gen_tokens"] / record["gen_time_s"])
+    assert sum(r["gen_tokens"] for r in records) > 0 and sum(r["gen_time_s"] for r in records) > 0
+    assert [r["version"] for r in records] == [1, 2]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert SUMMARY_KEYS <= summary.keys(), SUMMARY_KEYS - summary.keys()
+    assert summary["device"] == "cpu" and summary["mode"] == mode

@@ -1,47 +1,13 @@
-"""The generation-engine seam: what every engine does, and the one factory that builds them.
-
-An engine turns prompts (token ids) into version-tagged completions. Between decode chunks it
-calls a hook that may hand it new weights (:meth:`Engine.update_weights`); tokens generated after
-that carry the new version. A new engine is one file plus one line in :data:`ENGINES`.
-"""
+"""The one factory of generation engines. A new engine is one file plus one line in :data:`ENGINES`;
+the protocol is :class:`asyncrl.rollout.base.Engine`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable
 
-import torch
+from asyncrl.rollout.base import ChunkHook, Engine, EngineSpec
 
-from asyncrl.types import Generation
-
-# Called between decode chunks while some sequence is unfinished; returns True when it loaded new
-# weights into the engine (which then continues the same sequences with them).
-ChunkHook = Callable[[], bool]
-
-
-@runtime_checkable
-class Engine(Protocol):
-    spec: "EngineSpec"
-    version: int  # version of the weights the engine generates with now
-
-    def generate(self, prompts: list[list[int]], *, between_chunks: ChunkHook | None = None) -> Generation:
-        """One completion per prompt; rows in prompt order; the Generation's tensors on the CPU."""
-
-    def update_weights(self, weights: torch.nn.Module | Mapping[str, torch.Tensor], version: int) -> None:
-        """Take new weights (a model, or a state dict under the base model's names)."""
-
-
-@dataclass
-class EngineSpec:
-    """What any engine needs, whatever it is built on."""
-
-    max_new_tokens: int
-    temperature: float  # 0 = greedy
-    seed: int = 0
-    chunk_tokens: int | None = None  # tokens between hook calls; None = one chunk
-    device: str = "cpu"
-    dtype: str = "float32"  # generation weights
+__all__ = ["ENGINES", "ChunkHook", "Engine", "EngineSpec", "make_engine"]
 
 
 def _transformers(spec: EngineSpec, *, model, tokenizer, policy_dir=None, **_):

@@ -16,7 +16,7 @@ import torch
 
 from asyncrl.policy.model import DTYPES, plain_copy
 from asyncrl.policy.sampling import decode, left_pad, prefill, to_generation
-from asyncrl.rollout.engine import ChunkHook, EngineSpec
+from asyncrl.rollout.base import ChunkHook, EngineSpec
 from asyncrl.types import Generation
 
 

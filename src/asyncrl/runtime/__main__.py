@@ -7,7 +7,8 @@ import argparse
 import json
 import sys
 
-from asyncrl.config import ConfigError, load_config
+from asyncrl.config import load_config
+from asyncrl.config_loader import guarded
 from asyncrl.runtime import train
 
 
@@ -16,16 +17,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="YAML config file")
     parser.add_argument("overrides", nargs="*", metavar="dotted.key=value")
     args = parser.parse_args(argv)
-    try:
+
+    def run() -> int:
         summary = train(load_config(args.config, args.overrides))
-    except ConfigError as err:
-        print(f"asyncrl: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("asyncrl: interrupted", file=sys.stderr)
-        return 130
-    print(json.dumps({k: summary[k] for k in ("mode", "steps", "final_eval_reward", "run_dir")}))
-    return 0
+        print(json.dumps({k: summary[k] for k in ("mode", "steps", "final_eval_reward", "run_dir")}))
+        return 0
+
+    return guarded(run)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,46 @@
+"""What every generation engine is: the ``Engine`` protocol and the settings it is built from.
+
+An engine turns prompts (token ids) into version-tagged completions. Between decode chunks it
+calls a hook that may hand it new weights (:meth:`Engine.update_weights`); tokens generated after
+that carry the new version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from asyncrl.types import Generation
+
+# Called between decode chunks while some sequence is unfinished; returns True when it loaded new
+# weights into the engine (which then continues the same sequences with them).
+ChunkHook = Callable[[], bool]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    spec: "EngineSpec"  # noqa: F821 (defined below)
+    version: int  # version of the weights the engine generates with now
+
+    def generate(self, prompts: list[list[int]], *, between_chunks: ChunkHook | None = None) -> Generation:
+        """One completion per prompt; rows in prompt order; the Generation's tensors on the CPU."""
+
+    def update_weights(self, weights: torch.nn.Module | Mapping[str, torch.Tensor], version: int) -> None:
+        """Take new weights (a model, or a state dict under the base model's names)."""
+
+
+@dataclass
+class EngineSpec:
+    """What any engine needs, whatever it is built on."""
+
+    max_new_tokens: int
+    temperature: float  # 0 = greedy
+    seed: int = 0
+    chunk_tokens: int | None = None  # tokens between hook calls; None = one chunk
+    device: str = "cpu"
+    dtype: str = "float32"  # generation weights
+
+
