@@ -216,13 +216,17 @@ class RolloutConfig:
     temperature: float = 1.0
     # generation engine: "transformers" (embedded default) or "vllm" (pip install "asyncrl[vllm]";
     # docs/models.md); vllm_kwargs go to vllm.LLM (e.g. gpu_memory_utilization, max_model_len)
-    engine: Literal["transformers", "vllm"] = "transformers"
+    engine: str = "transformers"  # a key of asyncrl.rollout.ENGINES
     vllm_kwargs: dict[str, Any] = field(default_factory=dict)
     # dtype of the generation weights; "auto" = policy.dtype. bfloat16 on a GPU halves the weight
     # traffic of decoding (the behavior log-probs are then those of the bf16 weights)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
 
     def validate(self) -> None:
+        from asyncrl.rollout.engine import ENGINES
+
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine: unknown {self.engine!r} (known: {', '.join(sorted(ENGINES))})")
         if self.prompts_per_step < 1:
             raise ValueError("prompts_per_step: must be >= 1")
         if self.samples_per_prompt < 2:
@@ -329,7 +333,7 @@ class AsyncConfig:
     backend: Literal["local", "ray"] = "local"
     # how weights reach the workers: "auto" = Ray's object store on the ray backend, CUDA IPC
     # (a flat GPU buffer, device-to-device copies) when policy.device is cuda, else host shared memory
-    weight_channel: Literal["auto", "shm", "cuda", "ray"] = "auto"
+    weight_channel: str = "auto"  # "auto" or a key of asyncrl.runtime.channels.CHANNELS
     n_workers: int = 1  # rollout worker processes (each uses 1 torch thread)
     max_staleness: int = 4  # K: admission bound and drop-at-consumption bound, in versions
     # W: batches the generator may start beyond the one the trainer takes next; None = K (AReaL's
@@ -352,6 +356,11 @@ class AsyncConfig:
     policy_buffer: int = 0
 
     def validate(self) -> None:
+        from asyncrl.runtime.channels import CHANNELS
+
+        if self.weight_channel != "auto" and self.weight_channel not in CHANNELS:
+            raise ValueError(f"weight_channel: unknown {self.weight_channel!r} "
+                             f"(known: auto, {', '.join(sorted(CHANNELS))})")
         if self.n_workers < 1:
             raise ValueError("n_workers: must be >= 1")
         if self.max_staleness < 0:

@@ -3,26 +3,33 @@ the protocol is :class:`asyncrl.rollout.base.Engine`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from dataclasses import dataclass
 
 from asyncrl.rollout.base import ChunkHook, Engine, EngineSpec
 
-__all__ = ["ENGINES", "ChunkHook", "Engine", "EngineSpec", "make_engine"]
+__all__ = ["ENGINES", "ChunkHook", "Engine", "EngineEntry", "EngineSpec", "make_engine"]
 
 
-def _transformers(spec: EngineSpec, *, model, tokenizer, policy_dir=None, **_):
-    from asyncrl.rollout.hf_engine import TransformersEngine
+@dataclass(frozen=True)
+class EngineEntry:
+    # "module:function" building the engine; imported only when an engine is made, so reading the
+    # registry's names (config validation) imports no engine
+    target: str
+    # True: the engine loads its weights from the checkpoint and keeps them itself (vLLM), so
+    # pulled weights land in a CPU staging model first; False: it generates with the nn.Module it
+    # is given (which weight channels fill directly)
+    owns_weights: bool
 
-    return TransformersEngine(model, tokenizer, spec)
+    def build(self, spec: EngineSpec, **kwargs) -> Engine:
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(module), name)(spec, **kwargs)
 
 
-def _vllm(spec: EngineSpec, *, tokenizer, policy_dir, vllm_kwargs=None, **_):
-    from asyncrl.rollout.vllm_engine import VLLMEngine
-
-    return VLLMEngine(policy_dir, tokenizer, spec, **(vllm_kwargs or {}))
-
-
-ENGINES: dict[str, Callable[..., Engine]] = {"transformers": _transformers, "vllm": _vllm}
+ENGINES: dict[str, EngineEntry] = {
+    "transformers": EngineEntry("asyncrl.rollout.hf_engine:build", owns_weights=False),
+    "vllm": EngineEntry("asyncrl.rollout.vllm_engine:build", owns_weights=True),
+}
 
 
 def make_engine(name: str, spec: EngineSpec, *, model=None, tokenizer, policy_dir=None,
@@ -32,4 +39,5 @@ def make_engine(name: str, spec: EngineSpec, *, model=None, tokenizer, policy_di
     ``policy_dir``: the checkpoint an engine that loads its own weights starts from."""
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r} (known: {', '.join(sorted(ENGINES))})")
-    return ENGINES[name](spec, model=model, tokenizer=tokenizer, policy_dir=policy_dir, vllm_kwargs=vllm_kwargs)
+    return ENGINES[name].build(spec, model=model, tokenizer=tokenizer, policy_dir=policy_dir,
+                               vllm_kwargs=vllm_kwargs)

@@ -70,3 +70,8 @@ class TransformersEngine:
         finally:
             self.model.train(was_training)
         return to_generation(state)
+
+
+def build(spec: EngineSpec, *, model, tokenizer, **_) -> TransformersEngine:
+    """The registry's entry (``asyncrl.rollout.engine.ENGINES``)."""
+    return TransformersEngine(model, tokenizer, spec)

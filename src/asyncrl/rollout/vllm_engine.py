@@ -176,3 +176,8 @@ def _to_generation(prompts: list[list[int]], tokens: list[list[int]], logps: lis
         tags[i, :len(v)] = torch.tensor(v, dtype=torch.long)
     return Generation(prompt_ids=ids, prompt_mask=mask.bool(), completion_ids=completion, behav_logp=behav,
                       versions=tags, completion_mask=tags >= 0)
+
+
+def build(spec: EngineSpec, *, tokenizer, policy_dir, vllm_kwargs=None, **_) -> VLLMEngine:
+    """The registry's entry (``asyncrl.rollout.engine.ENGINES``): starts from ``policy_dir``."""
+    return VLLMEngine(policy_dir, tokenizer, spec, **(vllm_kwargs or {}))

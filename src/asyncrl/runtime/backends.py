@@ -21,8 +21,6 @@ def _channel(cfg: Config, model: torch.nn.Module, ctx=None):
     from asyncrl.policy.model import DTYPES
 
     name = channel_name(cfg.async_.weight_channel, cfg.async_.backend, cfg.policy.device)
-    if name == "cuda" and torch.device(cfg.policy.device).type != "cuda":
-        raise ConfigError("async.weight_channel", f"'cuda' needs policy.device=cuda, got {cfg.policy.device!r}")
     return open_channel(name, model, ctx=ctx, device=cfg.policy.device, dtype=DTYPES[generation_dtype(cfg)])
 
 

@@ -70,8 +70,9 @@ class RolloutWorker:
         self.cfg = from_dict(Config, spec.config)
         set_deterministic(self.cfg.run.deterministic)
         policy = self.cfg.policy
-        holds_module = self.cfg.rollout.engine == "transformers"
-        device = policy.device if holds_module else "cpu"
+        from asyncrl.rollout.engine import ENGINES
+
+        device = "cpu" if ENGINES[self.cfg.rollout.engine].owns_weights else policy.device
         model, self.tokenizer = load_policy(spec.policy_dir, device, generation_dtype(self.cfg),
                                             attn_implementation=policy.attn_implementation)
         self.engine = rollout_engine(self.cfg, model=model.eval(), tokenizer=self.tokenizer,

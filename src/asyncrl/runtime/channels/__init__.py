@@ -6,11 +6,10 @@ same handle is passed to every worker process or actor. Which one a run uses fol
 device and the backend (``async.weight_channel=auto``), or is named. A new channel is one file plus
 one line in :data:`CHANNELS`.
 
-| channel | where | how |
-| --- | --- | --- |
-| ``shm``  | workers on this machine, CPU | one flat float32 tensor in host shared memory |
-| ``cuda`` | workers on the trainer's GPU | one flat tensor in GPU memory shared through CUDA IPC: publish and pull are device-to-device copies |
-| ``ray``  | Ray actors anywhere | the state dict in Ray's object store, its reference in a small actor |
+* ``shm``: workers on this machine, CPU. One flat float32 tensor in host shared memory.
+* ``cuda``: workers on the trainer's GPU. One flat tensor in GPU memory shared through CUDA IPC;
+  publish and pull are device-to-device copies.
+* ``ray``: Ray actors anywhere. The state dict in Ray's object store, its reference in an actor.
 """
 
 from __future__ import annotations

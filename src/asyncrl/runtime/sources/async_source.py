@@ -80,6 +80,7 @@ class AsyncSource:
                                       recency_decay=a.recency_decay, seed=cfg.run.seed, max_ahead=a.max_ahead)
         self.feeder = Feeder(session, cfg)
         self.lost_units = 0
+        self.dropped_before = 0  # buffer.dropped when the step began
         self.metrics: dict[str, float] = {}
         self.feeder.admit(self.pool, self.buffer, 0)  # workers start generating now
 

@@ -16,9 +16,9 @@ import torch
 
 from asyncrl.config import Config
 from asyncrl.policy.lora import export_state_dict
-from asyncrl.policy.model import plain_copy, DTYPES
+from asyncrl.policy.model import DTYPES, plain_copy
 from asyncrl.policy.prompts import encode_problems
-from asyncrl.rollout import PromptStream, score
+from asyncrl.rollout import ENGINES, PromptStream, score
 from asyncrl.runtime.engines import generation_dtype, rollout_engine
 from asyncrl.runtime.session import Session, resolve_policy_dir
 from asyncrl.types import Batch
@@ -72,7 +72,7 @@ class LockstepSource:
         ro = cfg.rollout
         self.cfg, self.session, self.policies = cfg, session, policies
         model = session.model
-        if own_weights and ro.engine == "transformers":  # past versions need weights of their own
+        if own_weights and not ENGINES[ro.engine].owns_weights:  # past versions need weights of their own
             model = plain_copy(model, cfg.policy.device, DTYPES[generation_dtype(cfg)])
         self.engine = rollout_engine(cfg, model=model, tokenizer=session.tokenizer,
                                      policy_dir=resolve_policy_dir(cfg), seed=cfg.run.seed, chunked=False)
