@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -106,6 +106,7 @@ class StalenessBuffer:
         self.started = 0  # samples admitted, minus those dropped or lost
         self.dropped = 0  # samples dropped at consumption for staleness (cumulative)
         self.lost = 0  # samples whose rollout died with its worker (cumulative)
+        self.dropped_groups: list[int] = []  # group ids dropped since the ledger last took them
 
     @property
     def batch_samples(self) -> int:
@@ -137,6 +138,7 @@ class StalenessBuffer:
         for g in self.groups:
             if version - g.oldest_version > bound:
                 dropped += g.n
+                self.dropped_groups += g.batch.group_ids.unique().tolist()
             else:
                 keep.append(g)
         self.groups = keep
@@ -164,3 +166,18 @@ class StalenessBuffer:
 
     def __len__(self) -> int:
         return sum(g.n for g in self.groups)
+
+    def state_dict(self) -> dict:
+        """Counters, sampling RNG and every held group (its tensors, versions included)."""
+        return {"started": self.started, "dropped": self.dropped, "lost": self.lost, "rng": self.rng.getstate(),
+                "window": self.window,
+                "dropped_groups": list(self.dropped_groups),
+                "groups": [{f.name: getattr(g.batch, f.name) for f in fields(g.batch)} for g in self.groups]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.started, self.dropped, self.lost = int(state["started"]), int(state["dropped"]), int(state["lost"])
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.dropped_groups = list(state["dropped_groups"])
+        self.window = int(state.get("window", self.window))
+        self.groups = deque(Group(Batch(**tensors)) for tensors in state["groups"])

@@ -14,8 +14,15 @@ from asyncrl.config import ConfigError, load_config
 from asyncrl.config_loader import guarded
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit 2), like every other bad input."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="asyncrl", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="asyncrl", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in [
         ("train", "RL-train a policy (default: the embedded tiny model on the arithmetic task)"),
@@ -24,15 +31,24 @@ def _parser() -> argparse.ArgumentParser:
     ]:
         cmd = sub.add_parser(name, help=help_text)
         cmd.add_argument("--config", help="YAML config file")
+        if name == "train":
+            cmd.add_argument("--resume", metavar="RUN_DIR",
+                             help="continue RUN_DIR from its newest checkpoint, with its saved config "
+                                  "(overrides: only those docs/resume.md lists, e.g. trainer.steps)")
         cmd.add_argument("overrides", nargs="*", metavar="dotted.key=value")
-    bench = sub.add_parser("bench", help="run a benchmark suite (a3po | atlas | peer-trl) and write its report")
-    bench.add_argument("suite", choices=("a3po", "atlas", "peer-trl"))
+    bench = sub.add_parser("bench", help="run a benchmark suite (a3po | atlas | peer-trl | control) and write "
+                                         "its report")
+    bench.add_argument("suite", choices=("a3po", "atlas", "peer-trl", "control"))
     bench.add_argument("--quick", action="store_true", help="the few-minute variant (smoke test)")
     bench.add_argument("--config", help="YAML config every cell starts from (e.g. configs/gpu-embedded.yaml)")
     bench.add_argument("--seeds", type=int, help="seeds per cell (default: 3; peer-trl 1; --quick 1)")
     bench.add_argument("--out", help="output directory (default: runs/bench/<suite>[-quick])")
     bench.add_argument("--methods", help="comma-separated subset of the suite's methods / losses")
-    bench.add_argument("--ks", help="atlas: comma-separated lags K (default 0,1,2,4,8,16; --quick 0,2,8)")
+    bench.add_argument("--ks", help="atlas: comma-separated lags K (default 0,1,2,4,8,16; --quick 0,2,8); "
+                                    "control: policy buffer capacities (default 1,4,8,16; --quick 1,4)")
+    bench.add_argument("--envs", help="control: comma-separated gymnasium env ids (default: the MuJoCo set; "
+                                      "--quick CartPole-v1)")
+    bench.add_argument("--jobs", type=int, default=1, help="control: cells run at once (default 1)")
     bench.add_argument("--in-process", action="store_true",
                        help="run asyncrl cells in this process (faster start-up; default for atlas)")
     bench.add_argument("--list", action="store_true", help="print the cells and exit")
@@ -42,10 +58,22 @@ def _parser() -> argparse.ArgumentParser:
 
 def _train(cfg) -> int:
     from asyncrl.runtime import train
+    from asyncrl.runtime.pool import WorkerError
+    from asyncrl.runtime.signals import Interrupted
 
-    summary = train(cfg)
+    try:
+        summary = train(cfg)
+    except Interrupted as stop:
+        hint = f"; continue with: asyncrl train --resume {stop.checkpoint.parent.parent}" if stop.checkpoint else ""
+        print(f"asyncrl: {stop}{hint}", file=sys.stderr)
+        return stop.exit_code
+    except WorkerError as err:
+        print(f"asyncrl: {err}", file=sys.stderr)
+        return 1
     keys = ("mode", "steps", "initial_eval_reward", "final_eval_reward", "wall_time_s", "run_dir")
-    print(json.dumps({k: summary[k] for k in keys}))
+    from asyncrl.metrics import json_safe
+
+    print(json.dumps(json_safe({k: summary[k] for k in keys})))
     return 0
 
 
@@ -83,12 +111,57 @@ def _eval(cfg) -> int:
 COMMANDS = {"train": _train, "pretrain": _pretrain, "eval": _eval}
 
 
-def _csv(text: str | None, kind=str) -> list | None:
-    return None if text is None else [kind(item) for item in text.split(",") if item.strip()]
+def _csv(text: str | None, kind=str, option: str = "") -> list | None:
+    """Items of a comma-separated option; None when not given. An empty list is an error: `--ks=`
+    once ran nothing and exited 0, `--methods=` ran every method."""
+    if text is None:
+        return None
+    items = [kind(item) for item in text.split(",") if item.strip()]
+    if not items:
+        raise ValueError(f"{option + ': ' if option else ''}expected a non-empty comma-separated list, got {text!r}")
+    return items
+
+
+def _bench_control(args) -> int:
+    from pathlib import Path
+
+    from asyncrl.bench.control_suite import build_control_cells, cell_command, run_control_suite
+    from asyncrl.bench.runner import BenchError
+
+    try:
+        capacities = _csv(args.ks, int)
+    except ValueError:
+        print(f"asyncrl: --ks: expected comma-separated integers, got {args.ks!r}", file=sys.stderr)
+        return 2
+    try:
+        cells = build_control_cells(quick=args.quick, seeds=args.seeds, arms=_csv(args.methods),
+                                    capacities=capacities, envs=_csv(args.envs), extra=args.overrides)
+        if args.jobs < 1:
+            raise ValueError(f"--jobs: must be >= 1, got {args.jobs}")
+    except ValueError as err:
+        print(f"asyncrl: {err}", file=sys.stderr)
+        return 2
+    out = Path(args.out or f"runs/bench/control{'-quick' if args.quick else ''}")
+    if args.list:
+        for cell in cells:
+            print(cell.name, shlex.join(cell_command(cell, out / "runs")))
+        return 0
+    try:
+        summary = run_control_suite(cells, out, quick=args.quick, command="asyncrl " + shlex.join(args.argv),
+                                    jobs=args.jobs)
+    except BenchError as err:
+        print(f"asyncrl: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, (dict, list))}))
+    print(f"report: {out / 'report.html'}")
+    return 0
 
 
 def _bench(args) -> int:
     from pathlib import Path
+
+    if args.suite == "control":
+        return _bench_control(args)
 
     from asyncrl.bench.runner import BenchError, cell_argv, run_suite
     from asyncrl.bench.suites import build_cells
@@ -99,8 +172,11 @@ def _bench(args) -> int:
         print(f"asyncrl: --ks: expected comma-separated integers, got {args.ks!r}", file=sys.stderr)
         return 2
     try:
-        cells = build_cells(args.suite, quick=args.quick, seeds=args.seeds, methods=_csv(args.methods), ks=ks,
-                            extra=args.overrides, config=args.config)
+        if ks is not None and args.suite != "atlas":
+            raise ValueError(f"--ks: only the atlas suite has lags K (suite: {args.suite})")
+        cells = build_cells(args.suite, quick=args.quick, seeds=args.seeds,
+                            methods=_csv(args.methods, str, "--methods"), ks=ks, extra=args.overrides,
+                            config=args.config)
         for cell in cells:  # validate every cell's config before running anything
             load_config(cell.config, list(cell.overrides))
     except (ValueError, ConfigError) as err:
@@ -133,12 +209,29 @@ def main(argv: list[str] | None = None) -> int:
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.argv = argv
+    if args.command == "bench":
+        _quiet_hub()
+        return _bench(args)
+    return guarded(lambda: COMMANDS[args.command](_quiet_hub(_config(args))))
+
+
+def _quiet_hub(value=None):
+    """Our own progress line is the only one. Imported after the config loads: a typo is then
+    refused in a fraction of a second instead of after transformers' import."""
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # our own progress line is the only one
-    if args.command == "bench":
-        return _bench(args)
-    return guarded(lambda: COMMANDS[args.command](load_config(args.config, args.overrides)))
+    hf_logging.disable_progress_bar()
+    return value
+
+
+def _config(args):
+    if getattr(args, "resume", None) is None:
+        return load_config(args.config, args.overrides)
+    from asyncrl.runtime.resume import resume_config
+
+    if args.config:
+        raise ConfigError("--config", "a resumed run uses the configuration saved in its run directory")
+    return resume_config(args.resume, args.overrides)
 
 
 if __name__ == "__main__":

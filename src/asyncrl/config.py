@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from asyncrl.stability.config import (AdaptiveStalenessConfig, EssWarningConfig, VcpoConfig,
+                                      check_combinations)
 from asyncrl.config_loader import (
     ConfigError,
     apply_override,
@@ -33,6 +35,11 @@ class RunConfig:
     seed: int = 0
     mode: Literal["sync", "async", "simulated"] = "async"
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only at the end
+    keep_checkpoints: int = 2  # newest checkpoints kept in <run dir>/checkpoints/; 0 = all
+    # no: a new run (an existing run dir is refused); auto: resume <out_dir>/<name> from its newest
+    # checkpoint when it has one, else start it; must: resume or fail (`asyncrl train --resume DIR`)
+    resume: Literal["no", "auto", "must"] = "no"
+    checkpoint_on_signal: bool = True  # SIGTERM / SIGINT: checkpoint the last finished step, then exit
     tensorboard: bool = True
     progress: bool = True  # live progress line (rich); off for subprocesses that parse stdout
     # torch.use_deterministic_algorithms in the trainer and every worker: bitwise-reproducible GPU
@@ -42,8 +49,15 @@ class RunConfig:
     def validate(self) -> None:
         if self.checkpoint_every < 0:
             raise ValueError("checkpoint_every: must be >= 0")
-        if self.name is not None and ("/" in self.name or not self.name.strip()):
-            raise ValueError("name: must be a non-empty directory name without '/'")
+        if self.keep_checkpoints < 0:
+            raise ValueError("keep_checkpoints: must be >= 0")
+        if self.resume != "no" and self.name is None:
+            raise ValueError("resume: needs run.name (the run directory to resume), or use --resume RUN_DIR")
+        # a plain name: "..", "a/b" or an absolute path would write outside out_dir
+        if self.name is not None and (any(c in self.name for c in "/\\\0")
+                                      or self.name.strip() in ("", ".", "..")):
+            raise ValueError(f"name: must be a plain directory name (not empty, '.' or '..'; no '/'), "
+                             f"got {self.name!r}")
 
 
 def _validate_device(device: str) -> None:
@@ -119,6 +133,8 @@ class PolicyConfig:
             raise ValueError("lora_target_modules: must be a non-empty list of module names, or null")
         if self.model_path is not None and not Path(self.model_path).is_dir():
             raise ValueError(f"model_path: no such directory: {self.model_path}")
+        if self.model_path is not None and not (Path(self.model_path) / "config.json").is_file():
+            raise ValueError(f"model_path: not a Hugging Face model directory (no config.json): {self.model_path}")
 
 
 @dataclass
@@ -147,6 +163,8 @@ class PretrainConfig:
             raise ValueError("batch_size: must be >= 1")
         if not 0 < self.lr < 1:
             raise ValueError("lr: must be in (0, 1)")
+        if self.weight_decay < 0:
+            raise ValueError("weight_decay: must be >= 0")
         if self.warmup_steps < 0:
             raise ValueError("warmup_steps: must be >= 0")
 
@@ -169,6 +187,10 @@ class TaskConfig:
     max_eval: int | None = None
     reward_timeout_s: float = 5.0
     reward_workers: int = 1
+    # prompts longer than this many tokens are refused at start-up, naming their file:line (a
+    # 20 MB JSONL line otherwise loads and crash-loops the worker); prompt + rollout.max_new_tokens
+    # must also fit the model's context (max_position_embeddings)
+    max_prompt_tokens: int = 2048
 
     DATASET_FIELDS = ("path", "eval_path", "eval_fraction", "question_field", "answer_field",
                       "prompt_template", "answer_format", "max_train", "max_eval", "reward_timeout_s",
@@ -178,12 +200,16 @@ class TaskConfig:
         """The task, with its problems generated/loaded; a bad dataset raises ConfigError."""
         from asyncrl.tasks import build_task
 
+        section = "task.arithmetic" if self.name == "arithmetic" else "task"
         try:
             task = build_task(self.name, self.params())
             task.problems("train"), task.problems("eval")
         except ValueError as err:
-            section = "task.arithmetic" if self.name == "arithmetic" else "task"
             raise ConfigError(section, str(err)) from None
+        if not task.problems("eval"):  # evaluation would divide by zero mid-run
+            field_ = ("task.arithmetic.n_eval" if self.name == "arithmetic" else
+                      "task.max_eval" if self.max_eval == 0 else "task.eval_fraction")
+            raise ConfigError(field_, "no eval problems (raise it, or set task.eval_path)")
         return task
 
     def params(self):
@@ -195,8 +221,12 @@ class TaskConfig:
         return DatasetConfig(**{k: getattr(self, k) for k in self.DATASET_FIELDS})
 
     def validate(self) -> None:
+        if self.max_prompt_tokens < 1:
+            raise ValueError("max_prompt_tokens: must be >= 1")
         if self.name == "arithmetic":
             return
+        if self.eval_path is None and self.eval_fraction == 0:
+            raise ValueError("eval_fraction: must be > 0 when task.eval_path is not set (no eval problems)")
         if self.path is None:
             raise ValueError(f"path: task {self.name!r} reads a local file; set task.path=<jsonl|parquet|dir>")
         self.params()  # DatasetConfig validates every field ("field: message")
@@ -284,6 +314,8 @@ class TrainerConfig:
     # mixed precision: forward passes under torch.autocast in this dtype, master weights and the
     # optimizer in policy.dtype. "bfloat16" is the usual GPU setting; "none" = full precision
     autocast: Literal["none", "bfloat16", "float16"] = "none"
+    vcpo: VcpoConfig = field(default_factory=VcpoConfig)  # ESS-scaled lr, OPOB (docs/stability.md)
+    ess_warning: EssWarningConfig = field(default_factory=EssWarningConfig)
 
     def validate(self) -> None:
         if self.steps < 0:
@@ -292,6 +324,8 @@ class TrainerConfig:
             raise ValueError("lr: must be in (0, 1)")
         if self.grad_clip <= 0:
             raise ValueError("grad_clip: must be > 0")
+        if self.weight_decay < 0:
+            raise ValueError("weight_decay: must be >= 0")
         if self.n_minibatches < 1:
             raise ValueError("n_minibatches: must be >= 1")
         for name in ("beta1", "beta2"):
@@ -354,6 +388,7 @@ class AsyncConfig:
     # drawn uniformly from the last N (the VACO setup)
     lag: int = 0
     policy_buffer: int = 0
+    adaptive: AdaptiveStalenessConfig = field(default_factory=AdaptiveStalenessConfig)  # ESS-governed W
 
     def validate(self) -> None:
         from asyncrl.runtime.channels import CHANNELS
@@ -406,6 +441,7 @@ class Config:
         channel, backend = self.async_.weight_channel, self.async_.backend
         if (channel == "ray") != (backend == "ray") and channel != "auto":
             raise ValueError(f"async.weight_channel: {channel!r} does not work with async.backend={backend!r}")
+        check_combinations(self)
         if channel == "cuda" and not self.policy.device.startswith("cuda"):
             raise ValueError(f"async.weight_channel: 'cuda' needs policy.device=cuda, got {self.policy.device!r}")
 

@@ -8,6 +8,7 @@ unknown keys rejected, values type-checked against the annotations, and each dat
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -101,6 +102,10 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             value = float(value)  # YAML 1.1 reads "1e-4" (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(key, f"expected a number, got {value!r}")
+        # no setting means NaN or infinity: a NaN limit passes every `x > 0` check and then
+        # poisons what it touches (a NaN grad_clip put NaN into every weight)
+        if not math.isfinite(value):
+            raise ConfigError(key, f"expected a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):

@@ -1,9 +1,16 @@
-"""Step metrics → ``metrics.jsonl`` (one JSON object per step) and TensorBoard events."""
+"""Per-step rows → ``metrics.jsonl`` (one JSON object per step) and TensorBoard events, and the
+prompt-group ledger → ``ledger.jsonl``.
+
+A resumed run opens them with ``after_step`` = its checkpoint's step: rows of later steps (written
+before the run was killed, and about to be redone) are cut off, and TensorBoard is told to purge
+its events from that step on, so every step appears once.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,25 +22,88 @@ def _clean(value: Any) -> Any:
     return value
 
 
-class MetricsWriter:
-    def __init__(self, run_dir: Path, tensorboard: bool = True):
-        self.path = Path(run_dir) / "metrics.jsonl"
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (nested in dicts, lists, tuples) replaced by None: what
+    ``json.dumps(..., allow_nan=False)`` accepts (a NaN reward once made summary.json invalid JSON)."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return _clean(value)
+
+
+def truncate_rows(path: Path, after_step: int) -> None:
+    """Keep the rows of ``path`` (JSON lines with a "step") up to ``after_step``; a torn last line
+    (the process was killed mid-write) goes too. Rewritten atomically."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and row.get("step", math.inf) <= after_step:
+            kept.append(line)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(f"{line}\n" for line in kept))
+    os.replace(tmp, path)
+
+
+class JsonRows:
+    """An append-only JSON-lines file of rows keyed by step."""
+
+    def __init__(self, path: Path, after_step: int = 0):
+        self.path = Path(path)
+        truncate_rows(self.path, after_step)
         self.file = self.path.open("a", buffering=1)
+
+    def append(self, row: dict[str, Any]) -> None:
+        self.file.write(json.dumps(row) + "\n")
+
+    def flush(self) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+    def close(self) -> None:
+        if not self.file.closed:
+            self.file.close()
+
+
+class MetricsWriter:
+    def __init__(self, run_dir: Path, tensorboard: bool = True, after_step: int = 0):
+        self.rows = JsonRows(Path(run_dir) / "metrics.jsonl", after_step)
+        self.path = self.rows.path
         self.tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+            self.tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"), purge_step=after_step + 1)
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:
-        record = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
-        self.file.write(json.dumps(record) + "\n")
+        self.rows.append({"step": step, **{k: _clean(v) for k, v in metrics.items()}})
         if self.tb is not None:
             for key, value in metrics.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                     self.tb.add_scalar(key, value, step)
 
+    def flush(self) -> None:
+        self.rows.flush()
+        if self.tb is not None:
+            self.tb.flush()
+
     def close(self) -> None:
-        self.file.close()
+        self.rows.close()
         if self.tb is not None:
             self.tb.close()
+
+
+class Ledger(JsonRows):
+    """Which prompt groups each step trained on (``consumed``) and which it dropped as too stale
+    (``dropped``): across kills and resumes, every group appears exactly once."""
+
+    def __init__(self, run_dir: Path, after_step: int = 0):
+        super().__init__(Path(run_dir) / "ledger.jsonl", after_step)
+
+    def write(self, step: int, consumed: list[int], dropped: list[int]) -> None:
+        self.append({"step": step, "consumed": consumed, "dropped": dropped})

@@ -13,10 +13,10 @@ class TrainProgress:
         self.progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
             TextColumn("reward {task.fields[reward]}"), TextColumn("eval {task.fields[eval]}"),
-            TextColumn("{task.fields[tps]} tok/s"), TimeElapsedColumn(), TextColumn("ETA"),
+            TextColumn("{task.fields[tps]} tok/s"), TextColumn("ess {task.fields[ess]}"), TimeElapsedColumn(), TextColumn("ETA"),
             TimeRemainingColumn(), console=console or Console(stderr=True), disable=not enabled,
         )
-        self.task = self.progress.add_task(description, total=total, reward="-", eval="-", tps="-")
+        self.task = self.progress.add_task(description, total=total, reward="-", eval="-", tps="-", ess="-")
 
     def __enter__(self) -> "TrainProgress":
         self.progress.__enter__()
@@ -26,8 +26,11 @@ class TrainProgress:
         self.progress.__exit__(*exc)
 
     def update(self, step: int, reward: float | None = None, eval_acc: float | None = None,
-               tokens_per_s: float | None = None) -> None:
+               tokens_per_s: float | None = None, ess: float | None = None, ess_warning: bool = False) -> None:
+        """``ess``: the step's ESS fraction; ``ess_warning``: the ESS warning fired (shown as "!")."""
         fields = {}
+        if ess is not None:
+            fields["ess"] = f"{ess:.2f}" + ("[bold red]![/]" if ess_warning else "")
         if reward is not None:
             fields["reward"] = f"{reward:.3f}"
         if eval_acc is not None:

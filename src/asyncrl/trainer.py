@@ -27,6 +27,8 @@ from asyncrl.objectives import (
     policy_loss,
 )
 from asyncrl.policy.logprobs import completion_logprobs
+from asyncrl.stability.ess_lr import lr_scale, minibatch_ess, scaled_lr, sequence_log_weights
+from asyncrl.stability.opob import opob_advantages, score_grad_sq_norms
 from asyncrl.types import Batch
 
 AUTOCAST_DTYPES = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -43,6 +45,7 @@ class Trainer:
         self.temperature = temperature
         self.version = 0
         self.device = next(model.parameters()).device
+        _check_hparams(cfg.grad_clip, [(cfg.lr, (cfg.beta1, cfg.beta2), cfg.weight_decay)])
         # fused AdamW: one kernel for all parameters on CUDA (the foreach path elsewhere)
         fused = {"fused": True} if self.device.type == "cuda" else {}
         self.optimizer = torch.optim.AdamW(
@@ -66,9 +69,8 @@ class Trainer:
         cfg = self.cfg
         started = time.perf_counter()
         batch = batch.to(self.device)
-        batch.advantages = group_advantages(batch.rewards, batch.group_ids, method=cfg.advantage,
-                                            eps=cfg.adv_eps)
         self.model.train()
+        batch.advantages = self._advantages(batch)
         perm = torch.randperm(len(batch), generator=self.rng).to(self.device)
         batch = batch.select(perm)  # minibatch order: minibatch i is a contiguous block of rows (views)
         sizes = [len(index) for index in perm.chunk(cfg.n_minibatches)]
@@ -102,7 +104,12 @@ class Trainer:
                 self.loss.name, logp, mb.behav_logp, mb.advantages, mb.completion_mask,
                 prox_logp=prox_logp, versions=mb.versions, current_version=self.version,
                 group_ids=mb.group_ids, **self.loss.params)
-            grad_norm = self._update(loss)
+            _, ess_frac = minibatch_ess(logp, mb.behav_logp, mb.completion_mask, cfg.vcpo.weight_cap)
+            scale = lr_scale(ess_frac, cfg.vcpo.base_ess_ratio, cfg.vcpo.rule) if cfg.vcpo.enabled else 1.0
+            with scaled_lr(self.optimizer, scale):  # VCPO: smaller steps on batches with a low ESS
+                grad_norm = self._update(loss)
+            stats["ess_frac"].append(ess_frac)
+            stats["lr_scale"].append(scale)
             stats["loss"].append(loss.item())
             stats["grad_norm"].append(grad_norm)
             mask = mb.completion_mask
@@ -112,13 +119,37 @@ class Trainer:
         self.version += 1
         out = {key: _nanmean(values) for key, values in stats.items()}
         out["skipped_updates"] = float(sum(not math.isfinite(g) for g in stats["grad_norm"]))
+        out["ess_frac_first"] = stats["ess_frac"][0]  # before this step's first update: staleness alone
+        out["ess_frac_min"] = min(stats["ess_frac"])
+        out["lr_effective"] = cfg.lr * out["lr_scale"]
         out.update(_advantage_stats(batch))
         out["prox_time_s"] = prox_time
         out["train_time_s"] = time.perf_counter() - started
         return out
 
+    def _advantages(self, batch: Batch) -> torch.Tensor:
+        """[B] advantages: the group baseline, or VCPO's off-policy optimal baseline (``vcpo.opob``)."""
+        cfg = self.cfg
+        if not cfg.vcpo.opob:
+            return group_advantages(batch.rewards, batch.group_ids, method=cfg.advantage, eps=cfg.adv_eps)
+        log_w = torch.zeros(len(batch), device=self.device)
+        mask = batch.completion_mask
+
+        def seq_logp(i: int) -> torch.Tensor:  # log π_θ(τ_i), and its log-weight on the side
+            logp, _ = self.logprobs(batch.rows(i, i + 1))
+            log_w[i] = sequence_log_weights(logp, batch.behav_logp[i:i + 1], mask[i:i + 1])[0]
+            return logp[mask[i:i + 1]].sum()
+
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        norms = score_grad_sq_norms(seq_logp, params, len(batch))
+        return opob_advantages(batch.rewards, log_w, norms, batch.group_ids, method=cfg.advantage, eps=cfg.adv_eps)
+
     def _update(self, loss: torch.Tensor) -> float:
         """Backward + clip + step; returns the pre-clip grad norm, or NaN if the update was skipped."""
+        # checked again at every update, not only at load: a scheduler or a caller may change them,
+        # and a NaN clip limit rescales finite gradients to NaN after the finiteness check below
+        _check_hparams(self.cfg.grad_clip, [(g["lr"], g["betas"], g["weight_decay"])
+                                            for g in self.optimizer.param_groups])
         self.optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):
             return math.nan
@@ -138,6 +169,21 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         self.rng.set_state(state["rng"])
+
+
+def _check_hparams(clip: float, groups: list[tuple]) -> None:
+    """ValueError unless the clip limit and every (lr, betas, weight_decay) is finite and in range:
+    the settings through which NaN could reach the weights from finite gradients."""
+    if not (math.isfinite(clip) and clip > 0):
+        raise ValueError(f"trainer.grad_clip: must be a finite number > 0, got {clip}")
+    for lr, (b1, b2), wd in groups:
+        lr, b1, b2, wd = float(lr), float(b1), float(b2), float(wd)
+        if not (math.isfinite(lr) and lr > 0):
+            raise ValueError(f"trainer.lr: must be a finite number > 0, got {lr}")
+        if not (0 <= b1 < 1 and 0 <= b2 < 1):
+            raise ValueError(f"trainer.beta1/beta2: must be in [0, 1), got {b1}, {b2}")
+        if not (math.isfinite(wd) and wd >= 0):
+            raise ValueError(f"trainer.weight_decay: must be a finite number >= 0, got {wd}")
 
 
 def _nanmean(values: list[float]) -> float:

@@ -67,3 +67,29 @@ def test_no_import_cycle_in_src():
     assert "asyncrl.cli" not in graph["asyncrl.bench.runner"]
     cycle = find_cycle(graph)
     assert cycle is None, " → ".join(cycle)
+
+
+LLM_RUNTIME = ("asyncrl.runtime", "asyncrl.trainer", "asyncrl.policy", "asyncrl.tasks", "asyncrl.rollout",
+               "asyncrl.buffer", "asyncrl.config", "asyncrl.bench", "asyncrl.cli")
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        node = todo.pop()
+        for nxt in graph.get(node, ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_control_imports_only_objectives():
+    """asyncrl.control is classic RL on the pure objectives: nothing of the LLM runtime, transitively."""
+    graph = import_graph()
+    control = [name for name in graph if name == "asyncrl.control" or name.startswith("asyncrl.control.")]
+    assert "asyncrl.control.train" in control
+    for module in control:
+        outside = {m for m in reachable(graph, module) if not m.startswith("asyncrl.control")}
+        assert all(m == "asyncrl" or m.startswith("asyncrl.objectives") for m in outside), (module, outside)
+        assert not any(m == p or m.startswith(p + ".") for m in outside for p in LLM_RUNTIME)

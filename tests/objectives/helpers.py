@@ -16,6 +16,9 @@ REQUIRED_TEST_VALUES = {("opsm", "delta"): 0.1}
 BATCH_LEVEL = {"m2po", "vaco"}
 # Parameters under which those filters never fire, so micro-batching must not matter.
 NON_FIRING = {"m2po": {"tau": 1e9}, "vaco": {"delta": 1e9}}
+# Losses with a regulariser that has a gradient of its own (independent of the advantage), and the
+# parameters that switch it off; properties about the policy-gradient term alone use these.
+REGULARIZER_OFF = {"ppo_kl": {"kl_coef": 0.0}}
 
 
 def default_params(name: str) -> dict:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from asyncrl.objectives import AGG_MODES, COMMON_STATS, LOSSES, policy_loss
 
-from .helpers import BATCH_LEVEL, NON_FIRING, all_loss_names, default_params, make_batch, rows, run
+from .helpers import BATCH_LEVEL, NON_FIRING, REGULARIZER_OFF, all_loss_names, default_params, make_batch, rows, run
 
 NAMES = all_loss_names()
 FAST = settings(max_examples=30, deadline=None)
@@ -32,7 +32,7 @@ def test_registry_has_every_required_loss():
 def test_zero_advantage_gives_zero_gradient(name, seed, b, t, with_prox, token_adv):
     batch = make_batch(seed, b, t, with_prox=with_prox, token_adv=token_adv)
     batch["advantages"] = torch.zeros_like(batch["advantages"])
-    loss, _, grad = run(name, batch)
+    loss, _, grad = run(name, batch, **REGULARIZER_OFF.get(name, {}))
     assert torch.isfinite(loss)
     assert torch.equal(grad, torch.zeros_like(grad))
 

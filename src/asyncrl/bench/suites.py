@@ -38,6 +38,8 @@ ATLAS_LOSSES: dict[str, dict[str, object]] = {
     "gspo": {"loss.name": "gspo", "trainer.prox": "none"},
     "vaco": {"loss.name": "vaco", "trainer.prox": "none"},
     "reinforce": {"loss.name": "reinforce", "trainer.prox": "none"},
+    "ppo_kl": {"loss.name": "ppo_kl", "trainer.prox": "none"},
+    "spo": {"loss.name": "spo", "trainer.prox": "none"},
 }
 ATLAS_KS = (0, 1, 2, 4, 8, 16)
 ATLAS_QUICK_KS = (0, 2, 8)

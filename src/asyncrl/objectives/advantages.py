@@ -84,7 +84,7 @@ def gae(
     rewards: Tensor,
     values: Tensor,
     mask: Tensor,
-    gamma: float = 1.0,
+    gamma: float | Tensor = 1.0,
     lam: float = 1.0,
     bootstrap_value: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
@@ -95,11 +95,16 @@ def gae(
     δ_t = r_t + γ V_{t+1} − V_t,  Â_t = δ_t + γλ Â_{t+1}, where "t+1" is the next *valid* step: masked
     positions are skipped and carry the next value and the running Â through (verl), so interior masks
     (e.g. tool output in multi-turn) are transparent. Defaults γ = λ = 1 (LLM); classic control uses
-    0.99 / 0.95. Returns (advantages, returns = advantages + values), float32 [B, T], 0 where masked;
+    0.99 / 0.95. gamma may also be a [B, T] float tensor of per-step discounts (γ_t = 0 where an
+    episode ends after step t, for rows that hold several episodes, as in vectorised classic control).
+    Returns (advantages, returns = advantages + values), float32 [B, T], 0 where masked;
     not whitened (see masked_whiten).
     """
     _check_bt("rewards, values, mask", rewards, values, mask)
-    check_real("gamma", gamma, low=0.0, high=1.0)
+    if isinstance(gamma, Tensor):
+        _check_bt("rewards, gamma", rewards, gamma)
+    else:
+        check_real("gamma", gamma, low=0.0, high=1.0)
     check_real("lam", lam, low=0.0, high=1.0)
     m = mask.bool()
     r = torch.where(m, rewards.detach().float(), 0.0)
@@ -109,9 +114,10 @@ def gae(
     next_v = next_v.to(r.device)
     running = torch.zeros(b, device=r.device)
     adv = torch.zeros_like(r)
+    g = torch.as_tensor(gamma, dtype=torch.float32, device=r.device).expand_as(r)
     for t in reversed(range(t_len)):
-        delta = r[:, t] + gamma * next_v - v[:, t]
-        new = delta + gamma * lam * running
+        delta = r[:, t] + g[:, t] * next_v - v[:, t]
+        new = delta + g[:, t] * lam * running
         m_t = m[:, t]
         adv[:, t] = torch.where(m_t, new, 0.0)
         running = torch.where(m_t, new, running)

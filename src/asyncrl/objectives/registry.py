@@ -25,8 +25,10 @@ from asyncrl.objectives.numerics import prepare_inputs
 from asyncrl.objectives.opsm import OPSMParams, opsm_loss
 from asyncrl.objectives.params import RUNTIME_PARAMS, BaseParams
 from asyncrl.objectives.ppo import DecoupledParams, PPOParams, decoupled_loss, ppo_loss
+from asyncrl.objectives.ppo_kl import PPOKLParams, ppo_kl_loss
 from asyncrl.objectives.prox import staleness_stats
 from asyncrl.objectives.reinforce import REINFORCEParams, reinforce_loss
+from asyncrl.objectives.spo import SPOParams, spo_loss
 from asyncrl.objectives.vaco import VACOParams, vaco_loss
 
 LossResult = tuple[Tensor, dict[str, Tensor]]
@@ -42,6 +44,8 @@ _CORES: dict[str, tuple[Callable[..., LossResult], type[BaseParams]]] = {
     "gspo": (gspo_loss, GSPOParams),
     "vaco": (vaco_loss, VACOParams),
     "reinforce": (reinforce_loss, REINFORCEParams),
+    "ppo_kl": (ppo_kl_loss, PPOKLParams),
+    "spo": (spo_loss, SPOParams),
 }
 
 

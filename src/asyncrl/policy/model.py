@@ -86,10 +86,20 @@ def load_policy(path: str | Path, device: str = "cpu", dtype: str = "float32", *
 
 
 def load_policy_for(policy_cfg, path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """``load_policy`` with the settings of a PolicyConfig."""
-    return load_policy(path, policy_cfg.device, policy_cfg.dtype,
-                       attn_implementation=policy_cfg.attn_implementation,
-                       gradient_checkpointing=policy_cfg.gradient_checkpointing)
+    """``load_policy`` with the settings of a PolicyConfig; a directory that does not load (no
+    weights, corrupt weights, no tokenizer, unknown architecture) is one ConfigError line."""
+    from asyncrl.config_loader import ConfigError
+
+    try:
+        return load_policy(path, policy_cfg.device, policy_cfg.dtype,
+                           attn_implementation=policy_cfg.attn_implementation,
+                           gradient_checkpointing=policy_cfg.gradient_checkpointing)
+    except torch.OutOfMemoryError:
+        raise  # not the directory's fault
+    except Exception as err:  # transformers / safetensors / tokenizers raise many kinds
+        field = "policy.model_path" if policy_cfg.model_path else "policy.cache_dir"
+        first = (str(err).strip().splitlines() or [""])[0][:300]
+        raise ConfigError(field, f"cannot load a model from {path}: {type(err).__name__}: {first}") from None
 
 
 GENERIC_TOKENIZER_CLASSES = {"TokenizersBackend", "PreTrainedTokenizerFast"}

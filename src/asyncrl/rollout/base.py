@@ -31,6 +31,12 @@ class Engine(Protocol):
     def update_weights(self, weights: torch.nn.Module | Mapping[str, torch.Tensor], version: int) -> None:
         """Take new weights (a model, or a state dict under the base model's names)."""
 
+    def rng_state(self) -> dict:
+        """The sampler's random state, in types ``torch.load(weights_only=True)`` accepts."""
+
+    def set_rng_state(self, state: dict) -> None:
+        """Restore what :meth:`rng_state` returned (a resumed run then samples the same tokens)."""
+
 
 @dataclass
 class EngineSpec:

@@ -39,6 +39,13 @@ class TransformersEngine:
         # the generator lives on the device it samples on (multinomial on CUDA needs a CUDA generator)
         self.generator = torch.Generator(device=self.device).manual_seed(spec.seed)
 
+    def rng_state(self) -> dict:
+        """The sampling generator's state (part of a checkpoint: resumed runs sample the same tokens)."""
+        return {"generator": self.generator.get_state()}
+
+    def set_rng_state(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+
     @torch.no_grad()
     def update_weights(self, weights: torch.nn.Module | Mapping[str, torch.Tensor], version: int) -> None:
         if weights is not self.model:

@@ -23,3 +23,13 @@ class PromptStream:
             self.queue += self.rng.sample(self.problems, len(self.problems))
         out, self.queue = self.queue[: self.per_step], self.queue[self.per_step:]
         return out
+
+    def state_dict(self) -> dict:
+        """The stream's position: its RNG and the rest of the current epoch (as problem indices)."""
+        index = {p.uid: i for i, p in enumerate(self.problems)}
+        return {"rng": self.rng.getstate(), "queue": [index[p.uid] for p in self.queue]}
+
+    def load_state_dict(self, state: dict) -> None:
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.queue = [self.problems[i] for i in state["queue"]]

@@ -3,19 +3,61 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
+from asyncrl.config_loader import ConfigError
 from asyncrl.tasks import Problem, Task
 from asyncrl.types import Batch, Generation
 
 
+class RewardError(ConfigError):
+    """A reward function raised or returned a non-finite number: one line naming the task and the
+    problem, exit 2. An error rather than a zeroed reward with a warning: a NaN reward is a bug in
+    the reward, and replacing it silently would train on an objective nobody chose."""
+
+    def __init__(self, task: Task, problem: Problem | None, message: str):
+        where = f"problem {problem.uid}" if problem is not None else "a batch"
+        source = getattr(task, "source", None)
+        if problem is not None and source is not None:
+            where += f" ({source(problem.uid)})"
+        super().__init__(f"task.name={getattr(task, 'name', type(task).__name__)}", f"reward of {where}: {message}")
+
+
+def _first_line(err: Exception) -> str:
+    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
+
+
 def rewards_of(task: Task, texts: list[str], problems: list[Problem]) -> list[float]:
-    """Batch scoring when the task offers it (math-verify runs in a process pool)."""
+    """Batch scoring when the task offers it (math-verify runs in a process pool); every reward a
+    finite number, else :class:`RewardError`."""
     many = getattr(task, "reward_many", None)
-    if many is not None:
-        return list(many(texts, problems))
-    return [task.reward(t, p) for t, p in zip(texts, problems)]
+    values: list = []
+    try:
+        if many is not None:
+            values = list(many(texts, problems))
+        else:
+            for t, p in zip(texts, problems):
+                values.append(task.reward(t, p))
+    except Exception as err:  # a user's reward function may raise anything
+        culprit = problems[len(values)] if many is None and len(values) < len(problems) else None
+        raise RewardError(task, culprit, f"raised {_first_line(err)}") from None
+    for value, problem in zip(values, problems):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not math.isfinite(number):
+            raise RewardError(task, problem, f"is {value!r}; rewards must be finite numbers")
+    return values
+
+
+def check_reward(task: Task) -> None:
+    """Score the gold solutions of the first train problems once, at start-up: a reward function
+    that raises or returns NaN fails here, before a run directory or a worker exists."""
+    problems = task.problems("train")[:2]
+    rewards_of(task, [p.solution for p in problems], problems)
 
 
 def score(gen: Generation, problems: list[Problem], n: int, task: Task, tokenizer,

@@ -91,6 +91,13 @@ class VLLMEngine:
     # -- weights ----------------------------------------------------------------------------------
 
     @torch.no_grad()
+    def rng_state(self) -> dict:
+        """vLLM keeps its sampler state inside the engine: a resumed run samples from a reseeded one."""
+        return {}
+
+    def set_rng_state(self, state: dict) -> None:
+        pass
+
     def update_weights(self, weights: torch.nn.Module | Mapping[str, torch.Tensor], version: int) -> None:
         """Load new weights in place (a model — a LoRA/peft one is merged — or a state dict under
         the HF checkpoint's names); tokens generated from now on carry ``version``."""

@@ -1,13 +1,17 @@
 """The training loop, the same for every mode: the modes differ only in where batches come from.
 
     session = Session.open(cfg)                   model, tokenizer, task, run dir, metrics, progress
+                                                  (or all of it restored from the newest checkpoint)
     source  = SOURCES[cfg.run.mode](cfg, session)  sync | simulated | async (local processes, Ray)
     for each step:
         batch = source.next_batch(version)         CPU tensors; the trainer moves them to its device
         stats = trainer.step(batch)                advantages → prox → minibatch updates → version + 1
         source.publish(model, version)             the weight channel (async), a snapshot (simulated)
-        session.finish_step(step, record)          eval / metrics / progress / checkpoint when due
+        session.finish_step(step, ...)             eval / metrics / ledger / progress / checkpoint when due
     summary = session.finish(...)
+
+A SIGTERM or SIGINT stops the loop at the next safe point, checkpoints the last finished step and
+raises :class:`~asyncrl.runtime.signals.Interrupted`; the run continues with ``--resume``.
 """
 
 from __future__ import annotations
@@ -19,31 +23,52 @@ import torch
 from asyncrl.config import Config
 from asyncrl.runtime.record import Totals, step_record
 from asyncrl.runtime.session import Session
+from asyncrl.runtime.signals import Interrupted, StopRequested
 from asyncrl.runtime.sources import SOURCES
+from asyncrl.stability.monitor import EssStop
 from asyncrl.trainer import Trainer
 
 
 def train(cfg: Config) -> dict:
-    """Run ``cfg`` to the end; returns the summary (also written to ``<run dir>/summary.json``)."""
+    """Run ``cfg`` to the end (or resume it, per ``run.resume``); returns the summary (also written
+    to ``<run dir>/summary.json``)."""
     torch.set_num_threads(cfg.policy.torch_threads)
     session = Session.open(cfg)
     trainer = Trainer(session.model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed)
     totals = Totals()
-    with SOURCES[cfg.run.mode](cfg, session) as source, session.progress as progress:
-        progress.update(0, eval_acc=session.evaluate(0))  # async: overlaps with the first rollouts
-        source.wait_ready()
-        started = time.perf_counter()
-        for step in range(1, cfg.trainer.steps + 1):
-            t0 = time.perf_counter()
-            version = trainer.version
-            batch = source.next_batch(version, step)
-            waited = time.perf_counter() - t0
-            stats = trainer.step(batch)
-            source.publish(trainer.model, trainer.version)
-            record = step_record(batch, version, stats, source.step_metrics(), wait_s=waited,
-                                 step_s=time.perf_counter() - t0, n_generators=source.n_generators)
-            totals.add(record)
-            session.finish_step(step, record, trainer)
-        train_wall = time.perf_counter() - started - session.eval_time_s
-        extra = source.summary()
-    return session.finish(cfg.trainer.steps, {**totals.summary(cfg.trainer.steps), **extra}, train_wall)
+    if session.resume is not None:
+        trainer.load_state_dict(session.resume.trainer_state)
+        totals.load_state_dict(session.resume.run_state["totals"])
+    done = session.start_step  # the last finished step
+    with session.stop, SOURCES[cfg.run.mode](cfg, session) as source, session.progress as progress:
+        try:
+            if session.resume is None:
+                progress.update(0, eval_acc=session.evaluate(0))  # async: overlaps with the first rollouts
+            else:
+                progress.update(done)
+            source.wait_ready()
+            session.start_clock()
+            for step in range(done + 1, cfg.trainer.steps + 1):
+                t0 = time.perf_counter()
+                version = trainer.version
+                batch = source.next_batch(version, step)
+                waited = time.perf_counter() - t0
+                stats = trainer.step(batch)
+                source.observe(stats)
+                source.publish(trainer.model, trainer.version)
+                record = step_record(batch, version, stats, source.step_metrics(), wait_s=waited,
+                                     step_s=time.perf_counter() - t0, n_generators=source.n_generators)
+                totals.add(record)
+                session.finish_step(step, record, batch, trainer, source, totals)
+                done = step
+                session.stop.check()
+        except EssStop as early:  # the ESS warning's stop action: a finished run, shorter
+            done = early.step
+        except StopRequested as stop:
+            saved = None
+            if cfg.run.checkpoint_on_signal and done > session.start_step:
+                saved = session.checkpoint(done, trainer, source, totals)
+            session.close()
+            raise Interrupted(stop.signum, done, saved) from None
+        extra = {**source.summary(), "stopped_early": done < cfg.trainer.steps}
+    return session.finish(done, {**totals.summary(done), **extra}, session.train_wall_s())

@@ -4,15 +4,30 @@ results, detect dead workers and restart them (their in-flight units are reporte
 from __future__ import annotations
 
 import queue
+import sys
 import time
 from dataclasses import replace
 
+from asyncrl.config_loader import ConfigError
 from asyncrl.runtime.worker import WorkerSpec, WorkUnit, worker_main
 from asyncrl.types import batch_from_numpy
 
 
 class WorkerError(RuntimeError):
     pass
+
+
+class InputError(ConfigError):
+    """A worker's ConfigError, re-raised in the trainer with the worker's message (exit 2)."""
+
+    def __init__(self, message: str):
+        ValueError.__init__(self, message)
+        self.key = ""
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "unknown error"
 
 
 class WorkerPool:
@@ -49,9 +64,15 @@ class WorkerPool:
             if time.monotonic() > deadline:
                 raise WorkerError(f"rollout workers {sorted(pending)} did not start in {self.start_timeout_s:.0f}s")
             for msg in self.poll(timeout=0.5):
+                if msg[0] == "error" and msg[1] in pending:  # a start-up failure: say it now, do not wait
+                    raise WorkerError(f"rollout worker {msg[1]} failed to start: {_last_line(msg[2])}")
                 early.append(msg)
             pending -= {m[1] for m in early if m[0] == "ready"}
             early = [m for m in early if m[0] != "ready"]
+            for worker_id in pending:
+                if self.processes[worker_id].exitcode is not None:
+                    raise WorkerError(f"rollout worker {worker_id} exited during start-up "
+                                      f"(exit code {self.processes[worker_id].exitcode})")
         return early
 
     def submit(self, unit: WorkUnit) -> int:
@@ -59,6 +80,10 @@ class WorkerPool:
         self.inflight[worker_id][unit.unit_id] = unit
         self.work_qs[worker_id].put(unit)
         return worker_id
+
+    def inflight_units(self) -> list[WorkUnit]:
+        """Units handed out and not yet returned, oldest first (a checkpoint re-issues them)."""
+        return sorted((u for units in self.inflight.values() for u in units.values()), key=lambda u: u.unit_id)
 
     @property
     def n_inflight(self) -> int:
@@ -77,8 +102,10 @@ class WorkerPool:
             if kind == "result":
                 self.inflight[worker_id].pop(payload["unit_id"], None)
                 payload["batch"] = batch_from_numpy(payload["batch"])
+            elif kind == "fatal":  # the worker hit bad input: the run stops with its one line
+                raise InputError(payload)
             elif kind == "error":
-                print(f"asyncrl: rollout worker {worker_id} failed:\n{payload}", flush=True)
+                print(f"asyncrl: rollout worker {worker_id} failed:\n{payload}", file=sys.stderr, flush=True)
         return messages
 
     def restart_dead(self) -> list[WorkUnit]:
@@ -87,9 +114,12 @@ class WorkerPool:
         for worker_id, proc in list(self.processes.items()):
             if proc.is_alive():
                 continue
-            lost += list(self.inflight[worker_id].values())
+            units = list(self.inflight[worker_id].values())
+            lost += units
             self.inflight[worker_id].clear()
             self.restarts += 1
+            print(f"asyncrl: rollout worker {worker_id} died (exit code {proc.exitcode}); restarting it "
+                  f"(restart {self.restarts}); {len(units)} work unit(s) lost", file=sys.stderr, flush=True)
             if self.restarts > 10 * len(self.specs):
                 raise WorkerError("rollout workers keep dying; giving up (see the errors above)")
             self._start(worker_id)

@@ -62,6 +62,10 @@ class RayPool:
         self.inflight[worker_id][unit.unit_id] = (unit, self.actors[worker_id].run.remote(unit))
         return worker_id
 
+    def inflight_units(self) -> list[WorkUnit]:
+        """Units handed out and not yet returned, oldest first (a checkpoint re-issues them)."""
+        return sorted((u for units in self.inflight.values() for u, _ in units.values()), key=lambda u: u.unit_id)
+
     @property
     def n_inflight(self) -> int:
         return sum(len(units) for units in self.inflight.values())

@@ -49,6 +49,13 @@ class Totals:
             self.sums[key] += record.get(key, 0.0)
         self.tokens += record.get("gen_tokens", 0)
 
+    def state_dict(self) -> dict:
+        return {"sums": dict(self.sums), "tokens": self.tokens}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sums.update({k: float(v) for k, v in state["sums"].items()})
+        self.tokens = int(state["tokens"])
+
     def summary(self, steps: int) -> dict:
         n = max(steps, 1)
         out = {name: self.sums[key] / n for key, name in PER_STEP.items()}

@@ -1,9 +1,16 @@
-"""What every training mode shares: policy loading, the run directory, evaluation, checkpoints and
-the summary. The loops (sync, async, simulated) differ only in where batches come from."""
+"""What every training mode shares: policy loading, the run directory, evaluation, checkpoints,
+resuming and the summary. The loops (sync, async, simulated) differ only in where batches come from.
+
+Run directory: ``config.yaml`` (the resolved configuration), ``metrics.jsonl`` (a row per step),
+``ledger.jsonl`` (per step, the prompt groups trained on and those dropped as too stale),
+``tensorboard/``, ``checkpoints/`` (see :mod:`asyncrl.checkpoint`) and, once finished,
+``summary.json``. A resumed run cuts the row files back to its checkpoint's step, so no step is
+ever recorded twice."""
 
 from __future__ import annotations
 
 import json
+import math
 import resource
 import time
 from dataclasses import dataclass, field
@@ -13,14 +20,18 @@ from pathlib import Path
 import torch
 import yaml
 
-from asyncrl.checkpoint import save_checkpoint
+from asyncrl.checkpoint import save_checkpoint, set_global_rng_state
 from asyncrl.config import Config, ConfigError
 from asyncrl.evaluation import eval_engine, evaluate
-from asyncrl.metrics import MetricsWriter
+from asyncrl.metrics import Ledger, MetricsWriter, json_safe
 from asyncrl.policy.lora import apply_lora
 from asyncrl.policy.model import check_device, load_policy_for, set_deterministic
 from asyncrl.pretrain import is_complete, pretrain, pretrained_dir
 from asyncrl.progress import TrainProgress
+from asyncrl.runtime.preflight import check_task, check_writable
+from asyncrl.runtime.resume import Resume, find_resume
+from asyncrl.runtime.signals import StopRequests
+from asyncrl.stability.monitor import EssMonitor, EssStop
 from asyncrl.tasks import Problem, Task
 
 
@@ -42,15 +53,32 @@ def device_name(device: str) -> str:
     return torch.device(device).type
 
 
-def make_run_dir(cfg: Config) -> Path:
-    name = cfg.run.name or (f"{cfg.run.mode}-{cfg.loss.name}-s{cfg.run.seed}-"
-                            f"{datetime.now().strftime('%Y%m%d-%H%M%S')}")
-    run_dir = Path(cfg.run.out_dir) / name
-    if (run_dir / "summary.json").exists():
-        raise ConfigError("run.name", f"run directory already holds a finished run: {run_dir}")
+def run_dir_of(cfg: Config) -> Path:
+    if cfg.run.name is None:  # the name is resolved once and saved, so the run can be resumed by it
+        cfg.run.name = f"{cfg.run.mode}-{cfg.loss.name}-s{cfg.run.seed}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    return Path(cfg.run.out_dir) / cfg.run.name
+
+
+def write_config(cfg: Config, run_dir: Path) -> None:
+    data = cfg.to_dict()
+    data["run"]["resume"] = "no"  # how this process started is not part of the run
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    return run_dir
+    tmp = run_dir / "config.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+    tmp.rename(run_dir / "config.yaml")
+
+
+def load_resumed_policy(cfg: Config, resume: Resume):
+    """The model and tokenizer of a checkpoint (a LoRA run: the original base plus the saved adapter)."""
+    if not cfg.policy.lora_rank:
+        return load_policy_for(cfg.policy, resume.checkpoint)
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    model, tokenizer = load_policy_for(cfg.policy, resolve_policy_dir(cfg))
+    model = apply_lora(model, cfg.policy)  # a fresh adapter, then the saved one's weights
+    set_peft_model_state_dict(model, load_file(resume.checkpoint / "lora_adapter" / "adapter_model.safetensors"))
+    return model, tokenizer
 
 
 @dataclass
@@ -69,22 +97,77 @@ class Session:
     started: float = field(default_factory=time.time)
     eval_history: list[tuple[int, float]] = field(default_factory=list)
     eval_time_s: float = 0.0  # evaluation seconds after step 0 (excluded from train_wall_s)
+    ledger: Ledger | None = None
+    resume: Resume | None = None  # the checkpoint this run continues from
+    policy_dir: Path | None = None  # the starting weights, which rollout workers load before their first pull
+    stop: StopRequests = field(default_factory=StopRequests)
+    monitor: EssMonitor | None = None  # the ESS early warning (trainer.ess_warning)
+    train_wall_prior_s: float = 0.0  # training-loop seconds before this process resumed the run
+    _clock: tuple[float, float] | None = None  # (perf_counter, eval_time_s) when the loop started
+
+    @property
+    def start_step(self) -> int:
+        return self.resume.step if self.resume else 0
+
+    @property
+    def start_version(self) -> int:
+        return self.resume.version if self.resume else 0
 
     @classmethod
     def open(cls, cfg: Config) -> "Session":
         check_device(cfg.policy.device)
+        check_writable(cfg.run.out_dir)  # before a warm start of minutes, not after it
         set_deterministic(cfg.run.deterministic)
         torch.manual_seed(cfg.run.seed)
+        run_dir = run_dir_of(cfg)
+        resume = find_resume(cfg, run_dir)  # before any work: a refused run writes nothing
         progress = TrainProgress(cfg.trainer.steps, f"{cfg.run.mode}/{cfg.loss.name}",
                                  enabled=cfg.run.progress)
         task = cfg.task.build()
+        # the starting weights; rollout workers load them (a resumed run's checkpoint may be pruned
+        # while a restarted worker still needs something to load) and then pull the current ones
         policy_dir = resolve_policy_dir(cfg, log=progress.log if cfg.run.progress else (lambda m: None))
-        model, tokenizer = load_policy_for(cfg.policy, policy_dir)
-        model = apply_lora(model, cfg.policy)  # trainer side only: workers load the plain base model
-        run_dir = make_run_dir(cfg)
+        if resume is None:
+            model, tokenizer = load_policy_for(cfg.policy, policy_dir)
+            model = apply_lora(model, cfg.policy)  # trainer side only: workers load the plain base model
+        else:
+            model, tokenizer = load_resumed_policy(cfg, resume)
+        check_task(cfg, task, tokenizer, model)  # overlong prompts, a broken reward: before the run dir
+        write_config(cfg, run_dir)
         eval_problems = task.problems("eval")[: cfg.eval.n_problems]
-        return cls(cfg, run_dir, model, tokenizer, task, task.problems("train"), eval_problems,
-                   MetricsWriter(run_dir, cfg.run.tensorboard), progress)
+        step = resume.step if resume else 0
+        session = cls(cfg, run_dir, model, tokenizer, task, task.problems("train"), eval_problems,
+                      MetricsWriter(run_dir, cfg.run.tensorboard, after_step=step), progress,
+                      ledger=Ledger(run_dir, after_step=step), resume=resume, policy_dir=policy_dir,
+                      monitor=EssMonitor(cfg.trainer.ess_warning))
+        if resume is not None:
+            session._restore(resume.run_state["session"])
+        return session
+
+    def _restore(self, state: dict) -> None:
+        self.eval_history = [(int(s), float(a)) for s, a in state["eval_history"]]
+        self.eval_time_s = float(state["eval_time_s"])
+        self.started = time.time() - float(state["elapsed_s"])  # wall time continues the run's
+        self.train_wall_prior_s = float(state["train_wall_s"])
+        if "ess_monitor" in state:
+            self.monitor.load_state_dict(state["ess_monitor"])
+        set_global_rng_state(self.resume.trainer_state["global_rng"])
+
+    def state_dict(self) -> dict:
+        return {"eval_history": [[s, a] for s, a in self.eval_history], "eval_time_s": self.eval_time_s,
+                "elapsed_s": time.time() - self.started, "train_wall_s": self.train_wall_s(),
+                "ess_monitor": self.monitor.state_dict()}
+
+    def start_clock(self) -> None:
+        """The training loop starts now (after the step-0 evaluation and the workers' start-up)."""
+        self._clock = (time.perf_counter(), self.eval_time_s)
+
+    def train_wall_s(self) -> float:
+        """Seconds of the training loop over the whole run (resumes included), evaluations excluded."""
+        if self._clock is None:
+            return self.train_wall_prior_s
+        started, eval_before = self._clock
+        return self.train_wall_prior_s + time.perf_counter() - started - (self.eval_time_s - eval_before)
 
     def evaluate(self, step: int) -> float:
         t0 = time.perf_counter()
@@ -98,16 +181,48 @@ class Session:
             self.eval_time_s += time.perf_counter() - t0
         return acc
 
-    def finish_step(self, step: int, record: dict, trainer) -> None:
-        """Everything after a training step: eval if due, metrics, progress, checkpoint if due."""
+    def finish_step(self, step: int, record: dict, batch, trainer, source, totals) -> None:
+        """Everything after a training step: eval if due, metrics, ledger, progress, checkpoint if due."""
         if self.eval_due(step):
             record["eval_reward"] = self.evaluate(step)
         record["elapsed_s"] = time.time() - self.started
+        action = self.monitor.update(step, record.get("ess_frac", math.nan))
+        if action is not None:
+            record["ess_warning"] = 1
+            self.progress.log(f"ESS warning at step {step}: ESS fraction below "
+                              f"{self.cfg.trainer.ess_warning.threshold} for {self.cfg.trainer.ess_warning.window} "
+                              f"steps (action: {action})")
+            if action == "rollback":
+                record["ess_rollback_to"] = self.rollback(step, trainer, source)
         self.metrics.write(step, record)
+        self.ledger.write(step, batch.group_ids.unique().tolist(), source.take_dropped_groups())
         self.progress.update(step, reward=record.get("reward_mean"), eval_acc=record.get("eval_reward"),
-                             tokens_per_s=record.get("throughput_tokens_per_s"))
-        if self.checkpoint_due(step):
-            self.checkpoint(step, trainer.state_dict())
+                             tokens_per_s=record.get("throughput_tokens_per_s"), ess=record.get("ess_frac"),
+                             ess_warning=action is not None)
+        if self.checkpoint_due(step) or action == "stop":
+            self.checkpoint(step, trainer, source, totals)
+        if action == "stop":
+            raise EssStop(step)
+
+    def rollback(self, step: int, trainer, source) -> int:
+        """The ESS warning's ``rollback``: the trainer's weights and optimizer from the newest checkpoint
+        saved before the ESS fell (the version counter moves on, so workers pull them); the data
+        stream goes on. Returns the checkpoint's step (-1: none that old, nothing done)."""
+        from safetensors.torch import load_file
+
+        from asyncrl.checkpoint import load_states, step_dirs
+
+        older = [(s, p) for s, p in step_dirs(self.run_dir) if s < self.monitor.first_low_step(step)]
+        if not older:
+            self.progress.log("ESS rollback: no checkpoint from before the ESS fell; going on")
+            return -1
+        ckpt_step, path = older[-1]
+        self.model.load_state_dict(load_file(path / "model.safetensors"), strict=False)
+        trainer_state, _ = load_states(path)
+        trainer.optimizer.load_state_dict(trainer_state["optimizer"])
+        trainer.version += 1
+        source.publish(trainer.model, trainer.version)
+        return ckpt_step
 
     def _due(self, step: int, every: int) -> bool:
         """Every ``every`` steps (0 = never) and always at the last step."""
@@ -116,16 +231,25 @@ class Session:
     def eval_due(self, step: int) -> bool:
         return self._due(step, self.cfg.eval.every)
 
-    def checkpoint(self, step: int, trainer_state: dict) -> None:
-        save_checkpoint(self.run_dir / "checkpoint", self.model, self.tokenizer, trainer_state, step)
+    def checkpoint(self, step: int, trainer, source, totals) -> Path:
+        """Save step ``step``: the model, the trainer, the source and this session (resumable)."""
+        self.metrics.flush()
+        self.ledger.flush()
+        run_state = {"source": source.state_dict(), "session": self.state_dict(), "totals": totals.state_dict()}
+        return save_checkpoint(self.run_dir, step, self.model, self.tokenizer, trainer.state_dict(), run_state,
+                               keep=self.cfg.run.keep_checkpoints)
 
     def checkpoint_due(self, step: int) -> bool:
         return self._due(step, self.cfg.run.checkpoint_every)
 
+    def close(self) -> None:
+        self.metrics.close()
+        self.ledger.close()
+
     def finish(self, steps: int, extra: dict, train_wall_s: float | None = None) -> dict:
         """Write ``summary.json`` (atomically, last: a run with one is finished) and return it.
         ``train_wall_s``: seconds of the training loop, evaluations after step 0 excluded."""
-        self.metrics.close()
+        self.close()
         summary = {
             "mode": self.cfg.run.mode,
             "loss": self.cfg.loss.name,
@@ -147,8 +271,9 @@ class Session:
             summary["time_per_step_s"] = train_wall_s / max(steps, 1)
             if train_wall_s > 0:  # training throughput: samples consumed per second of the loop
                 summary["samples_per_s"] = steps * self.cfg.rollout.batch_size / train_wall_s
+        summary.update(self.monitor.summary())
         summary.update(extra)
         tmp = self.run_dir / "summary.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=2))
+        tmp.write_text(json.dumps(json_safe(summary), indent=2, allow_nan=False))
         tmp.rename(self.run_dir / "summary.json")
         return summary

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
+import sys
 import time
 import traceback
 from dataclasses import dataclass
 
 import torch
 
+from asyncrl.config_loader import ConfigError
 from asyncrl.types import batch_to_numpy
 
 
@@ -50,6 +53,23 @@ class WorkerSpec:
 def pin_to_cpu(cpu: int | None) -> None:
     if cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {cpu})
+
+
+def die_with_parent() -> int:
+    """Make this process end when the trainer does, even by SIGKILL (no orphaned workers holding
+    memory): Linux's parent-death signal, plus a parent-pid check the loop repeats elsewhere.
+    Ctrl-C reaches the whole process group: the trainer handles it and stops us, so ignore it here.
+    Returns the parent's pid."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+    return parent
 
 
 class RolloutWorker:
@@ -121,10 +141,11 @@ class RolloutWorker:
 def worker_main(spec: WorkerSpec, channel, work_q, result_q, stop) -> None:
     """Process entry point. Sends ("ready", id), ("result", id, payload) or ("error", id, text)."""
     try:
+        parent = die_with_parent()
         pin_to_cpu(spec.cpu)
         worker = RolloutWorker(spec, channel)
         result_q.put(("ready", spec.worker_id, None))
-        while not stop.is_set():
+        while not stop.is_set() and os.getppid() == parent:
             try:
                 unit: WorkUnit = work_q.get(timeout=0.2)
             except queue.Empty:
@@ -132,6 +153,8 @@ def worker_main(spec: WorkerSpec, channel, work_q, result_q, stop) -> None:
             payload = worker.run(unit)
             payload["batch"] = batch_to_numpy(payload["batch"])
             result_q.put(("result", spec.worker_id, payload))
+    except ConfigError as err:  # bad input (e.g. a reward that returns NaN): restarting cannot help
+        result_q.put(("fatal", spec.worker_id, str(err)))
     except Exception:  # report, then die: the pool restarts us
         result_q.put(("error", spec.worker_id, traceback.format_exc()))
         raise

@@ -280,6 +280,7 @@ class _DatasetTask:
         self._verifier = verifier
         self._owns_verifier = verifier is None
         self._splits: dict[str, tuple[Problem, ...]] | None = None
+        self._sources: dict[str, str] = {}
 
     # -- Task protocol --
 
@@ -347,8 +348,9 @@ class _DatasetTask:
             raise ValueError(f"{where}: empty answer in field {self.cfg.answer_field!r}")
         return gold, used
 
-    def _problem(self, where: str, record: dict) -> tuple[str, str, str, str]:
-        """(dedupe key, prompt, gold, solution) of one record; raises ValueError at ``where``."""
+    def _problem(self, where: str, record: dict) -> tuple[str, str, str, str, bool]:
+        """(dedupe key, prompt, gold, solution, gold read from a marker?) of one record; raises
+        ValueError at ``where``."""
         cfg = self.cfg
         values = {}
         for role, field in (("question", cfg.question_field), ("answer", cfg.answer_field)):
@@ -367,10 +369,22 @@ class _DatasetTask:
         prompt = cfg.prompt_template.replace("{question}", question)
         body = text if used != "raw" else self._final.format(gold=gold).strip()
         solution = body if prompt[-1:].isspace() else " " + body
-        return " ".join(question.split()), prompt, gold, solution
+        return " ".join(question.split()), prompt, gold, solution, used != "raw"
 
-    def _read(self, path: str, role: str) -> list[tuple[str, str, str, str]]:
-        return [self._problem(where, record) for where, record in load_records(path, role)]
+    def _read(self, path: str, role: str) -> list[tuple[str, str, str, str, bool, str]]:
+        """(dedupe key, prompt, gold, solution, marked, where) of every record of ``path``."""
+        rows = [(*self._problem(where, record), where) for where, record in load_records(path, role)]
+        self._check_golds(rows)
+        return rows
+
+    def _check_golds(self, rows: list[tuple[str, str, str, str, bool, str]]) -> None:
+        """Hook: warn about gold answers that no completion can match (GSM8K: no digit)."""
+
+    def source(self, uid: str) -> str:
+        """Where problem ``uid`` came from (``file:LINE`` / ``file: row I``), for error messages."""
+        if self._splits is None:
+            self._splits = self._load()
+        return self._sources.get(uid, uid)
 
     def _load(self) -> dict[str, tuple[Problem, ...]]:
         cfg = self.cfg
@@ -388,11 +402,13 @@ class _DatasetTask:
             evals = evals[: cfg.max_eval]
         if not train:
             raise ValueError(f"path: {cfg.path}: no training problems left after holding out eval problems")
+        self._sources = {f"{self.name}-{split}-{i:06d}": row[-1]
+                         for split, rows in (("train", train), ("eval", evals)) for i, row in enumerate(rows)}
         return {
             split: tuple(
                 Problem(uid=f"{self.name}-{split}-{i:06d}", prompt=prompt, answer=self._finish_gold(gold),
                         solution=solution)
-                for i, (_, prompt, gold, solution) in enumerate(rows)
+                for i, (_, prompt, gold, solution, *_) in enumerate(rows)
             )
             for split, rows in (("train", train), ("eval", evals))
         }
@@ -418,6 +434,22 @@ class GSM8KTask(_DatasetTask):
 
     def _finish_gold(self, gold: str) -> str:
         return gold.replace(",", "").strip()
+
+    def _check_golds(self, rows: list[tuple[str, str, str, str, bool, str]]) -> None:
+        """A GSM8K gold without a digit (``#### banana``) scores 0 for every completion: say so,
+        naming the lines (a warning, not an error: one odd line in 7,000 should not stop a run).
+        When every '####' gold of a file is like that, it is the wrong file or field: an error."""
+        import sys
+
+        bad = [where for _, _, gold, _, _, where in rows if not any(c.isdigit() for c in gold)]
+        marked = [where for _, _, gold, _, mark, where in rows if mark]
+        if marked and set(marked) <= set(bad):  # nothing could ever be rewarded
+            raise ValueError(f"{marked[0]}: no gold answer in this file has a number (GSM8K answers are "
+                             f"numbers after '####'; field {self.cfg.answer_field!r})")
+        if bad:
+            shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+            print(f"asyncrl: warning: {len(bad)} gold answer(s) with no number can never be matched "
+                  f"(reward 0 for every completion): {shown}", file=sys.stderr)
 
 
 class MathTask(_DatasetTask):

@@ -16,8 +16,9 @@ from asyncrl.buffer import Group, StalenessBuffer, concat_groups
 from asyncrl.config import Config
 from asyncrl.rollout import PromptStream
 from asyncrl.runtime.backends import open_backend
-from asyncrl.runtime.session import Session, resolve_policy_dir
+from asyncrl.runtime.session import Session
 from asyncrl.runtime.worker import WorkerSpec, WorkUnit
+from asyncrl.stability import AdaptiveWindow
 from asyncrl.types import Batch
 
 
@@ -43,6 +44,13 @@ class Feeder:
             self.next_group += len(problems)
             admitted += 1
         return admitted
+
+    def state_dict(self) -> dict:
+        return {"prompts": self.prompts.state_dict(), "next_unit": self.next_unit, "next_group": self.next_group}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.prompts.load_state_dict(state["prompts"])
+        self.next_unit, self.next_group = int(state["next_unit"]), int(state["next_group"])
 
 
 def cpu_plan(cfg: Config) -> tuple[int | None, list[int | None]]:
@@ -70,7 +78,7 @@ class AsyncSource:
     def __init__(self, cfg: Config, session: Session):
         self.cfg, self.session = cfg, session
         self.n_generators = cfg.async_.n_workers
-        self.pool, self.channel = open_backend(cfg, worker_specs(cfg, resolve_policy_dir(cfg)), session.model)
+        self.pool, self.channel = open_backend(cfg, worker_specs(cfg, session.policy_dir), session.model)
         self.trainer_cpu, _ = cpu_plan(cfg)
         self.original_cpus = os.sched_getaffinity(0) if self.trainer_cpu is not None else None
         if self.trainer_cpu is not None:  # after spawning, so workers do not inherit the trainer's mask
@@ -82,7 +90,36 @@ class AsyncSource:
         self.lost_units = 0
         self.dropped_before = 0  # buffer.dropped when the step began
         self.metrics: dict[str, float] = {}
-        self.feeder.admit(self.pool, self.buffer, 0)  # workers start generating now
+        self.restarts_before = 0  # worker restarts of the run before it was resumed
+        self.adaptive = (AdaptiveWindow(a.adaptive, a.max_staleness, self.buffer.window)
+                         if a.adaptive.enabled else None)
+        if session.resume is not None:  # before any work is admitted
+            self._restore(session.resume.source_state)
+            # the workers must tag their tokens with the resumed version from the first one
+            self.channel.publish(session.model, session.start_version)
+        self.feeder.admit(self.pool, self.buffer, session.start_version)  # workers start generating now
+
+    def _restore(self, state: dict) -> None:
+        self.feeder.load_state_dict(state["feeder"])
+        self.buffer.load_state_dict(state["buffer"])
+        if self.adaptive is not None:
+            self.adaptive.window = self.buffer.window
+        self.lost_units, self.restarts_before = int(state["lost_units"]), int(state["worker_restarts"])
+        for unit in state["inflight"]:  # admitted before the checkpoint, never returned: issue them again
+            self.pool.submit(WorkUnit(**unit))
+
+    def state_dict(self) -> dict:
+        return {"feeder": self.feeder.state_dict(), "buffer": self.buffer.state_dict(),
+                "inflight": [vars(u) for u in self.pool.inflight_units()],
+                "lost_units": self.lost_units, "worker_restarts": self.restarts}
+
+    @property
+    def restarts(self) -> int:
+        return self.restarts_before + self.pool.restarts
+
+    def take_dropped_groups(self) -> list[int]:
+        out, self.buffer.dropped_groups = self.buffer.dropped_groups, []
+        return out
 
     def __enter__(self) -> "AsyncSource":
         return self
@@ -124,9 +161,16 @@ class AsyncSource:
         self.dropped_before = self.buffer.dropped
         self._service(version, 0.0)
         while not self.buffer.ready(version, bound):
+            self.session.stop.check()  # a stop signal need not wait for the data
             self._service(version, 0.2)
         groups = self.buffer.take(version, bound)
         return concat_groups(groups, self.session.tokenizer.pad_token_id)
+
+    def observe(self, stats: dict[str, float]) -> None:
+        """After a train step: move the look-ahead window with the step's ESS (``async.adaptive``)."""
+        if self.adaptive is not None:
+            self.buffer.window = self.adaptive.update(stats["ess_frac_first"])
+            self.adaptive.window = self.buffer.window
 
     def publish(self, model: torch.nn.Module, version: int) -> None:
         t0 = time.perf_counter()
@@ -140,10 +184,10 @@ class AsyncSource:
                "buffer_samples": len(self.buffer), "inflight_units": self.pool.n_inflight,
                "dropped_samples": self.buffer.dropped - self.dropped_before,
                "dropped_samples_total": self.buffer.dropped, "lost_units_total": self.lost_units,
-               "worker_restarts": self.pool.restarts}
+               "worker_restarts": self.restarts, "max_ahead": self.buffer.window}
         self.metrics = {}
         return out
 
     def summary(self) -> dict:
-        return {"dropped_samples_total": self.buffer.dropped, "worker_restarts": self.pool.restarts,
+        return {"dropped_samples_total": self.buffer.dropped, "worker_restarts": self.restarts,
                 "max_staleness": self.cfg.async_.max_staleness}

@@ -20,7 +20,7 @@ from asyncrl.policy.model import DTYPES, plain_copy
 from asyncrl.policy.prompts import encode_problems
 from asyncrl.rollout import ENGINES, PromptStream, score
 from asyncrl.runtime.engines import generation_dtype, rollout_engine
-from asyncrl.runtime.session import Session, resolve_policy_dir
+from asyncrl.runtime.session import Session
 from asyncrl.types import Batch
 
 
@@ -34,6 +34,12 @@ class CurrentPolicy:
         return self.model, version
 
     def record(self, model: torch.nn.Module, version: int) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
         pass
 
 
@@ -62,6 +68,15 @@ class LaggedPolicies:
             chosen = max(0, version - self.lag)
         return self.snapshots[chosen], chosen
 
+    def state_dict(self) -> dict:
+        """The held past weights (a resumed run must generate from exactly them) and the RNG."""
+        return {"rng": self.rng.getstate(), "snapshots": [[v, w] for v, w in self.snapshots.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.snapshots = OrderedDict((int(v), w) for v, w in state["snapshots"])
+
 
 class LockstepSource:
     """Prompts → engine (weights of the version ``policies`` selects) → scored batch."""
@@ -75,9 +90,11 @@ class LockstepSource:
         if own_weights and not ENGINES[ro.engine].owns_weights:  # past versions need weights of their own
             model = plain_copy(model, cfg.policy.device, DTYPES[generation_dtype(cfg)])
         self.engine = rollout_engine(cfg, model=model, tokenizer=session.tokenizer,
-                                     policy_dir=resolve_policy_dir(cfg), seed=cfg.run.seed, chunked=False)
+                                     policy_dir=session.policy_dir, seed=cfg.run.seed, chunked=False)
         self.prompts = PromptStream(session.train_problems, ro.prompts_per_step, seed=cfg.run.seed)
         self.metrics: dict[str, float] = {}
+        if session.resume is not None:
+            self._restore(session.resume.source_state)
 
     def __enter__(self) -> "LockstepSource":
         return self
@@ -113,6 +130,22 @@ class LockstepSource:
     def step_metrics(self) -> dict[str, float]:
         out, self.metrics = self.metrics, {}
         return out
+
+    def observe(self, stats: dict[str, float]) -> None:
+        pass  # no look-ahead to adapt
+
+    def take_dropped_groups(self) -> list[int]:
+        return []  # every generated group is trained on
+
+    def state_dict(self) -> dict:
+        return {"prompts": self.prompts.state_dict(), "engine_rng": self.engine.rng_state(),
+                "policies": self.policies.state_dict()}
+
+    def _restore(self, state: dict) -> None:
+        self.prompts.load_state_dict(state["prompts"])
+        self.engine.set_rng_state(state["engine_rng"])
+        self.policies.load_state_dict(state["policies"])
+        self.engine.version = -1  # holds the resumed model's weights, not a known version: reload
 
     def summary(self) -> dict:
         return {}

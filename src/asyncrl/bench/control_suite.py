@@ -1,0 +1,126 @@
+"""``asyncrl bench control``: the classic-control policy-lag study as cells, run resumably.
+
+Cells are env × arm × buffer capacity × seed, each one ``python -m asyncrl.control`` process writing
+``<out>/runs/<cell>/{metrics.jsonl,summary.json}``. A cell whose summary.json exists is skipped; an
+unfinished cell directory is wiped and rerun. ``jobs`` > 1 runs that many cells at once (one torch
+thread each); on a cluster, give every node the same ``--out`` on shared storage and a disjoint
+``--envs`` / ``--methods`` slice, then rerun once without filters to write the combined report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+
+from asyncrl.bench.runner import BenchError, _write_json, host_info, load_run
+from asyncrl.bench.suites import Cell, _overrides
+from asyncrl.control.arms import ARMS
+from asyncrl.control.config import KNOWN_ENVS, MUJOCO_ENVS, make_config, parse_overrides
+
+CAPACITIES = (1, 4, 8, 16)
+QUICK_CAPACITIES = (1, 4)
+QUICK_ENVS = ("CartPole-v1",)
+DEFAULT_SEEDS, QUICK_SEEDS = 5, 2
+# --quick: 16 updates of 512 CartPole transitions per cell, 20 cells: a few minutes on 2 cores.
+QUICK = {"total_steps": 8192}
+FULL: dict[str, object] = {}  # the env presets (CleanRL defaults, 1M steps); override total_steps=...
+
+
+def _check_known(flag: str, chosen: list, known: tuple) -> None:
+    unknown = [c for c in chosen if c not in known]
+    if unknown:
+        raise ValueError(f"{flag}: unknown {', '.join(map(str, unknown))} (known: {', '.join(map(str, known))})")
+
+
+def build_control_cells(*, quick: bool = False, seeds: int | None = None, arms: list[str] | None = None,
+                        capacities: list[int] | None = None, envs: list[str] | None = None,
+                        extra: list[str] | None = None) -> list[Cell]:
+    """Every cell, seed-major (a partial run covers every arm); each cell's config is validated here,
+    so a bad arm / env / key=value raises ValueError naming it before anything runs."""
+    envs = envs or list(QUICK_ENVS if quick else MUJOCO_ENVS)
+    arms = arms or list(ARMS)
+    capacities = capacities or list(QUICK_CAPACITIES if quick else CAPACITIES)
+    _check_known("--envs", envs, KNOWN_ENVS)
+    _check_known("--methods", arms, tuple(ARMS))
+    if any(c < 1 for c in capacities):
+        raise ValueError(f"--ks: buffer capacities must be >= 1, got {capacities}")
+    n_seeds = seeds if seeds is not None else (QUICK_SEEDS if quick else DEFAULT_SEEDS)
+    if n_seeds < 1:
+        raise ValueError("--seeds: must be >= 1")
+    tail = tuple(extra or ())
+    parse_overrides(list(tail))  # unknown keys / bad values fail here, naming the key
+    cells = []
+    for seed in range(n_seeds):
+        for env in envs:
+            for capacity in capacities:
+                for arm in arms:
+                    switches = {"env_id": env, "arm": arm, "buffer_capacity": capacity, "seed": seed}
+                    overrides = _overrides(QUICK if quick else FULL, switches) + tail
+                    settings = parse_overrides(list(overrides))
+                    make_config(settings.pop("env_id"), **settings)
+                    cells.append(Cell(f"{env}-{arm}-n{capacity}-s{seed}", arm, seed, "control", overrides,
+                                      {"env": env, "capacity": capacity, "arm": arm}))
+    return cells
+
+
+def cell_command(cell: Cell, runs_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "asyncrl.control", *cell.overrides, f"out_dir={runs_dir / cell.name}"]
+
+
+def run_control_cell(cell: Cell, runs_dir: Path) -> Path:
+    """Run one cell unless finished; returns its run directory. Raises BenchError on failure."""
+    run_dir = runs_dir / cell.name
+    if (run_dir / "summary.json").exists():
+        return run_dir
+    if run_dir.exists():  # an interrupted attempt: start over
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    log_path = run_dir / "bench.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    with open(log_path, "w") as log:
+        code = subprocess.run(cell_command(cell, runs_dir), stdout=log, stderr=subprocess.STDOUT,
+                              env=env).returncode
+    if code != 0 or not (run_dir / "summary.json").exists():
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(empty log)"]
+        raise BenchError(f"cell {cell.name} failed (exit {code}): {tail[0][:300]} — log: {log_path}")
+    return run_dir
+
+
+def run_control_suite(cells: list[Cell], out_dir: Path, *, quick: bool, command: str, jobs: int = 1,
+                      console: Console | None = None) -> dict:
+    """Run every unfinished cell (``jobs`` at a time), then write results.json and the report."""
+    from asyncrl.bench.control_report import write_control_report
+
+    if jobs < 1:
+        raise ValueError("--jobs: must be >= 1")
+    console = console or Console(stderr=True)
+    runs_dir = out_dir / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    todo = [c for c in cells if not (runs_dir / c.name / "summary.json").exists()]
+    if len(todo) < len(cells):
+        console.print(f"[dim]{len(cells) - len(todo)} of {len(cells)} cells already finished in {out_dir}[/dim]")
+
+    def one(cell: Cell) -> None:
+        started = time.perf_counter()
+        summary = json.loads((run_control_cell(cell, runs_dir) / "summary.json").read_text())
+        score = summary.get("final_score")
+        console.print(f"  ✓ {cell.name:<36} final return {'n/a' if score is None else f'{score:9.1f}'}"
+                      f"   {summary['env_steps_per_s']:6.0f} steps/s   ({time.perf_counter() - started:.0f} s)")
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait on the cell processes
+        for future in [pool.submit(one, cell) for cell in todo]:
+            future.result()
+    results = {"suite": "control", "quick": quick, "command": command,
+               "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "host": host_info(), "runs": [load_run(c, runs_dir / c.name) for c in cells]}
+    _write_json(out_dir / "results.json", results)
+    return write_control_report(out_dir, results)

@@ -1,0 +1,14 @@
+"""Classic-control RL (gymnasium / MuJoCo) with the objectives registry, under simulated asynchrony.
+
+A CleanRL-style PPO loop whose policy-gradient term comes from ``asyncrl.objectives.policy_loss``
+and whose actors act with policies drawn from a policy buffer of past snapshots (docs/control.md).
+Imports ``asyncrl.objectives`` and nothing of the LLM runtime.
+"""
+
+from asyncrl.control.arms import ARMS, Arm
+from asyncrl.control.config import KNOWN_ENVS, MUJOCO_ENVS, ControlConfig, make_config, parse_overrides
+from asyncrl.control.policy_buffer import ACTOR_POOLS, PolicyBuffer
+from asyncrl.control.train import TrainResult, train
+
+__all__ = ["ACTOR_POOLS", "ARMS", "KNOWN_ENVS", "MUJOCO_ENVS", "Arm", "ControlConfig", "PolicyBuffer",
+           "TrainResult", "make_config", "parse_overrides", "train"]

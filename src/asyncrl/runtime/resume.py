@@ -1,0 +1,113 @@
+"""Resuming a run: which checkpoint, with which configuration, and which changes are allowed.
+
+A resumed run continues from the newest complete checkpoint of its run directory with the
+configuration saved there (``config.yaml``). Settings that only change how long the run goes on,
+how often it evaluates or saves, or how it reports may change on resume (:data:`MUTABLE`);
+anything else would make the resumed run a different experiment and is refused with one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from asyncrl.checkpoint import latest_checkpoint, load_states
+from asyncrl.config import Config, ConfigError, load_config
+from asyncrl.config_loader import parse_override
+
+# dotted keys (or key prefixes ending in ".") that a resumed run may change
+MUTABLE = ("trainer.steps", "eval.every", "eval.batch_size", "run.checkpoint_every", "run.keep_checkpoints",
+           "run.checkpoint_on_signal", "run.progress", "run.tensorboard", "run.resume", "run.out_dir",
+           "run.name", "async.worker_start_timeout_s", "policy.torch_threads", "policy.cache_dir")
+
+
+@dataclass
+class Resume:
+    """A checkpoint to continue from: its folder, step and the states it holds."""
+
+    checkpoint: Path
+    trainer_state: dict  # optimizer, trainer RNG, version, step, global RNGs (see asyncrl.checkpoint)
+    run_state: dict  # "source", "session", "totals"
+
+    @property
+    def step(self) -> int:
+        return int(self.trainer_state["step"])
+
+    @property
+    def version(self) -> int:
+        return int(self.trainer_state["version"])
+
+    @property
+    def source_state(self) -> dict:
+        return self.run_state["source"]
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _mutable(key: str) -> bool:
+    return any(key == m or (m.endswith(".") and key.startswith(m)) for m in MUTABLE)
+
+
+def check_compatible(cfg: Config, run_dir: Path) -> None:
+    """Refuse (one line naming the key) a configuration that differs from the saved one in a
+    setting that changes the run's meaning."""
+    saved_path = run_dir / "config.yaml"
+    try:
+        saved = _flatten(yaml.safe_load(saved_path.read_text()) or {})
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError("run.resume", f"cannot read the saved configuration {saved_path}: {err}") from None
+    now = _flatten(cfg.to_dict())
+    for key in sorted(set(saved) | set(now)):
+        if not _mutable(key) and saved.get(key) != now.get(key):
+            raise ConfigError(key, f"differs from the run being resumed ({saved.get(key)!r} in {saved_path}, "
+                                   f"now {now.get(key)!r}); only {', '.join(MUTABLE)} may change on resume")
+
+
+def find_resume(cfg: Config, run_dir: Path) -> Resume | None:
+    """The checkpoint ``cfg`` resumes from (None: start a new run), per ``run.resume``."""
+    mode = cfg.run.resume
+    has_run = run_dir.is_dir() and any(run_dir.iterdir())  # anything a run left there
+    if mode == "no":
+        if has_run:
+            raise ConfigError("run.name", f"run directory already exists: {run_dir} (resume it with "
+                                          f"`asyncrl train --resume {run_dir}`, or choose another run.name)")
+        return None
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        if mode == "must":
+            raise ConfigError("--resume", f"no complete checkpoint in {run_dir / 'checkpoints'}")
+        return None  # auto: nothing to resume, start the run
+    check_compatible(cfg, run_dir)
+    try:
+        trainer_state, run_state = load_states(checkpoint)
+    except Exception as err:  # noqa: BLE001 (a damaged file: say which, not a traceback)
+        raise ConfigError("--resume", f"cannot load checkpoint {checkpoint}: {type(err).__name__}: {err}") from None
+    resume = Resume(checkpoint, trainer_state, run_state)
+    if resume.step >= cfg.trainer.steps and (run_dir / "summary.json").exists():
+        raise ConfigError("trainer.steps", f"the run already finished {resume.step} steps; "
+                                           f"raise trainer.steps to continue it")
+    return resume
+
+
+def resume_config(run_dir: str | Path, overrides: list[str]) -> Config:
+    """The configuration of ``asyncrl train --resume RUN_DIR [overrides]``: the saved one, the run
+    directory itself, and the overrides (each must be in :data:`MUTABLE`)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError("--resume", f"not a run directory (no config.yaml): {run_dir}")
+    for text in overrides:
+        key = ".".join(parse_override(text)[0])
+        if not _mutable(key):
+            raise ConfigError(key, f"cannot change on resume; only {', '.join(MUTABLE)} may")
+    return load_config(run_dir / "config.yaml", [*overrides, f"run.out_dir={run_dir.parent}",
+                                                  f"run.name={run_dir.name}", "run.resume=must"])

@@ -1,0 +1,247 @@
+"""The bad-input table (docs/errors.md): every row runs the real CLI in a subprocess and must exit 2
+with exactly one line on stderr naming the field / file / line, no traceback, and no new run
+directory. Most rows fail at config load (a couple of seconds: the imports); the rows that need a
+model use a tiny saved one (no warm start)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BASE = ["run.progress=false", "run.tensorboard=false"]
+# the e2e tiny shapes, sized so a prompt of a few hundred words overflows the 256-token context
+SMALL = ["rollout.prompts_per_step=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=8",
+         "trainer.n_minibatches=1", "trainer.steps=1", "eval.n_problems=2", "eval.every=0", "run.mode=sync"]
+GOOD_ROW = {"question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5"}
+EVAL_ROW = {"question": "What is 1 + 1?", "answer": "#### 2"}
+
+
+def _jsonl(tmp: Path, name: str, rows: list) -> str:
+    path = tmp / name
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return str(path)
+
+
+def _gsm8k(tmp: Path, rows: list, with_eval: bool = True) -> list[str]:
+    """A gsm8k task on ``rows``, with a one-problem eval file (a few rows hold out none)."""
+    evals = [f"task.eval_path={_jsonl(tmp, 'eval.jsonl', [EVAL_ROW])}"] if with_eval else []
+    return ["task=gsm8k", f"task.path={_jsonl(tmp, 'data.jsonl', rows)}", *evals]
+
+
+def _corrupt_model(tmp: Path, model: Path) -> str:
+    bad = tmp / "corrupt-model"
+    bad.mkdir()
+    for item in model.iterdir():
+        (bad / item.name).write_bytes(item.read_bytes())
+    (bad / "model.safetensors").write_bytes(b"\0garbage" * 64)
+    return str(bad)
+
+
+def _finished_run(tmp: Path) -> list[str]:
+    run = tmp / "runs" / "done"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("{}\n")
+    (run / "summary.json").write_text("{}")
+    return ["run.name=done"]
+
+
+# (id, argv after `asyncrl`, text stderr must contain); ``{tmp}`` / ``{model}`` are filled in, a
+# callable item is called with (tmp, model) and returns the args it stands for.
+CASES = [
+    # config keys, types and values (config load)
+    ("unknown-key", ["train", "trainer.lrr=0.1"], "trainer.lrr: unknown key"),
+    ("unknown-section", ["train", "optimizer.lr=0.1"], "optimizer: unknown key"),
+    ("not-an-override", ["train", "trainer.lr"], "trainer.lr: override must look like"),
+    ("wrong-type-int", ["train", "trainer.steps=ten"], "trainer.steps: expected an integer"),
+    ("wrong-type-bool", ["train", "run.tensorboard=maybe"], "run.tensorboard: expected true/false"),
+    ("wrong-type-list", ["train", "policy.lora_target_modules=5"], "policy.lora_target_modules: expected"),
+    ("bad-literal", ["train", "run.mode=turbo"], "run.mode: must be one of"),
+    ("lr-nan", ["train", "trainer.lr=.nan"], "trainer.lr: expected a finite number"),
+    ("lr-inf", ["train", "trainer.lr=.inf"], "trainer.lr: expected a finite number"),
+    ("lr-zero", ["train", "trainer.lr=0"], "trainer.lr: must be in (0, 1)"),
+    ("grad-clip-nan", ["train", "trainer.grad_clip=.nan"], "trainer.grad_clip: expected a finite number"),
+    ("grad-clip-inf", ["train", "trainer.grad_clip=.inf"], "trainer.grad_clip: expected a finite number"),
+    ("grad-clip-zero", ["train", "trainer.grad_clip=0"], "trainer.grad_clip: must be > 0"),
+    ("adv-eps-nan", ["train", "trainer.adv_eps=.nan"], "trainer.adv_eps: expected a finite number"),
+    ("adv-eps-inf", ["train", "trainer.adv_eps=.inf"], "trainer.adv_eps: expected a finite number"),
+    ("adv-eps-negative", ["train", "trainer.adv_eps=-1e-6"], "trainer.adv_eps: must be > 0"),
+    ("weight-decay-negative", ["train", "trainer.weight_decay=-0.1"], "trainer.weight_decay: must be >= 0"),
+    ("pretrain-weight-decay-negative", ["pretrain", "pretrain.weight_decay=-1"],
+     "pretrain.weight_decay: must be >= 0"),
+    ("eval-temperature-nan", ["train", "eval.temperature=.nan"], "eval.temperature: expected a finite number"),
+    ("eval-temperature-negative", ["train", "eval.temperature=-1"], "eval.temperature: must be >= 0"),
+    ("rollout-temperature-nan", ["train", "rollout.temperature=.nan"], "rollout.temperature: expected a finite"),
+    ("run-name-dotdot", ["train", "run.name=.."], "run.name: must be a plain directory name"),
+    ("run-name-slash", ["train", "run.name=a/b"], "run.name: must be a plain directory name"),
+    ("run-name-empty", ["train", "run.name="], "run.name: must be a plain directory name"),
+    ("minibatches-not-dividing", ["train", "trainer.n_minibatches=3"], "trainer.n_minibatches: must divide"),
+    ("unknown-loss", ["train", "loss=nope"], "loss.name: unknown loss 'nope'"),
+    ("unknown-loss-param", ["train", "loss=ppo", "loss.params.bogus=1"], "loss.params.bogus: not a parameter"),
+    ("max-prompt-tokens-zero", ["train", "task.max_prompt_tokens=0"], "task.max_prompt_tokens: must be >= 1"),
+    ("device-tpu", ["train", "policy.device=tpu"], "policy.device:"),
+    ("device-cuda-7", ["train", "policy.device=cuda:7"], "policy.device: 'cuda:7'"),
+    ("model-path-missing", ["train", "policy.model_path={tmp}/nowhere"], "policy.model_path: no such directory"),
+    ("model-path-not-a-model", ["train", "policy.model_path={tmp}"], "policy.model_path: not a Hugging Face model"),
+    # config files
+    ("config-file-missing", ["train", "--config", "{tmp}/none.yaml"], "--config: no such file"),
+    ("config-file-bad-yaml", ["train", "--config", lambda t, m: _text(t, "bad.yaml", "a: [1,\nb: 2\n")],
+     "--config: invalid YAML at"),
+    ("config-file-not-mapping", ["train", "--config", lambda t, m: _text(t, "list.yaml", "- 1\n- 2\n")],
+     "must hold a mapping"),
+    # data files and lines
+    ("task-path-unset", ["train", "task=gsm8k"], "task.path: task 'gsm8k' reads a local file"),
+    ("task-path-missing", ["train", "task=gsm8k", "task.path={tmp}/none.jsonl"], "task.path: no such file"),
+    ("task-path-wrong-suffix", ["train", "task=gsm8k", lambda t, m: f"task.path={_text(t, 'd.txt', 'x')}"],
+     "unsupported file type '.txt'"),
+    ("data-file-empty", ["train", lambda t, m: _gsm8k(t, [])], "no training problems"),
+    ("data-line-malformed", ["train", lambda t, m: _gsm8k(t, [GOOD_ROW, "{not json"])], "data.jsonl:2: invalid JSON"),
+    ("data-line-not-object", ["train", lambda t, m: _gsm8k(t, [GOOD_ROW, "[1, 2]"])],
+     "data.jsonl:2: expected a JSON object"),
+    ("data-field-missing", ["train", lambda t, m: _gsm8k(t, [GOOD_ROW, {"q": "x", "answer": "#### 1"}])],
+     "data.jsonl:2: missing field 'question'"),
+    ("data-no-gold-marker", ["train", "task.answer_format=gsm8k",
+                             lambda t, m: _gsm8k(t, [GOOD_ROW, {"question": "x", "answer": "five"}])],
+     "data.jsonl:2: no '####' marker"),
+    ("data-golds-never-score", ["train", lambda t, m: _gsm8k(t, [{"question": "q", "answer": "#### banana"}] * 3)],
+     "data.jsonl:1: no gold answer in this file has a number"),
+    ("eval-fraction-zero", ["train", "task.eval_fraction=0", lambda t, m: _gsm8k(t, [GOOD_ROW], with_eval=False)],
+     "task.eval_fraction: must be > 0"),
+    ("arithmetic-no-eval", ["train", "task.arithmetic.n_eval=0"], "task.arithmetic.n_eval: no eval problems"),
+    # output directory
+    ("out-dir-under-a-file", ["train", lambda t, m: f"run.out_dir={_text(t, 'f', '')}/runs"],
+     "run.out_dir: "),
+    ("out-dir-unwritable", ["train", "run.out_dir=/proc/asyncrl-runs"], "run.out_dir: cannot write under /proc"),
+    # bench arguments
+    ("bench-ks-empty", ["bench", "atlas", "--ks="], "--ks: expected comma-separated integers"),
+    ("bench-ks-not-int", ["bench", "atlas", "--ks=1,x"], "--ks: expected comma-separated integers"),
+    ("bench-ks-negative", ["bench", "atlas", "--ks=-1", "--list"], "--ks: K must be >= 0"),
+    ("bench-ks-wrong-suite", ["bench", "a3po", "--ks=1"], "--ks: only the atlas suite"),
+    ("bench-methods-empty", ["bench", "a3po", "--methods="], "--methods: expected a non-empty"),
+    ("bench-methods-unknown", ["bench", "a3po", "--methods=nope"], "--methods: unknown nope"),
+    ("bench-seeds-zero", ["bench", "a3po", "--seeds=0"], "--seeds: must be >= 1"),
+    ("bench-unknown-suite", ["bench", "nope"], "argument suite: invalid choice"),
+    ("bench-bad-cell-config", ["bench", "a3po", "trainer.lr=.nan"], "trainer.lr: expected a finite number"),
+    ("unknown-option", ["train", "--bogus"], "unrecognized arguments: --bogus"),
+]
+
+# rows that load a (tiny, saved) model: a few seconds more each
+MODEL_CASES = [
+    ("model-weights-corrupt", ["train", *SMALL, lambda t, m: f"policy.model_path={_corrupt_model(t, m)}"],
+     "policy.model_path: cannot load a model from"),
+    ("max-new-tokens-fill-context", ["train", *SMALL, "policy.model_path={model}", "rollout.max_new_tokens=256"],
+     "rollout.max_new_tokens: 256 leaves no room for a prompt"),
+    ("prompt-over-context", ["train", *SMALL, "policy.model_path={model}",
+                             lambda t, m: _gsm8k(t, [GOOD_ROW, {"question": "two plus " * 200, "answer": "#### 4"}]
+                                                 + [GOOD_ROW] * 20)],
+     "rollout.max_new_tokens: {tmp}/data.jsonl:2: prompt of"),
+    ("prompt-over-max-tokens", ["train", *SMALL, "policy.model_path={model}", "task.max_prompt_tokens=60",
+                                lambda t, m: _gsm8k(t, [GOOD_ROW] * 3 + [{"question": "one and " * 50,
+                                                                          "answer": "#### 1"}])],
+     "task.max_prompt_tokens: {tmp}/data.jsonl:4: prompt is"),
+    ("prompt-20mb-line", ["train", *SMALL, "policy.model_path={model}",
+                          lambda t, m: _gsm8k(t, [GOOD_ROW, {"question": "x " * 10_000_000, "answer": "#### 1"}])],
+     "task.max_prompt_tokens: {tmp}/data.jsonl:2: prompt is 20,000,0"),
+    ("reward-nan", ["@reward=nan", "train", *SMALL, "policy.model_path={model}"],
+     "task.name=arithmetic: reward of problem arith-train-000000: is nan"),
+    ("reward-raises", ["@reward=raise", "train", *SMALL, "policy.model_path={model}"],
+     "task.name=arithmetic: reward of problem arith-train-000000: raised RuntimeError: boom"),
+    ("finished-run-dir", ["train", *SMALL, "policy.model_path={model}", lambda t, m: _finished_run(t)],
+     "run.name"),
+]
+
+# a reward function replaced before the CLI runs: what a user's broken reward looks like
+REWARDS = {
+    "nan": "lambda self, completion, problem: float('nan')",
+    "raise": "lambda self, completion, problem: (_ for _ in ()).throw(RuntimeError('boom'))",
+}
+
+
+def _text(tmp: Path, name: str, content: str) -> str:
+    (tmp / name).write_text(content)
+    return str(tmp / name)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tiny_policy) -> Path:
+    model, tokenizer, _ = tiny_policy
+    path = tmp_path_factory.mktemp("tiny-model")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _expand(items: list, tmp: Path, model: Path | None) -> list[str]:
+    out: list[str] = []
+    for item in items:
+        if callable(item):
+            value = item(tmp, model)
+            out += value if isinstance(value, list) else [value]
+        else:
+            out.append(item.format(tmp=tmp, model=model))
+    return out
+
+
+def run_case(tmp: Path, args: list[str]) -> subprocess.CompletedProcess:
+    args = list(args)
+    if args[0].startswith("@reward="):
+        patch = REWARDS[args.pop(0).split("=", 1)[1]]
+        code = ("import sys, asyncrl.tasks.arithmetic as a; "
+                f"a.ArithmeticTask.reward = {patch}; "
+                "from asyncrl.cli import main; sys.exit(main(sys.argv[1:]))")
+        command = [sys.executable, "-c", code]
+    else:
+        command = [sys.executable, "-m", "asyncrl.cli"]
+    if args[0] in ("train", "pretrain", "eval"):
+        args = [args[0], *BASE, *args[1:]]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run([*command, *args], capture_output=True, text=True, cwd=tmp, env=env, timeout=120)
+
+
+def _tree(tmp: Path) -> set[str]:
+    runs = tmp / "runs"
+    return {str(p.relative_to(tmp)) for p in runs.rglob("*")} if runs.exists() else set()
+
+
+def check_one_line(tmp: Path, argv: list, expected: str, model: Path | None = None) -> None:
+    args = _expand(argv, tmp, model)  # writes the case's files
+    before = _tree(tmp)
+    proc = run_case(tmp, args)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].strip(), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert expected.format(tmp=tmp) in lines[0], lines[0]
+    assert _tree(tmp) == before, "a refused run left files behind"
+    assert not (tmp / ".asyncrl_cache").exists(), "a refused run started a warm start"
+
+
+@pytest.mark.parametrize("argv, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line(tmp_path, argv, expected):
+    check_one_line(tmp_path, argv, expected)
+
+
+@pytest.mark.parametrize("argv, expected", [c[1:] for c in MODEL_CASES], ids=[c[0] for c in MODEL_CASES])
+def test_bad_input_with_a_model_is_one_line(tmp_path, model_dir, argv, expected):
+    check_one_line(tmp_path, argv, expected, model_dir)
+
+
+def test_table_is_documented():
+    """docs/errors.md lists every row of the table (by its id)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "errors.md").read_text()
+    missing = [case[0] for case in CASES + MODEL_CASES if f"`{case[0]}`" not in doc]
+    assert not missing, missing
+
+
+def test_gold_that_can_never_score_is_a_warning_naming_its_line(tmp_path, capsys):
+    """One `#### banana` among good rows: the run may go on, but stderr names the line."""
+    from asyncrl.config import load_config
+
+    args = _gsm8k(tmp_path, [GOOD_ROW, {"question": "q2", "answer": "#### banana"}, GOOD_ROW])
+    load_config(None, args).task.build()
+    err = capsys.readouterr().err
+    assert "1 gold answer(s) with no number" in err and f"{tmp_path}/data.jsonl:2" in err

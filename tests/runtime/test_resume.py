@@ -1,0 +1,147 @@
+"""Resume: a run killed with SIGKILL at a random step and resumed ends bitwise equal to the run
+that was never interrupted (sync and simulated), with the same metrics and ledger rows; SIGTERM
+checkpoints and exits cleanly; a killed trainer leaves no worker behind; resuming refuses changes
+that would alter the run."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "foundation"))
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+from resume_campaign import alive, descendants  # noqa: E402  (the kill campaign's process checks)
+from test_e2e_train import TINY  # noqa: E402
+
+BASE = [*TINY, "trainer.lr=0.0002", "eval.every=3", "run.checkpoint_every=1"]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+TIMING = ("_s", "per_s", "util")  # wall-clock figures differ between any two runs
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("cache"))
+
+
+def cli(tmp_path: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "asyncrl.cli", *args], capture_output=True, text=True,
+                          cwd=tmp_path, env=ENV, timeout=timeout)
+
+
+def start(tmp_path: Path, cache: str, name: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "asyncrl.cli", "train", *BASE, f"run.name={name}",
+                             f"policy.cache_dir={cache}", *args], cwd=tmp_path, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def comparable(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not any(k.endswith(t) or t in k for t in TIMING)} for r in records]
+
+
+def wait_for_step(proc: subprocess.Popen, metrics: Path, step: int, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while len(rows(metrics)) < step:
+        assert proc.poll() is None, f"run ended early: {proc.communicate()[1][-2000:]}"
+        assert time.monotonic() < deadline, "run too slow"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("mode", [["run.mode=sync"], ["run.mode=simulated", "async.lag=2", "trainer.prox=loglinear",
+                                                      "loss.name=decoupled"]], ids=["sync", "simulated"])
+def test_sigkill_and_resume_is_bitwise(tmp_path, cache, mode):
+    steps = ["trainer.steps=6"]
+    whole = cli(tmp_path, "train", *BASE, "run.name=whole", f"policy.cache_dir={cache}", *mode, *steps)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    kill_after = random.Random(" ".join(mode)).randint(2, 5)  # the step after which the kill lands
+    proc = start(tmp_path, cache, "killed", *mode, *steps)
+    run_dir = tmp_path / "runs" / "killed"
+    wait_for_step(proc, run_dir / "metrics.jsonl", kill_after)
+    proc.kill()
+    proc.communicate()
+    assert not (run_dir / "summary.json").exists()
+    resumed = cli(tmp_path, "train", "--resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a = load_file(tmp_path / "runs" / "whole" / "checkpoint" / "model.safetensors")
+    b = load_file(run_dir / "checkpoint" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    whole_rows = rows(tmp_path / "runs" / "whole" / "metrics.jsonl")
+    assert any(r["frac_zero_adv_groups"] < 1 for r in whole_rows), "no reward signal: test is vacuous"
+    assert comparable(rows(run_dir / "metrics.jsonl")) == comparable(whole_rows)
+    assert rows(run_dir / "ledger.jsonl") == rows(tmp_path / "runs" / "whole" / "ledger.jsonl")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["eval_history"] == json.loads((tmp_path / "runs" / "whole" / "summary.json").read_text())[
+        "eval_history"]
+
+
+def test_sigterm_checkpoints_and_leaves_no_process(tmp_path, cache):
+    proc = start(tmp_path, cache, "term", "run.mode=async", "trainer.steps=200", "run.checkpoint_every=0")
+    run_dir = tmp_path / "runs" / "term"
+    wait_for_step(proc, run_dir / "metrics.jsonl", 2)
+    children = descendants(proc.pid)
+    assert children, "the async run has no worker processes"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "SIGTERM" in lines[0] and "--resume" in lines[0], err[-2000:]
+    assert "Traceback" not in err
+    done = len(rows(run_dir / "metrics.jsonl"))
+    assert (run_dir / "checkpoints" / f"step-{done:06d}" / "trainer_state.pt").is_file()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in children)
+    # the run continues from there: no group trained on twice, the bound holds
+    resumed = cli(tmp_path, "train", "--resume", str(run_dir), f"trainer.steps={done + 3}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    ledger = rows(run_dir / "ledger.jsonl")
+    assert [r["step"] for r in ledger] == list(range(1, done + 4))
+    groups = [g for r in ledger for g in r["consumed"] + r["dropped"]]
+    assert len(groups) == len(set(groups))
+    assert all(r["staleness_token_max"] <= 4 for r in rows(run_dir / "metrics.jsonl"))
+
+
+def test_sigkill_of_trainer_leaves_no_process(tmp_path, cache):
+    proc = start(tmp_path, cache, "orphans", "run.mode=async", "trainer.steps=200")
+    wait_for_step(proc, tmp_path / "runs" / "orphans" / "metrics.jsonl", 1)
+    children = descendants(proc.pid)
+    assert children, "the async run has no worker processes"
+    proc.kill()
+    proc.communicate()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in children if alive(pid)], "processes outlived the trainer by 10 s"
+
+
+def test_resume_refusals(tmp_path, cache):
+    ok = cli(tmp_path, "train", *BASE, "run.name=r", f"policy.cache_dir={cache}", "run.mode=sync", "trainer.steps=2")
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "r"
+    cases = [
+        (["train", "--resume", str(run_dir), "trainer.lr=0.1"], "trainer.lr"),  # changes the experiment
+        (["train", "--resume", str(run_dir)], "trainer.steps"),  # already finished: nothing to do
+        (["train", "--resume", str(tmp_path / "nowhere")], "--resume"),
+        (["train", *BASE, "run.name=r", f"policy.cache_dir={cache}", "run.mode=sync"], "run.name"),  # exists
+        (["train", *BASE, "run.name=r", f"policy.cache_dir={cache}", "run.mode=async", "run.resume=auto",
+          "trainer.steps=4"], "run.mode"),  # auto-resume with another mode
+    ]
+    for args, key in cases:
+        proc = cli(tmp_path, *args)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and key in lines[0], (args, proc.stderr[-2000:])
+    more = cli(tmp_path, "train", "--resume", str(run_dir), "trainer.steps=3")  # a longer run: continues
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert [r["step"] for r in rows(run_dir / "metrics.jsonl")] == [1, 2, 3]
