@@ -1,6 +1,7 @@
 """VCPO at high staleness on the embedded task: sync vs coupled PPO vs exact decoupled PPO vs A-3PO
 vs VCPO (decoupled + ESS-scaled lr + OPOB), all at an exact lag K (``run.mode=simulated``), with the
-ESS early warning on in every run to see whether it precedes reward drops.
+ESS early warning on in every run to see whether it precedes reward drops; and real async A-3PO
+with the look-ahead fixed at K or governed by the ESS (``--arms async-fixed,async-adaptive``).
 
     python benchmarks/vcpo_study.py --out runs/vcpo-study --k 16 --lr 1e-4 --steps 100 --seeds 3
 
@@ -26,18 +27,23 @@ import numpy as np
 
 from asyncrl.bench.stats import bootstrap_ci
 
+LAGGED = ["run.mode=simulated", "async.lag={k}", "loss.name=decoupled"]  # exact staleness K
+ASYNC = ["run.mode=async", "loss.name=decoupled", "trainer.prox=loglinear", "async.max_staleness={k}"]
 ARMS = {
     "sync": ["run.mode=sync", "trainer.prox=behav"],
-    "coupled": ["loss.name=ppo", "trainer.prox=none"],
-    "decoupled": ["trainer.prox=recompute"],
-    "a3po": ["trainer.prox=loglinear"],
-    "vcpo": ["trainer.prox=recompute", "trainer.vcpo.enabled=true", "trainer.vcpo.opob=true"],
+    "coupled": [*LAGGED, "loss.name=ppo", "trainer.prox=none"],
+    "decoupled": [*LAGGED, "trainer.prox=recompute"],
+    "a3po": [*LAGGED, "trainer.prox=loglinear"],
+    "vcpo": [*LAGGED, "trainer.prox=recompute", "trainer.vcpo.enabled=true", "trainer.vcpo.opob=true"],
+    # real async A-3PO: the look-ahead fixed at K, or governed by the ESS (starting at K)
+    "async-fixed": [*ASYNC, "async.max_ahead={k}"],
+    "async-adaptive": [*ASYNC, "async.max_ahead={k}", "async.adaptive.enabled=true"],
 }
 
 
 def cell_args(arm: str, seed: int, args) -> list[str]:
-    lagged = ["run.mode=simulated", f"async.lag={args.k}", "loss.name=decoupled"] if arm != "sync" else []
-    return [*lagged, *ARMS[arm], f"run.seed={seed}", f"trainer.lr={args.lr}", f"trainer.steps={args.steps}",
+    return [*(a.format(k=args.k) for a in ARMS[arm]), f"run.seed={seed}", f"trainer.lr={args.lr}",
+            f"trainer.steps={args.steps}",
             f"eval.every={args.eval_every}", f"eval.n_problems={args.eval_problems}", "eval.samples=2",
             f"trainer.ess_warning.threshold={args.ess_threshold}", "trainer.ess_warning.window=3",
             "run.progress=false", "run.tensorboard=false", *args.extra]
@@ -78,12 +84,15 @@ def summarize(run_dir: Path, args) -> dict:
     return {"final_eval": summary["final_eval_reward"], "initial_eval": summary["initial_eval_reward"],
             "eval_history": summary["eval_history"], "ess_warning_steps": summary.get("ess_warning_steps", []),
             "ess_frac_mean": float(np.nanmean([r["ess_frac"] for r in rows if r.get("ess_frac") is not None])),
-            "reward_drop_step": drop_step, "warning_lead_steps": lead, "train_wall_s": summary.get("train_wall_s")}
+            "reward_drop_step": drop_step, "warning_lead_steps": lead, "train_wall_s": summary.get("train_wall_s"),
+            "samples_per_s": summary.get("samples_per_s"),
+            "max_ahead_mean": float(np.mean([r["max_ahead"] for r in rows])) if "max_ahead" in rows[0] else None}
 
 
 def table(results: dict, sync_mean: float | None) -> str:
-    lines = ["| arm | final eval (mean [95% CI]) | vs sync (points) | mean ESS frac | runs with a reward drop | "
-             "drops preceded by an ESS warning (lead, steps) |", "|---|---|---|---|---|---|"]
+    lines = ["| arm | final eval (mean [95% CI]) | vs sync (points) | mean ESS frac | samples/s | "
+             "runs with a reward drop | drops preceded by an ESS warning (lead, steps) |",
+             "|---|---|---|---|---|---|---|"]
     for arm, cells in results.items():
         finals = [c["final_eval"] for c in cells]
         _, low, high = bootstrap_ci(finals)
@@ -91,7 +100,8 @@ def table(results: dict, sync_mean: float | None) -> str:
         drops = [c for c in cells if c["reward_drop_step"] is not None]
         leads = [c["warning_lead_steps"] for c in drops if c["warning_lead_steps"] is not None]
         lines.append(f"| {arm} | {np.mean(finals):.3f} [{low:.3f}, {high:.3f}] | {gap} | "
-                     f"{np.mean([c['ess_frac_mean'] for c in cells]):.3f} | {len(drops)}/{len(cells)} | "
+                     f"{np.mean([c['ess_frac_mean'] for c in cells]):.3f} | "
+                     f"{np.mean([c['samples_per_s'] or np.nan for c in cells]):.1f} | {len(drops)}/{len(cells)} | "
                      f"{len(leads)}/{len(drops)} {leads} |")
     return "\n".join(lines) + "\n"
 

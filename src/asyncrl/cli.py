@@ -122,20 +122,26 @@ def _csv(text: str | None, kind=str, option: str = "") -> list | None:
     return items
 
 
+def _ks(args) -> list[int] | None:
+    """``--ks`` as integers (ValueError naming the option otherwise)."""
+    try:
+        return _csv(args.ks, int, "--ks")
+    except ValueError as err:
+        if str(err).startswith("--ks"):
+            raise
+        raise ValueError(f"--ks: expected comma-separated integers, got {args.ks!r}") from None
+
+
 def _bench_control(args) -> int:
     from pathlib import Path
 
     from asyncrl.bench.control_suite import build_control_cells, cell_command, run_control_suite
-    from asyncrl.bench.runner import BenchError
 
     try:
-        capacities = _csv(args.ks, int)
-    except ValueError:
-        print(f"asyncrl: --ks: expected comma-separated integers, got {args.ks!r}", file=sys.stderr)
-        return 2
-    try:
-        cells = build_control_cells(quick=args.quick, seeds=args.seeds, arms=_csv(args.methods),
-                                    capacities=capacities, envs=_csv(args.envs), extra=args.overrides)
+        capacities = _ks(args)
+        cells = build_control_cells(quick=args.quick, seeds=args.seeds, capacities=capacities,
+                                    arms=_csv(args.methods, str, "--methods"), envs=_csv(args.envs, str, "--envs"),
+                                    extra=args.overrides)
         if args.jobs < 1:
             raise ValueError(f"--jobs: must be >= 1, got {args.jobs}")
     except ValueError as err:
@@ -146,9 +152,16 @@ def _bench_control(args) -> int:
         for cell in cells:
             print(cell.name, shlex.join(cell_command(cell, out / "runs")))
         return 0
+    return _run_reported(lambda: run_control_suite(cells, out, quick=args.quick, jobs=args.jobs,
+                                                   command="asyncrl " + shlex.join(args.argv)), out)
+
+
+def _run_reported(run, out) -> int:
+    """Run a suite; print its scalar summary and the report's path (exit 0), or its error (exit 1)."""
+    from asyncrl.bench.runner import BenchError
+
     try:
-        summary = run_control_suite(cells, out, quick=args.quick, command="asyncrl " + shlex.join(args.argv),
-                                    jobs=args.jobs)
+        summary = run()
     except BenchError as err:
         print(f"asyncrl: {err}", file=sys.stderr)
         return 1
@@ -163,15 +176,11 @@ def _bench(args) -> int:
     if args.suite == "control":
         return _bench_control(args)
 
-    from asyncrl.bench.runner import BenchError, cell_argv, run_suite
+    from asyncrl.bench.runner import cell_argv, run_suite
     from asyncrl.bench.suites import build_cells
 
     try:
-        ks = _csv(args.ks, int)
-    except ValueError:
-        print(f"asyncrl: --ks: expected comma-separated integers, got {args.ks!r}", file=sys.stderr)
-        return 2
-    try:
+        ks = _ks(args)
         if ks is not None and args.suite != "atlas":
             raise ValueError(f"--ks: only the atlas suite has lags K (suite: {args.suite})")
         cells = build_cells(args.suite, quick=args.quick, seeds=args.seeds,
@@ -188,15 +197,8 @@ def _bench(args) -> int:
             print(cell.name, " ".join(cell_argv(cell, out / "runs")))
         return 0
     command = "asyncrl " + shlex.join(args.argv)
-    try:
-        summary = run_suite(args.suite, cells, out, quick=args.quick, command=command,
-                            in_process=args.in_process or args.suite == "atlas")
-    except BenchError as err:
-        print(f"asyncrl: {err}", file=sys.stderr)
-        return 1
-    print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, (dict, list))}))
-    print(f"report: {out / 'report.html'}")
-    return 0
+    return _run_reported(lambda: run_suite(args.suite, cells, out, quick=args.quick, command=command,
+                                           in_process=args.in_process or args.suite == "atlas"), out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -117,7 +117,7 @@ CASES = [
      "run.out_dir: "),
     ("out-dir-unwritable", ["train", "run.out_dir=/proc/asyncrl-runs"], "run.out_dir: cannot write under /proc"),
     # bench arguments
-    ("bench-ks-empty", ["bench", "atlas", "--ks="], "--ks: expected comma-separated integers"),
+    ("bench-ks-empty", ["bench", "atlas", "--ks="], "--ks: expected a non-empty comma-separated list"),
     ("bench-ks-not-int", ["bench", "atlas", "--ks=1,x"], "--ks: expected comma-separated integers"),
     ("bench-ks-negative", ["bench", "atlas", "--ks=-1", "--list"], "--ks: K must be >= 0"),
     ("bench-ks-wrong-suite", ["bench", "a3po", "--ks=1"], "--ks: only the atlas suite"),

@@ -123,7 +123,7 @@ def test_checkpoint_saves_merged_hf_model(tiny_policy, tmp_path):
     model, tokenizer, task = _fresh(tiny_policy)
     lora = apply_lora(model, _lora_cfg())
     _randomize_lora(lora, seed=2)
-    ckpt = save_checkpoint(tmp_path / "ckpt", lora, tokenizer, {"version": 1}, step=1)
+    ckpt = save_checkpoint(tmp_path / "run", 1, lora, tokenizer, {"version": 1}, {})
     assert not (ckpt / "adapter_config.json").exists()
     assert (ckpt / "lora_adapter" / "adapter_config.json").is_file()
     loaded = AutoModelForCausalLM.from_pretrained(ckpt, local_files_only=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from asyncrl.bench.runner import BenchError, _write_json, host_info, load_run
+from asyncrl.bench.runner import _write_json, check_cell, fresh_cell_dir, host_info, load_run
 from asyncrl.bench.suites import Cell, _overrides
 from asyncrl.control.arms import ARMS
 from asyncrl.control.config import KNOWN_ENVS, MUJOCO_ENVS, make_config, parse_overrides
@@ -79,19 +78,14 @@ def cell_command(cell: Cell, runs_dir: Path) -> list[str]:
 def run_control_cell(cell: Cell, runs_dir: Path) -> Path:
     """Run one cell unless finished; returns its run directory. Raises BenchError on failure."""
     run_dir = runs_dir / cell.name
-    if (run_dir / "summary.json").exists():
+    if not fresh_cell_dir(run_dir):
         return run_dir
-    if run_dir.exists():  # an interrupted attempt: start over
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
     log_path = run_dir / "bench.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     with open(log_path, "w") as log:
         code = subprocess.run(cell_command(cell, runs_dir), stdout=log, stderr=subprocess.STDOUT,
                               env=env).returncode
-    if code != 0 or not (run_dir / "summary.json").exists():
-        tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(empty log)"]
-        raise BenchError(f"cell {cell.name} failed (exit {code}): {tail[0][:300]} — log: {log_path}")
+    check_cell(cell.name, run_dir, code, log_path)
     return run_dir
 
 

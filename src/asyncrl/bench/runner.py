@@ -73,11 +73,8 @@ def _run_in_process(cell: Cell, runs_dir: Path, log_path: Path) -> int:
 def run_cell(cell: Cell, runs_dir: Path, *, in_process: bool = False) -> Path:
     """Run one cell unless it is finished; returns its run directory. Raises BenchError on failure."""
     run_dir = runs_dir / cell.name
-    if (run_dir / "summary.json").exists():
+    if not fresh_cell_dir(run_dir):
         return run_dir
-    if run_dir.exists():  # an interrupted attempt: start the cell over
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
     log_path = run_dir / "bench.log"
     if in_process and cell.runner == "train":
         code = _run_in_process(cell, runs_dir, log_path)
@@ -86,10 +83,26 @@ def run_cell(cell: Cell, runs_dir: Path, *, in_process: bool = False) -> Path:
         with open(log_path, "w") as log:
             code = subprocess.run(_command(cell, runs_dir), stdout=log, stderr=subprocess.STDOUT,
                                   env=env).returncode
+    check_cell(cell.name, run_dir, code, log_path)
+    return run_dir
+
+
+def fresh_cell_dir(run_dir: Path) -> bool:
+    """False if the cell already finished (its ``summary.json`` exists); else an empty ``run_dir``
+    (an interrupted attempt is started over) and True."""
+    if (run_dir / "summary.json").exists():
+        return False
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    return True
+
+
+def check_cell(name: str, run_dir: Path, code: int, log_path: Path) -> None:
+    """BenchError with the log's last line unless the cell exited 0 and wrote its summary."""
     if code != 0 or not (run_dir / "summary.json").exists():
         tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(empty log)"]
-        raise BenchError(f"cell {cell.name} failed (exit {code}): {tail[0][:300]} — log: {log_path}")
-    return run_dir
+        raise BenchError(f"cell {name} failed (exit {code}): {tail[0][:300]} — log: {log_path}")
 
 
 def _finite_or_none(value):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from asyncrl.checkpoint import latest_checkpoint, load_states
+from asyncrl.checkpoint import CHECKPOINTS, latest_checkpoint, load_states
 from asyncrl.config import Config, ConfigError, load_config
 from asyncrl.config_loader import parse_override
 
@@ -76,7 +76,8 @@ def check_compatible(cfg: Config, run_dir: Path) -> None:
 def find_resume(cfg: Config, run_dir: Path) -> Resume | None:
     """The checkpoint ``cfg`` resumes from (None: start a new run), per ``run.resume``."""
     mode = cfg.run.resume
-    has_run = run_dir.is_dir() and any(run_dir.iterdir())  # anything a run left there
+    # what a run leaves behind (a bench runner may have put its own log there first)
+    has_run = any((run_dir / name).exists() for name in ("config.yaml", "metrics.jsonl", "summary.json", CHECKPOINTS))
     if mode == "no":
         if has_run:
             raise ConfigError("run.name", f"run directory already exists: {run_dir} (resume it with "

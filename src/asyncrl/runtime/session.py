@@ -21,7 +21,7 @@ import torch
 import yaml
 
 from asyncrl.checkpoint import save_checkpoint, set_global_rng_state
-from asyncrl.config import Config, ConfigError
+from asyncrl.config import Config
 from asyncrl.evaluation import eval_engine, evaluate
 from asyncrl.metrics import Ledger, MetricsWriter, json_safe
 from asyncrl.policy.lora import apply_lora
