@@ -35,6 +35,7 @@ ARMS = {
     "decoupled": [*LAGGED, "trainer.prox=recompute"],
     "a3po": [*LAGGED, "trainer.prox=loglinear"],
     "vcpo": [*LAGGED, "trainer.prox=recompute", "trainer.vcpo.enabled=true", "trainer.vcpo.opob=true"],
+    "vcpo-lr": [*LAGGED, "trainer.prox=recompute", "trainer.vcpo.enabled=true"],  # without OPOB
     # real async A-3PO: the look-ahead fixed at K, or governed by the ESS (starting at K)
     "async-fixed": [*ASYNC, "async.max_ahead={k}"],
     "async-adaptive": [*ASYNC, "async.max_ahead={k}", "async.adaptive.enabled=true"],
