@@ -156,3 +156,17 @@ def test_engine_copies_weights_in_generation_dtype(tiny_policy):
     engine.update_weights(model, 2)
     torch.testing.assert_close(engine.model.lm_head.weight.float(), model.lm_head.weight, rtol=1e-2, atol=1e-2)
     assert engine.version == 2
+
+
+def test_decode_uses_the_installed_transformers_cache_argument(tiny_policy):
+    # A deprecated KV-cache argument name makes transformers print to stderr in every worker,
+    # which breaks the one-line error contract; decoding must use the name the model declares.
+    import warnings
+
+    model, tok, task = tiny_policy
+    ids, mask = left_pad([tok(p.prompt)["input_ids"] for p in task.problems("eval")[:3]], tok.pad_token_id)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        state = decode(model, prefill(model, ids, mask), 4, temperature=0.0,
+                       eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
+    assert 1 <= state.n_generated <= 4

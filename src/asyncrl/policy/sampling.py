@@ -8,7 +8,9 @@ chunks with a weight swap in between, and a re-prefill of the same sequences aft
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from transformers import PreTrainedModel
@@ -28,6 +30,18 @@ def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device | str = "c
             ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
             mask[i, width - len(s):] = 1
     return ids.to(device), mask.to(device)
+
+
+@lru_cache(maxsize=None)
+def _cache_field(model_cls: type) -> str:
+    """The name of the KV-cache argument and output field: ``cache`` in recent transformers releases,
+    ``past_key_values`` before (newer releases still take it, but warn on every process's stderr)."""
+    return "cache" if "cache" in inspect.signature(model_cls.forward).parameters else "past_key_values"
+
+
+def cache_field(model: torch.nn.Module) -> str:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft wrapper
+    return _cache_field(type(base))
 
 
 def positions(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -80,7 +94,7 @@ def prefill(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch
     attn = torch.cat([prompt_mask, gen_mask], dim=1)
     out = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn), use_cache=True)
     return DecodeState(prompt_ids, prompt_mask, tokens, logps, versions, finished,
-                       out.logits[:, -1].float(), out.past_key_values, attn)
+                       out.logits[:, -1].float(), getattr(out, cache_field(model)), attn)
 
 
 @torch.no_grad()
@@ -91,6 +105,7 @@ def decode(model: PreTrainedModel, state: DecodeState, n_tokens: int, *, tempera
 
     temperature 0 = greedy. Finished sequences get ``pad_id``, log-prob 0 and version −1.
     """
+    cache = cache_field(model)
     for _ in range(n_tokens):
         if bool(state.finished.all()):
             break
@@ -111,8 +126,8 @@ def decode(model: PreTrainedModel, state: DecodeState, n_tokens: int, *, tempera
         state.finished = state.finished | (alive & (token == eos_id))
         state.attn = torch.cat([state.attn, alive.long()[:, None]], dim=1)
         out = model(input_ids=token[:, None], attention_mask=state.attn,
-                    position_ids=positions(state.attn)[:, -1:], past_key_values=state.past, use_cache=True)
-        state.past = out.past_key_values
+                    position_ids=positions(state.attn)[:, -1:], use_cache=True, **{cache: state.past})
+        state.past = getattr(out, cache)
         state.next_logits = out.logits[:, -1].float()
     return state
 
