@@ -1,7 +1,7 @@
 """Staleness-bounded rollout buffer: admission control, drop-stale at consumption, FIFO or
 recency-weighted sampling. Pure bookkeeping (stdlib + tensors), so it is tested with a fake clock.
 
-Admission (ALGORITHMS.md §14, after AReaL's ``StalenessManager``): with K = ``max_staleness``,
+Admission (docs/runtime.md, after AReaL's ``StalenessManager``): with K = ``max_staleness``,
 B = samples per training batch and V = the trainer's current version, a rollout of n samples may
 start only while
 

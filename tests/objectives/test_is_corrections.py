@@ -1,4 +1,4 @@
-"""Hand-worked cases for tis and mis (ALGORITHMS.md §5, §7)."""
+"""Hand-worked cases for tis and mis (docs/objectives.md)."""
 
 from __future__ import annotations
 

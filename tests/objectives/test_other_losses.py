@@ -1,4 +1,4 @@
-"""Hand-worked cases for cispo, opsm, m2po, gspo, vaco and reinforce (ALGORITHMS.md §6, §8-§11)."""
+"""Hand-worked cases for cispo, opsm, m2po, gspo, vaco and reinforce (docs/objectives.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hand-worked cases for ppo and decoupled, and their equivalences (ALGORITHMS.md §1, §3, §4)."""
+"""Hand-worked cases for ppo and decoupled, and their equivalences (docs/objectives.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""approximate_prox_logp (A-3PO and friends, ALGORITHMS.md §4)."""
+"""approximate_prox_logp (A-3PO and friends, docs/objectives.md)."""
 
 from __future__ import annotations
 

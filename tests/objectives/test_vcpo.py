@@ -1,4 +1,4 @@
-"""ESS, the ESS learning-rate rule and the OPOB baseline (ALGORITHMS.md §12), by hand."""
+"""ESS, the ESS learning-rate rule and the OPOB baseline (docs/objectives.md), by hand."""
 
 from __future__ import annotations
 

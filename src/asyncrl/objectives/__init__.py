@@ -1,6 +1,6 @@
 """Pure-torch policy-gradient objectives for stale / off-policy LLM RL (docs/objectives.md).
 
-Public contract (ARCHITECTURE.md "Public contracts"):
+Public contract:
 
     prox = approximate_prox_logp(method, behav_logp, logp, versions, current_version)
     loss, stats = policy_loss(name, logp, behav_logp, advantages, loss_mask, *, prox_logp=None,

@@ -1,4 +1,4 @@
-"""Advantage estimators as pure functions (ALGORITHMS.md §2, §13). Everything here is detached.
+"""Advantage estimators as pure functions (docs/objectives.md). Everything here is detached.
 
 - group_advantages: GRPO, Dr.GRPO and RLOO baselines over prompt groups (outcome rewards).
 - gae: generalized advantage estimation with verl's mask handling.

@@ -1,4 +1,4 @@
-"""CISPO (MiniMax-M1, arXiv:2506.13585; ALGORITHMS.md §6).
+"""CISPO (MiniMax-M1, arXiv:2506.13585; docs/objectives.md).
 
     J_t = sg(clip(r_t, cap_low, cap_high)) · A_t · ℓ_t,   r = π_θ/π_anchor (π_prox if given, else π_behav)
 

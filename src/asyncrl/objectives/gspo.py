@@ -1,4 +1,4 @@
-"""GSPO (Qwen, arXiv:2507.18071; ALGORITHMS.md §10): a sequence-level, length-normalized ratio.
+"""GSPO (Qwen, arXiv:2507.18071; docs/objectives.md): a sequence-level, length-normalized ratio.
 
     s_i = exp( (1/n_i) Σ_{t∈T_i} (ℓ_it − ℓ_anchor,it) ),   J_i = min(s_i Â_i, clip(s_i, 1−ε_low, 1+ε_high) Â_i)
 

@@ -1,4 +1,4 @@
-"""M2PO (Zheng, Zhao, Chen, "Prosperity before Collapse", arXiv:2510.01161; ALGORITHMS.md §9).
+"""M2PO (Zheng, Zhao, Chen, "Prosperity before Collapse", arXiv:2510.01161; docs/objectives.md).
 
 A trust region on the second moment of log ρ, ρ = π_θ/π_behav (``prox_logp`` is not used).
 

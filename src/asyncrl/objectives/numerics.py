@@ -1,4 +1,4 @@
-"""Shared numerics (ALGORITHMS.md §0): input checks, sanitizing, safe log-ratios, masked reductions and
+"""Shared numerics (docs/objectives.md): input checks, sanitizing, safe log-ratios, masked reductions and
 loss aggregation with global denominators.
 
 The invariant every objective relies on: after ``prepare_inputs`` every tensor is finite at *every*

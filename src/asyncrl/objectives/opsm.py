@@ -1,4 +1,4 @@
-"""Off-policy sequence masking (DeepSeek-V3.2, arXiv:2512.02556; ALGORITHMS.md §8).
+"""Off-policy sequence masking (DeepSeek-V3.2, arXiv:2512.02556; docs/objectives.md).
 
     KL̂_i = mean_{t∈T_i} (ℓ_b,it − sg(ℓ_it)),   M_i = 0 if (Â_i < 0 and KL̂_i > δ) else 1,
     J = Σ M_i · PPOclip(r_it, A_it),   r = π_θ/π_anchor (π_prox if given, else π_behav)

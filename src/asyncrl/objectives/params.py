@@ -85,11 +85,11 @@ def check_count(name: str, value: Any) -> None:
 class BaseParams:
     """Parameters every loss accepts.
 
-    agg: how the per-token objective is reduced (ALGORITHMS.md §2): "token_mean" (Σ m L / Σ m),
+    agg: how the per-token objective is reduced (docs/objectives.md): "token_mean" (Σ m L / Σ m),
         "seq_mean_token_mean" ((1/B') Σ_i mean_t L), "seq_mean_token_sum_norm" (Σ m L / (B' · norm_const)).
     norm_const: the Dr.GRPO constant of "seq_mean_token_sum_norm"; None means the padded length T.
     keep_filtered_in_denominator: filtered tokens (masked, rejected, non-finite) stay in the denominators,
-        so filtering removes gradient instead of up-weighting the survivors (ALGORITHMS.md §0.8).
+        so filtering removes gradient instead of up-weighting the survivors (docs/objectives.md).
     global_num_tokens / global_num_seqs: denominators over the whole (global) batch, for micro-batch and
         data-parallel invariance; counted from ``loss_mask`` (tokens, and sequences with >= 1 masked-in
         token). None means the local counts.
@@ -111,7 +111,7 @@ class BaseParams:
 
 @dataclass(frozen=True, kw_only=True)
 class ClipParams(BaseParams):
-    """PPO clip parameters (ALGORITHMS.md §1).
+    """PPO clip parameters (docs/objectives.md).
 
     eps_low / eps_high: the ratio is clipped to [1 - eps_low, 1 + eps_high]; eps_high None means eps_low.
     dual_clip: c > 1 of dual-clip PPO (applies where A < 0); None disables it.

@@ -1,4 +1,4 @@
-"""PPO clipped surrogate (coupled) and decoupled PPO (ALGORITHMS.md §1, §3, §4).
+"""PPO clipped surrogate (coupled) and decoupled PPO (docs/objectives.md).
 
 - ppo (Schulman et al. 2017, arXiv:1707.06347; asymmetric clip from DAPO, dual clip from Ye et al.
   2019, arXiv:1912.09729): J_t = min(r A, clip(r, 1−ε_low, 1+ε_high) A), and where A < 0 also
@@ -52,7 +52,7 @@ def clipped_surrogate(
 
     log_r: [B, T] float32 clamped log-ratio, carries the gradient. adv: [B, T] float32, detached.
     eps_low / eps_high: floats or 0-dim tensors (M2PO's official variant derives them per batch).
-    The explicit ``where`` form equals the min/max form value for value (see ALGORITHMS.md §1) and
+    The explicit ``where`` form equals the min/max form value for value (see docs/objectives.md) and
     avoids torch.minimum's tie rule, which splits the gradient between two equal branches.
     """
     r = torch.exp(log_r)

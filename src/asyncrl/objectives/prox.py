@@ -1,4 +1,4 @@
-"""Approximate proximal log-probs without a recompute forward pass (A-3PO, ALGORITHMS.md §4).
+"""Approximate proximal log-probs without a recompute forward pass (A-3PO, docs/objectives.md).
 
 Version convention: ``current_version`` V is the version of the trainer weights at the start of the
 step; ``versions`` v_t is the version that produced token t (−1 for prompt / non-generated tokens).

@@ -1,4 +1,4 @@
-"""Diagnostics (ALGORITHMS.md §15) shared by every objective.
+"""Diagnostics (docs/objectives.md) shared by every objective.
 
 One name means one thing in every loss. Every loss returns at least ``COMMON_STATS``:
 

@@ -1,4 +1,4 @@
-"""VACO's TV-divergence filter (Honari et al., "Align and Filter"; ALGORITHMS.md §11a).
+"""VACO's TV-divergence filter (Honari et al., "Align and Filter"; docs/objectives.md).
 
     TV̂ = ½ mean_j |ρ_j − 1|,   ρ = π_θ/π_behav  (detached, over the valid tokens of the call)
     J  = mean_j ρ̃_j A_j,        ρ̃_j = sg(ρ_j) if TV̂ > δ and point j would increase TV̂, else ρ_j

@@ -1,4 +1,4 @@
-"""VCPO pieces as pure functions (ALGORITHMS.md §12, Huang et al., arXiv:2602.17616).
+"""VCPO pieces as pure functions (docs/objectives.md, Huang et al., arXiv:2602.17616).
 
 - ``ess``: sequence-level effective sample size of importance weights, in log space.
 - ``ess_lr_scale``: the learning-rate multiplier sqrt(min(1, ρ_ess / ρ_base)) (or linear).
