@@ -106,7 +106,7 @@ def kill_at_random(proc: subprocess.Popen, run_dir: Path, rng: random.Random, du
             "orphans": sorted(pid for pid in children if alive(pid))}
 
 
-def check(run_dir: Path, steps: int, k: int, kills: list[dict], final_exit: int) -> dict:
+def check(run_dir: Path, steps: int, k: int, kills: list[dict], final_exit: int, planned: int) -> dict:
     ledger = rows(run_dir / "ledger.jsonl")
     metrics = rows(run_dir / "metrics.jsonl")
     groups = [g for r in ledger for g in r["consumed"] + r["dropped"]]
@@ -117,9 +117,11 @@ def check(run_dir: Path, steps: int, k: int, kills: list[dict], final_exit: int)
         "groups_at_most_once": len(groups) == len(set(groups)),
         "staleness_bound_holds": all(r["staleness_token_max"] <= k for r in metrics),
         "no_orphans": not any(kill.get("orphans") for kill in kills),
-        "every_resume_progressed": all(kill["killed"] for kill in kills),
+        # each launch was killed after training a new step, or ran to the end
+        "every_resume_progressed": all(kill["killed"] or kill["exit"] == 0 for kill in kills),
+        "every_planned_kill_landed": sum(kill["killed"] for kill in kills) == planned,  # else raise --steps
     }
-    return {"checks": checks, "passed": all(checks.values()), "kills": len(kills),
+    return {"checks": checks, "passed": all(checks.values()), "kills": sum(kill["killed"] for kill in kills),
             "kills_during_checkpoint_write": sum(kill.get("during_write", False) for kill in kills),
             # a group id below the newest one that no step trained on or dropped: lost (or still in
             # flight when the run ended, possible only with several workers finishing out of order)
@@ -132,7 +134,7 @@ def check(run_dir: Path, steps: int, k: int, kills: list[dict], final_exit: int)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=20)
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--steps", type=int, default=800)  # long enough that every kill lands
     parser.add_argument("--k", type=int, default=2, help="async.max_staleness (and max_ahead)")
     parser.add_argument("--checkpoint-every", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
@@ -145,15 +147,17 @@ def main() -> int:
     run_dir, rng, kills = out / "run", random.Random(args.seed), []
     started = time.monotonic()
     with (out / "train.log").open("w") as log:
+        final_exit = None
         for i in range(args.kills):
             proc = launch(args, run_dir, log)
             kills.append(kill_at_random(proc, run_dir, rng, during_write=i % 4 == 3))
             print(json.dumps({"kill": i + 1, **kills[-1]}), flush=True)
-            if not kills[-1]["killed"]:
+            if not kills[-1]["killed"]:  # it ended before the kill came: that was the final run
+                final_exit = kills[-1]["exit"]
                 break
-        final = launch(args, run_dir, log)
-        final_exit = final.wait(timeout=1800)
-    result = {**check(run_dir, args.steps, args.k, kills, final_exit), "wall_s": time.monotonic() - started,
+        if final_exit is None:
+            final_exit = launch(args, run_dir, log).wait(timeout=1800)
+    result = {**check(run_dir, args.steps, args.k, kills, final_exit, args.kills), "wall_s": time.monotonic() - started,
               "command": "python " + " ".join(sys.argv)}
     (out / "campaign.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

@@ -3,7 +3,7 @@ vs VCPO (decoupled + ESS-scaled lr + OPOB), all at an exact lag K (``run.mode=si
 ESS early warning on in every run to see whether it precedes reward drops; and real async A-3PO
 with the look-ahead fixed at K or governed by the ESS (``--arms async-fixed,async-adaptive``).
 
-    python benchmarks/vcpo_study.py --out runs/vcpo-study --k 16 --lr 1e-4 --steps 100 --seeds 3
+    python benchmarks/vcpo_study.py --out runs/vcpo-study --k 16 --lr 3e-5 --steps 100 --seeds 3
 
 Cells run one at a time as ``asyncrl train`` subprocesses; a cell with a ``summary.json`` is kept
 (rerun the command to resume). Writes ``<out>/vcpo_study.json`` and ``<out>/table.md``.
@@ -112,14 +112,16 @@ def main() -> int:
     parser.add_argument("--out", default="runs/vcpo-study")
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--k", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--lr", type=float, default=3e-5)  # the default lr (at 1e-4 sync itself loses reward)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--eval-every", type=int, default=20)
     parser.add_argument("--eval-problems", type=int, default=100)
     parser.add_argument("--ess-threshold", type=float, default=0.5)
-    parser.add_argument("--smooth", type=int, default=5)
-    parser.add_argument("--drop", type=float, default=0.1)
+    # A step's train reward averages 64 samples; over 5 steps a 0.1 fall from the running maximum
+    # is within the noise of a healthy sync run; 10 steps and 0.15 sit above it.
+    parser.add_argument("--smooth", type=int, default=10)
+    parser.add_argument("--drop", type=float, default=0.15)
     parser.add_argument("extra", nargs="*", help="dotted.key=value overrides for every cell")
     args = parser.parse_args()
     out = Path(args.out)
