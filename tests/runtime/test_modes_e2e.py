@@ -95,3 +95,13 @@ def test_one_metric_name_per_quantity_in_every_mode(tmp_path, cache, mode):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert SUMMARY_KEYS <= summary.keys(), SUMMARY_KEYS - summary.keys()
     assert summary["device"] == "cpu" and summary["mode"] == mode
+
+
+def test_async_adaptive_window_moves_within_its_bounds(tmp_path, cache):
+    _, records = train(tmp_path, cache, "adaptive", "run.mode=async", "async.max_staleness=4",
+                       "async.max_ahead=4", "async.adaptive.enabled=true", "trainer.steps=6",
+                       "trainer.prox=loglinear", "loss.name=decoupled")
+    windows = [r["max_ahead"] for r in records]
+    assert all(0 <= w <= 4 for w in windows)
+    assert all(abs(a - b) <= 1 for a, b in zip([4, *windows], windows))  # one step at a time
+    assert all(r["staleness_seq_max"] <= 4 for r in records)

@@ -84,13 +84,28 @@ def test_ess_warning_fires_after_window_once_per_low_run():
     assert EssMonitor(EssWarningConfig()).update(1, 0.0) is None  # threshold 0: off
 
 
+STARVED, FED = 0.5, 0.0  # share of the step the trainer waited for its batch
+
+
 def test_adaptive_window_reacts_to_an_injected_drop():
+    # a starved trainer: W follows the ESS, down on a drop and back up when it recovers
     window = AdaptiveWindow(AdaptiveStalenessConfig(enabled=True, lower_below=0.5, raise_above=0.8), 4, 4)
-    seen = [window.update(f) for f in [0.9, 0.3, 0.3, 0.3, 0.6, 0.9, 0.9]]
+    seen = [window.update(f, STARVED) for f in [0.9, 0.3, 0.3, 0.3, 0.6, 0.9, 0.9]]
     assert seen == [4, 3, 2, 1, 1, 2, 3]
 
 
-@given(st.integers(0, 16), st.lists(st.one_of(st.floats(0, 1), st.just(float("nan"))), max_size=60))
-def test_adaptive_window_stays_within_zero_and_k(k, fracs):
-    window = AdaptiveWindow(AdaptiveStalenessConfig(enabled=True), k, k)
-    assert all(0 <= window.update(f) <= k for f in fracs)
+def test_adaptive_window_shrinks_to_its_floor_while_the_trainer_is_fed():
+    cfg = AdaptiveStalenessConfig(enabled=True, lower_below=0.5, raise_above=0.8, min_window=1)
+    window = AdaptiveWindow(cfg, 8, 4)
+    seen = [window.update(0.95, FED) for _ in range(5)]
+    assert seen == [3, 2, 1, 1, 1]  # staleness that buys no throughput is given back
+    assert window.update(0.3, FED) == 0  # only a low ESS goes below the floor
+    assert [window.update(0.95, STARVED) for _ in range(3)] == [1, 2, 3]
+    assert window.update(0.6, STARVED) == 3  # starved, but the ESS is middling: hold
+
+
+@given(st.integers(0, 16), st.integers(0, 16),
+       st.lists(st.tuples(st.one_of(st.floats(0, 1), st.just(float("nan"))), st.floats(0, 1)), max_size=60))
+def test_adaptive_window_stays_within_zero_and_k(k, floor, steps):
+    window = AdaptiveWindow(AdaptiveStalenessConfig(enabled=True, min_window=floor), k, k)
+    assert all(0 <= window.update(ess, wait) <= k for ess, wait in steps)

@@ -54,13 +54,17 @@ class EssWarningConfig:
 
 @dataclass
 class AdaptiveStalenessConfig:
-    """ESS-governed look-ahead (``async.adaptive``): after a step whose ESS fraction is below
-    ``lower_below`` the window W (``async.max_ahead``) shrinks by one, down to 0; after one above
-    ``raise_above`` it grows by one, up to K (``async.max_staleness``)."""
+    """ESS-governed look-ahead (``async.adaptive``), W = ``async.max_ahead`` moved by one per step:
+    down (to 0) after a step whose ESS fraction is below ``lower_below``; up (to K =
+    ``async.max_staleness``) after one in which the trainer waited for more than ``starved_frac`` of
+    the step and the ESS fraction is above ``raise_above``; down (to ``min_window``) after one in
+    which it did not wait. W settles at the smallest look-ahead that keeps the trainer fed."""
 
     enabled: bool = False
     lower_below: float = 0.5
     raise_above: float = 0.8
+    starved_frac: float = 0.05  # the trainer "waited" when its batch wait exceeds this share of the step
+    min_window: int = 1  # the floor when the trainer is fed; only a low ESS takes W below it
 
     def validate(self) -> None:
         for name in ("lower_below", "raise_above"):
@@ -69,6 +73,10 @@ class AdaptiveStalenessConfig:
                 raise ValueError(f"{name}: must be an ESS fraction in [0, 1]")
         if self.lower_below > self.raise_above:
             raise ValueError("lower_below: must be <= raise_above")
+        if not (math.isfinite(self.starved_frac) and 0 <= self.starved_frac < 1):
+            raise ValueError("starved_frac: must be a share of the step in [0, 1)")
+        if self.min_window < 0:
+            raise ValueError("min_window: must be >= 0")
 
 
 def check_combinations(cfg) -> None:
