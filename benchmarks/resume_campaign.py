@@ -134,7 +134,7 @@ def check(run_dir: Path, steps: int, k: int, kills: list[dict], final_exit: int,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=20)
-    parser.add_argument("--steps", type=int, default=800)  # long enough that every kill lands
+    parser.add_argument("--steps", type=int, default=2000)  # long enough that every kill lands
     parser.add_argument("--k", type=int, default=2, help="async.max_staleness (and max_ahead)")
     parser.add_argument("--checkpoint-every", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)

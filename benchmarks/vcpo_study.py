@@ -39,6 +39,7 @@ ARMS = {
     # real async A-3PO: the look-ahead fixed at K, or governed by the ESS (starting at K)
     "async-fixed": [*ASYNC, "async.max_ahead={k}"],
     "async-adaptive": [*ASYNC, "async.max_ahead={k}", "async.adaptive.enabled=true"],
+    "async-adaptive-from1": [*ASYNC, "async.max_ahead=1", "async.adaptive.enabled=true"],  # W starts at 1
 }
 
 
