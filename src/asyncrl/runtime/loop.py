@@ -54,7 +54,7 @@ def train(cfg: Config) -> dict:
                 batch = source.next_batch(version, step)
                 waited = time.perf_counter() - t0
                 stats = trainer.step(batch)
-                source.observe(stats)
+                source.observe(stats, wait_frac=waited / (time.perf_counter() - t0))
                 source.publish(trainer.model, trainer.version)
                 record = step_record(batch, version, stats, source.step_metrics(), wait_s=waited,
                                      step_s=time.perf_counter() - t0, n_generators=source.n_generators)

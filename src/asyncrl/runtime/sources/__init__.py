@@ -2,7 +2,8 @@
 
 A source has ``next_batch(version, step) -> Batch``, ``publish(model, version)``,
 ``step_metrics() -> dict`` (the step's generation and weight-sync figures, under the same names in
-every mode), ``observe(stats)`` (the train step's statistics, e.g. to adapt the look-ahead window),
+every mode), ``observe(stats, wait_frac)`` (the train step's statistics and the share of the step spent waiting
+for the batch, e.g. to adapt the look-ahead window),
 ``take_dropped_groups()`` (group ids dropped unused since the last call, for the
 ledger), ``state_dict()`` (what a checkpoint needs to resume it: prompt cursor, RNGs, buffered and
 in-flight work; a source restores it from ``session.resume`` when it is built), ``wait_ready()``,

@@ -89,7 +89,6 @@ class AsyncSource:
         self.feeder = Feeder(session, cfg)
         self.lost_units = 0
         self.dropped_before = 0  # buffer.dropped when the step began
-        self.asked_at, self.waited_s = time.perf_counter(), 0.0  # when the step asked for its batch, and its wait
         self.metrics: dict[str, float] = {}
         self.restarts_before = 0  # worker restarts of the run before it was resumed
         self.adaptive = (AdaptiveWindow(a.adaptive, a.max_staleness, self.buffer.window)
@@ -160,20 +159,17 @@ class AsyncSource:
         every = self.cfg.async_.hard_sync_every
         bound = 0 if every and step % every == 0 else None
         self.dropped_before = self.buffer.dropped
-        self.asked_at = time.perf_counter()
         self._service(version, 0.0)
         while not self.buffer.ready(version, bound):
             self.session.stop.check()  # a stop signal need not wait for the data
             self._service(version, 0.2)
         groups = self.buffer.take(version, bound)
-        self.waited_s = time.perf_counter() - self.asked_at
         return concat_groups(groups, self.session.tokenizer.pad_token_id)
 
-    def observe(self, stats: dict[str, float]) -> None:
+    def observe(self, stats: dict[str, float], wait_frac: float) -> None:
         """After a train step: move the look-ahead window with the step's ESS and the share of the
         step the trainer spent waiting for its batch (``async.adaptive``)."""
         if self.adaptive is not None:
-            wait_frac = self.waited_s / max(time.perf_counter() - self.asked_at, 1e-9)
             self.buffer.window = self.adaptive.update(stats["ess_frac_first"], wait_frac)
             self.adaptive.window = self.buffer.window
 

@@ -131,7 +131,7 @@ class LockstepSource:
         out, self.metrics = self.metrics, {}
         return out
 
-    def observe(self, stats: dict[str, float]) -> None:
+    def observe(self, stats: dict[str, float], wait_frac: float) -> None:
         pass  # no look-ahead to adapt
 
     def take_dropped_groups(self) -> list[int]:
