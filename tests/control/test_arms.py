@@ -1,4 +1,5 @@
-"""The arms' advantage wiring: V-trace realigns to the learner, IMPALA re-estimates every epoch."""
+"""The arms' advantage wiring: V-trace realigns to the learner, IMPALA re-estimates before every gradient step
+and passes once over each batch."""
 
 import importlib
 
@@ -32,10 +33,15 @@ def test_vtrace_estimator_reads_the_learner_logp():
     torch.testing.assert_close(ADVANTAGES["gae"](lagged, cfg)[1], targets_g)  # GAE ignores π
 
 
-@pytest.mark.parametrize("arm, calls", [("impala", 3), ("vaco", 1), ("ppo", 1)])
-def test_advantage_estimation_count_per_update(monkeypatch, arm, calls):
-    seen = []
-    real = train_module.estimate
-    monkeypatch.setattr(train_module, "estimate", lambda *a: seen.append(1) or real(*a))
-    train(make_config("CartPole-v1", arm=arm, total_steps=256, num_envs=2, num_steps=128, update_epochs=3))
-    assert len(seen) == calls and ARMS[arm].reestimate == (calls > 1)
+@pytest.mark.parametrize("arm, calls, steps", [("impala", 4, 4), ("vaco", 1, 12), ("ppo", 1, 12)])
+def test_advantage_estimation_count_per_update(monkeypatch, arm, calls, steps):
+    """3 epochs × 4 minibatches = 12 gradient steps, except IMPALA: one pass of 4 steps, each on
+    advantages estimated with the learner of that moment."""
+    seen, stepped = [], []
+    real_estimate, real_step = train_module.estimate, train_module.minibatch_step
+    monkeypatch.setattr(train_module, "estimate", lambda *a: seen.append(1) or real_estimate(*a))
+    monkeypatch.setattr(train_module, "minibatch_step", lambda *a: stepped.append(1) or real_step(*a))
+    train(make_config("CartPole-v1", arm=arm, total_steps=256, num_envs=2, num_steps=128, update_epochs=3,
+                      num_minibatches=4))
+    assert (len(seen), len(stepped)) == (calls, steps)
+    assert ARMS[arm].reestimate == (calls > 1) and ARMS[arm].single_pass == (steps == 4)

@@ -66,19 +66,22 @@ ADVANTAGES: dict[str, Callable[[AdvantageInputs, ArmSettings], tuple[Tensor, Ten
 @dataclass(frozen=True)
 class Arm:
     """loss: a key of asyncrl.objectives.LOSSES. advantage: a key of ADVANTAGES. reestimate: recompute
-    advantages and value targets with the current learner before every epoch (IMPALA), not only
-    once per rollout. params: the loss hyperparameters, read from the run's config."""
+    advantages and value targets with the current learner before every gradient step (IMPALA), not
+    only once per rollout. params: the loss hyperparameters, read from the run's config.
+    single_pass: use each batch once (IMPALA's learner) instead of cfg.update_epochs passes; an
+    unclipped policy gradient taken for 10 epochs × 32 minibatches drifts without bound from μ."""
 
     loss: str
     advantage: str
     reestimate: bool
     params: Callable[[ArmSettings], dict[str, Any]]
+    single_pass: bool = False
 
 
 ARMS: dict[str, Arm] = {
     "ppo": Arm("ppo", "gae", False, lambda c: {"eps_low": c.clip_coef}),
     "ppo_kl": Arm("ppo_kl", "gae", False, lambda c: {"eps_low": c.clip_coef, "kl_coef": c.kl_coef}),
     "spo": Arm("spo", "gae", False, lambda c: {"eps": c.clip_coef}),
-    "impala": Arm("reinforce", "vtrace", True, lambda c: {}),
+    "impala": Arm("reinforce", "vtrace", True, lambda c: {}, single_pass=True),
     "vaco": Arm("vaco", "vtrace", False, lambda c: {"delta": c.tv_delta}),
 }

@@ -117,16 +117,17 @@ def minibatch_step(agent: Agent, optimizer: torch.optim.Optimizer, batch: Batch,
 
 def update(agent: Agent, optimizer: torch.optim.Optimizer, rollout: Rollout, arm: Arm, cfg: ControlConfig,
            generator: torch.Generator) -> dict[str, float]:
-    """update_epochs passes of shuffled minibatches over one rollout; returns mean statistics."""
+    """update_epochs passes (one for a single-pass arm) of shuffled minibatches over one rollout;
+    returns mean statistics."""
     batch = _flatten(rollout, *estimate(agent, rollout, arm, cfg))
     mb_size = cfg.batch_size // cfg.num_minibatches
     stats: list[dict[str, float]] = []
-    for epoch in range(cfg.update_epochs):
-        if arm.reestimate and epoch > 0:  # IMPALA: targets follow the learner, old values stay
-            advantages, targets, _ = estimate(agent, rollout, arm, cfg)
-            batch.advantages, batch.targets = advantages.reshape(-1), targets.reshape(-1)
+    for _ in range(1 if arm.single_pass else cfg.update_epochs):
         order = torch.randperm(cfg.batch_size, generator=generator)
         for start in range(0, cfg.batch_size, mb_size):
+            if arm.reestimate and stats:  # IMPALA: targets follow the learner, old values stay
+                advantages, targets, _ = estimate(agent, rollout, arm, cfg)
+                batch.advantages, batch.targets = advantages.reshape(-1), targets.reshape(-1)
             stats.append(minibatch_step(agent, optimizer, batch, order[start:start + mb_size], arm, cfg))
     return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}
 
