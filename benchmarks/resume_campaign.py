@@ -102,13 +102,14 @@ def kill_at_random(proc: subprocess.Popen, run_dir: Path, rng: random.Random, du
     proc.kill()
     proc.wait()
     time.sleep(10)  # the bound the runtime promises for its workers to follow the trainer
-    return {"killed": True, "during_write": writing, "steps_done": len(rows(run_dir / "metrics.jsonl")),
+    trained = [r for r in rows(run_dir / "metrics.jsonl") if r.get("step", 0) > 0]  # step 0: the first eval
+    return {"killed": True, "during_write": writing, "steps_done": len(trained),
             "orphans": sorted(pid for pid in children if alive(pid))}
 
 
 def check(run_dir: Path, steps: int, k: int, kills: list[dict], final_exit: int, planned: int) -> dict:
     ledger = rows(run_dir / "ledger.jsonl")
-    metrics = rows(run_dir / "metrics.jsonl")
+    metrics = [r for r in rows(run_dir / "metrics.jsonl") if r.get("step", 0) > 0]  # step 0: the first eval
     groups = [g for r in ledger for g in r["consumed"] + r["dropped"]]
     checks = {
         "final_run_finished": final_exit == 0 and (run_dir / "summary.json").exists(),

@@ -82,6 +82,7 @@ def drop_and_lead(rows: list[dict], smooth: int, drop: float) -> tuple[int | Non
 def summarize(run_dir: Path, args) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r["step"] > 0]  # step 0: the eval before training
     drop_step, lead = drop_and_lead(rows, args.smooth, args.drop)
     return {"final_eval": summary["final_eval_reward"], "initial_eval": summary["initial_eval_reward"],
             "eval_history": summary["eval_history"], "ess_warning_steps": summary.get("ess_warning_steps", []),

@@ -80,6 +80,9 @@ def concat_groups(groups: list[Group], pad_id: int) -> Batch:
         "group_ids": [g.batch.group_ids for g in groups],
         "advantages": [g.batch.advantages for g in groups],
     }
+    reward_parts = [g.batch.reward_parts for g in groups]
+    if all(p is not None for p in reward_parts) and len({p.shape[1] for p in reward_parts}) == 1:
+        parts["reward_parts"] = reward_parts
     return Batch(**{k: torch.cat(v, dim=0) for k, v in parts.items()})
 
 

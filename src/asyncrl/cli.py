@@ -1,4 +1,4 @@
-"""``asyncrl train | pretrain | eval | bench``: parse, call the library, nothing else.
+"""``asyncrl train | pretrain | eval | config | bench``: parse, call the library, nothing else.
 
 Bad input (config key, file, value) exits 2 with one line on stderr and no traceback.
 """
@@ -11,7 +11,9 @@ import shlex
 import sys
 
 from asyncrl.config import ConfigError, load_config
+from asyncrl.config_help import config_keys, config_yaml, format_keys, keys_epilog, matching
 from asyncrl.config_loader import guarded
+from asyncrl.presets import PRESETS_DIR, preset_names
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,19 +30,30 @@ def _parser() -> argparse.ArgumentParser:
         ("train", "RL-train a policy (default: the embedded tiny model on the arithmetic task)"),
         ("pretrain", "supervised warm start of the embedded tiny model (cached; reused by train)"),
         ("eval", "evaluate the policy (policy.model_path or the cached warm start) on the eval split"),
+        ("config", "print the resolved config as YAML (every key, defaults included); runs nothing"),
     ]:
-        cmd = sub.add_parser(name, help=help_text)
-        cmd.add_argument("--config", help="YAML config file")
+        cmd = sub.add_parser(name, help=help_text, epilog=keys_epilog(),
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+        cmd.add_argument("--config", metavar="FILE|PRESET",
+                         help=f"YAML config file, or a packaged preset: {', '.join(preset_names())}")
+        cmd.add_argument("--help-keys", metavar="PATTERN", nargs="?", const="",
+                         help="list the config keys matching PATTERN (a glob such as 'trainer.*', or "
+                              "a word of the key or its description) and exit")
+        if name == "config":
+            cmd.add_argument("--list-presets", action="store_true", help="list the packaged presets and exit")
         if name == "train":
             cmd.add_argument("--resume", metavar="RUN_DIR",
                              help="continue RUN_DIR from its newest checkpoint, with its saved config "
                                   "(overrides: only those docs/resume.md lists, e.g. trainer.steps)")
+        if name == "eval":
+            cmd.add_argument("--out", metavar="DIR", help="write DIR/eval.json and DIR/problems.jsonl "
+                                                          "(per-problem completions); same as eval.outputs=DIR")
         cmd.add_argument("overrides", nargs="*", metavar="dotted.key=value")
     bench = sub.add_parser("bench", help="run a benchmark suite (a3po | atlas | peer-trl | control) and write "
                                          "its report")
     bench.add_argument("suite", choices=("a3po", "atlas", "peer-trl", "control"))
     bench.add_argument("--quick", action="store_true", help="the few-minute variant (smoke test)")
-    bench.add_argument("--config", help="YAML config every cell starts from (e.g. configs/gpu-embedded.yaml)")
+    bench.add_argument("--config", help="YAML config or preset every cell starts from (e.g. gpu-embedded)")
     bench.add_argument("--seeds", type=int, help="seeds per cell (default: 3; peer-trl 1; --quick 1)")
     bench.add_argument("--out", help="output directory (default: runs/bench/<suite>[-quick])")
     bench.add_argument("--methods", help="comma-separated subset of the suite's methods / losses")
@@ -91,20 +104,24 @@ def _pretrain(cfg) -> int:
 def _eval(cfg) -> int:
     import torch
 
-    from asyncrl.evaluation import eval_engine, evaluate
+    from asyncrl.evaluation import cli_report, eval_metrics, summary_lines, write_outputs
     from asyncrl.policy.model import check_device, load_policy_for
+    from asyncrl.runtime.preflight import check_prompts
     from asyncrl.runtime.session import resolve_policy_dir
 
     torch.set_num_threads(cfg.policy.torch_threads)
     check_device(cfg.policy.device)
     task = cfg.task.build()
     model, tokenizer = load_policy_for(cfg.policy, resolve_policy_dir(cfg))
-    problems = task.problems("eval")[: cfg.eval.n_problems]
-    engine = eval_engine(model, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
-                         temperature=cfg.eval.temperature, seed=cfg.run.seed)
-    acc = evaluate(engine, tokenizer, task, problems, batch_size=cfg.eval.batch_size, samples=cfg.eval.samples,
-                   chat_template=cfg.policy.chat_template)
-    print(json.dumps({"eval_reward": acc, "n_problems": len(problems)}))
+    problems = check_prompts(cfg, task, tokenizer, model).eval[: cfg.eval.n_problems]  # task.long_prompts
+    metrics, result = eval_metrics(model, tokenizer, task, problems, cfg, rewards=cfg.reward.build(task))
+    report = cli_report(metrics, result, cfg)
+    lines = summary_lines(report)  # for people (stderr); stdout stays one JSON line
+    if cfg.eval.outputs:
+        written = write_outputs(cfg.eval.outputs, report, result, cfg.eval.pass_k)
+        lines.append("wrote: " + ", ".join(map(str, written)))
+    print("\n".join(lines), file=sys.stderr)
+    print(json.dumps(report))
     return 0
 
 
@@ -214,7 +231,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         _quiet_hub()
         return _bench(args)
+    if args.help_keys is not None or getattr(args, "list_presets", False):
+        return _describe(args)
+    if args.command == "config":
+        return guarded(lambda: _print_config(_config(args)))
     return guarded(lambda: COMMANDS[args.command](_quiet_hub(_config(args))))
+
+
+def _describe(args) -> int:
+    """``--list-presets`` / ``--help-keys PATTERN``: print, load nothing."""
+    if getattr(args, "list_presets", False):
+        for name in preset_names():
+            print(f"{name:<14} {PRESETS_DIR / (name + '.yaml')}")
+        return 0
+    keys = matching(config_keys(), args.help_keys)
+    if not keys:
+        print(f"asyncrl: no config key matches {args.help_keys!r}", file=sys.stderr)
+        return 2
+    print(format_keys(keys))
+    return 0
+
+
+def _print_config(cfg) -> int:
+    sys.stdout.write(config_yaml(cfg))
+    return 0
 
 
 def _quiet_hub(value=None):
@@ -228,7 +268,8 @@ def _quiet_hub(value=None):
 
 def _config(args):
     if getattr(args, "resume", None) is None:
-        return load_config(args.config, args.overrides)
+        out = [f"eval.outputs={args.out}"] if getattr(args, "out", None) else []
+        return load_config(args.config, [*args.overrides, *out])
     from asyncrl.runtime.resume import resume_config
 
     if args.config:

@@ -45,6 +45,17 @@ def guarded(command: "Callable[[], int]") -> int:
         return 130
 
 
+def setting(default: Any = dataclasses.MISSING, help: str = "", *,
+            factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field with its one-line description, which ``asyncrl train --help`` and
+    ``asyncrl config`` print: ``lr: float = setting(3e-5, "AdamW learning rate")``."""
+    return dataclasses.field(default=default, default_factory=factory, metadata={"help": help})
+
+
+def field_help(f: dataclasses.Field) -> str:
+    return f.metadata.get("help", "")
+
+
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 

@@ -1,36 +1,139 @@
-"""Held-out evaluation: mean task reward of completions generated through an engine."""
+"""Held-out evaluation: mean task reward of completions generated through an engine, the unbiased
+pass@k over each problem's samples, and greedy accuracy (docs/training.md)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from asyncrl.policy.model import dtype_name
 from asyncrl.policy.prompts import encode_problems
 from asyncrl.rollout.engine import Engine, EngineSpec, make_engine
 from asyncrl.rollout.scoring import rewards_of
 from asyncrl.tasks import Problem, Task
+from asyncrl.tasks.metrics import pass_at_k
+
+PASS_REWARD = 1.0  # a completion with at least this reward counts as solved for pass@k
 
 
 def eval_engine(model, tokenizer, *, max_new_tokens: int, temperature: float, seed: int = 0,
-                device: str | None = None) -> Engine:
+                device: str | None = None, top_p: float = 1.0, top_k: int = 0) -> Engine:
     """A transformers engine that generates with ``model`` itself (no copy), on its device."""
     param = next(model.parameters())
     spec = EngineSpec(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-                      device=str(param.device) if device is None else device, dtype=dtype_name(param.dtype))
+                      device=str(param.device) if device is None else device, dtype=dtype_name(param.dtype),
+                      top_p=top_p, top_k=top_k)
     return make_engine("transformers", spec, model=model, tokenizer=tokenizer)
+
+
+@dataclass
+class EvalResult:
+    """Completions and rewards per problem (``samples`` each, in ``problems`` order)."""
+
+    problems: list[Problem]
+    completions: list[list[str]]
+    rewards: list[list[float]]
+
+    def accuracy(self) -> float:
+        """Mean reward over every completion."""
+        flat = [r for rs in self.rewards for r in rs]
+        return sum(flat) / len(flat)
+
+    def passes(self, k: int) -> list[float]:
+        """Per problem, the unbiased pass@k estimate from its samples (a sample passes with reward >= 1)."""
+        return [pass_at_k(len(rs), sum(r >= PASS_REWARD for r in rs), k) for rs in self.rewards]
+
+    def pass_at(self, k: int) -> float:
+        values = self.passes(k)
+        return sum(values) / len(values)
+
+    def rows(self, pass_k: list[int]) -> list[dict]:
+        """One JSON-ready row per problem: uid, prompt, answer, completions, rewards, pass@k."""
+        passes = {k: self.passes(k) for k in pass_k}
+        return [{"uid": p.uid, "prompt": p.prompt, "answer": p.answer, "completions": texts, "rewards": rewards,
+                 **{f"pass@{k}": passes[k][i] for k in pass_k}}
+                for i, (p, texts, rewards) in enumerate(zip(self.problems, self.completions, self.rewards))]
+
+
+def generate_and_score(engine: Engine, tokenizer, task: Task, problems: list[Problem], *, batch_size: int = 128,
+                       samples: int = 1, chat_template: bool = True, rewards=None,
+                       max_prompt_length: int | None = None) -> EvalResult:
+    """``samples`` completions per problem (one for a greedy engine, temperature 0), scored by
+    ``rewards`` (the run's RewardSet: the same total reward training uses) or, when None, the task's
+    own reward. ``max_prompt_length``: left-truncate longer prompts (``task.long_prompts=truncate``)."""
+    if not problems:
+        raise ValueError("evaluate: no problems")
+    if engine.spec.temperature == 0:
+        samples = 1
+    rows = [p for p in problems for _ in range(samples)]
+    scorer, texts, rewards = rewards, [], []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        gen = engine.generate(encode_problems(tokenizer, chunk, 1, chat_template, max_prompt_length))
+        chunk_texts = tokenizer.batch_decode(gen.completion_ids, skip_special_tokens=True)
+        texts += chunk_texts
+        scored = rewards_of(task, chunk_texts, chunk) if scorer is None else scorer.totals(chunk_texts, chunk)
+        rewards += [float(r) for r in scored]
+    per = range(0, len(rows), samples)
+    return EvalResult(problems, [texts[i:i + samples] for i in per], [rewards[i:i + samples] for i in per])
 
 
 def evaluate(engine: Engine, tokenizer, task: Task, problems: list[Problem], *, batch_size: int = 128,
              samples: int = 1, chat_template: bool = True) -> float:
     """Mean reward in [0, 1] over ``samples`` completions per problem (pass@1 estimated from
     several samples: less noise than one). A greedy engine (temperature 0) needs one sample."""
-    if not problems:
-        raise ValueError("evaluate: no problems")
-    if engine.spec.temperature == 0:
-        samples = 1
-    rows = [p for p in problems for _ in range(samples)]
-    total = 0.0
-    for start in range(0, len(rows), batch_size):
-        chunk = rows[start:start + batch_size]
-        gen = engine.generate(encode_problems(tokenizer, chunk, 1, chat_template))
-        texts = tokenizer.batch_decode(gen.completion_ids, skip_special_tokens=True)
-        total += sum(rewards_of(task, texts, chunk))
-    return total / len(rows)
+    return generate_and_score(engine, tokenizer, task, problems, batch_size=batch_size, samples=samples,
+                              chat_template=chat_template).accuracy()
+
+
+def eval_metrics(model, tokenizer, task: Task, problems: list[Problem], cfg,
+                 rewards=None) -> tuple[dict[str, float], EvalResult]:
+    """The evaluation of ``cfg`` (a Config) of ``model``: ``eval_reward`` (mean reward),
+    ``eval_pass_at_<k>`` for each ``eval.pass_k`` and, with ``eval.greedy``, ``eval_greedy_acc`` (one
+    temperature-0 answer per problem); also the sampled completions and their rewards."""
+    ev = cfg.eval
+    engine = eval_engine(model, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
+                         temperature=ev.temperature, seed=cfg.run.seed, top_p=ev.top_p, top_k=ev.top_k)
+    options = {"batch_size": ev.batch_size, "chat_template": cfg.policy.chat_template, "rewards": rewards,
+               "max_prompt_length": cfg.task.truncate_to}
+    result = generate_and_score(engine, tokenizer, task, problems, samples=ev.samples, **options)
+    metrics = {"eval_reward": result.accuracy(), **{f"eval_pass_at_{k}": result.pass_at(k) for k in ev.pass_k}}
+    if ev.greedy:
+        greedy = eval_engine(model, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, temperature=0.0,
+                             seed=cfg.run.seed)
+        metrics["eval_greedy_acc"] = generate_and_score(greedy, tokenizer, task, problems, **options).accuracy()
+    return metrics, result
+
+
+def cli_report(metrics: dict[str, float], result: EvalResult, cfg) -> dict:
+    """The scores of ``asyncrl eval`` under their reporting names: eval_reward, pass@k, greedy_acc."""
+    report = {"eval_reward": metrics["eval_reward"]}
+    report.update({f"pass@{k}": metrics[f"eval_pass_at_{k}"] for k in cfg.eval.pass_k})
+    if "eval_greedy_acc" in metrics:
+        report["greedy_acc"] = metrics["eval_greedy_acc"]
+    report.update(n_problems=len(result.problems), samples=len(result.rewards[0]),
+                  temperature=cfg.eval.temperature)
+    return report
+
+
+def summary_lines(report: dict) -> list[str]:
+    """A few human-readable lines of an ``asyncrl eval`` report."""
+    lines = [f"eval: {report['n_problems']} problems x {report['samples']} samples "
+             f"(temperature {report['temperature']})"]
+    lines += [f"  {key:<12} {value:.4f}" for key, value in report.items()
+              if key not in ("n_problems", "samples", "temperature")]
+    return lines
+
+
+def write_outputs(out_dir, report: dict, result: EvalResult, pass_k: list[int]) -> list:
+    """``<out_dir>/eval.json`` (the report) and ``<out_dir>/problems.jsonl`` (a row per problem);
+    returns both paths."""
+    import json
+    from pathlib import Path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
+    with open(out / "problems.jsonl", "w") as f:
+        for row in result.rows(pass_k):
+            f.write(json.dumps(row) + "\n")
+    return [out / "eval.json", out / "problems.jsonl"]

@@ -1,5 +1,5 @@
-"""Per-step rows → ``metrics.jsonl`` (one JSON object per step) and TensorBoard events, and the
-prompt-group ledger → ``ledger.jsonl``.
+"""Per-step rows → ``metrics.jsonl`` (one JSON object per step) and the run's trackers
+(TensorBoard, W&B, ...: ``run.report_to``), and the prompt-group ledger → ``ledger.jsonl``.
 
 A resumed run opens them with ``after_step`` = its checkpoint's step: rows of later steps (written
 before the run was killed, and about to be redone) are cut off, and TensorBoard is told to purge
@@ -71,31 +71,45 @@ class JsonRows:
 
 
 class MetricsWriter:
-    def __init__(self, run_dir: Path, tensorboard: bool = True, after_step: int = 0):
+    """``metrics.jsonl`` (the record's flat keys, one row per step; step 0 = the evaluation before
+    training) and the run's trackers (namespaced names, see :mod:`asyncrl.tracking.names`)."""
+
+    def __init__(self, run_dir: Path, trackers: list | tuple = (), after_step: int = 0):
         self.rows = JsonRows(Path(run_dir) / "metrics.jsonl", after_step)
         self.path = self.rows.path
-        self.tb = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"), purge_step=after_step + 1)
+        self.trackers = list(trackers)
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:
         self.rows.append({"step": step, **{k: _clean(v) for k, v in metrics.items()}})
-        if self.tb is not None:
-            for key, value in metrics.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                    self.tb.add_scalar(key, value, step)
+        if not self.trackers:
+            return
+        from asyncrl.tracking.names import tracker_name
+
+        scalars = {}
+        for key, value in metrics.items():
+            name = tracker_name(key)
+            if name and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                scalars[name] = value
+        hist = metrics.get("staleness_token_hist")
+        for tracker in self.trackers:
+            tracker.log_scalars(step, scalars)
+            if hist:
+                tracker.log_histogram(step, "staleness/token_hist", hist)
+
+    def write_table(self, step: int, name: str, columns: list[str], rows: list[list[Any]]) -> None:
+        for tracker in self.trackers:
+            tracker.log_table(step, name, columns, rows)
 
     def flush(self) -> None:
         self.rows.flush()
-        if self.tb is not None:
-            self.tb.flush()
+        for tracker in self.trackers:
+            tracker.flush()
 
     def close(self) -> None:
         self.rows.close()
-        if self.tb is not None:
-            self.tb.close()
+        for tracker in self.trackers:
+            tracker.close()
+        self.trackers = []
 
 
 class Ledger(JsonRows):

@@ -1,22 +1,67 @@
-"""Live progress line (rich): step, reward, eval accuracy, tokens/s, ETA."""
+"""What a run shows while it runs, on stderr (stdout carries only the final summary line).
+
+Start-up phases ("loading model", "starting 2 rollout workers", "first batch") are a line each.
+In a terminal, training is then one live rich line (step, reward, eval, staleness, trainer wait,
+dropped samples, samples/s, tokens/s, ESS, elapsed, ETA). Elsewhere (nohup, SLURM, ``2> log``): a live line
+would be one endlessly rewritten, truncated line, so each phase and each step is a plain line::
+
+    step 12/200  reward 0.531  eval 0.470  stale 1.2/3  wait 0.41s  dropped 0  samples/s 18.2  elapsed 0:01:07
+"""
 
 from __future__ import annotations
+
+import math
+import time
+from datetime import timedelta
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
     TimeRemainingColumn
 
 
+def _num(record: dict, key: str) -> float | None:
+    value = record.get(key)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def step_fields(record: dict, batch_size: int | None = None) -> list[tuple[str, str]]:
+    """(label, value) pairs of one step's record, in display order; absent quantities are left out."""
+    out = []
+
+    def add(label: str, key: str, fmt: str) -> None:
+        value = _num(record, key)
+        if value is not None:
+            out.append((label, fmt.format(value)))
+
+    add("reward", "reward_mean", "{:.3f}")
+    add("eval", "eval_reward", "{:.3f}")
+    mean, top = _num(record, "staleness_token_mean"), _num(record, "staleness_token_max")
+    if mean is not None and top is not None:
+        out.append(("stale", f"{mean:.1f}/{top:.0f}"))
+    add("wait", "trainer_wait_s", "{:.2f}s")
+    add("dropped", "dropped_samples", "{:.0f}")
+    step_s = _num(record, "step_time_s")
+    if batch_size and step_s:
+        out.append(("samples/s", f"{batch_size / step_s:.1f}"))
+    add("tok/s", "throughput_tokens_per_s", "{:,.0f}")
+    add("ess", "ess_frac", "{:.2f}")
+    return out
+
+
 class TrainProgress:
-    def __init__(self, total: int, description: str, enabled: bool = True, console: Console | None = None):
+    def __init__(self, total: int, description: str, enabled: bool = True, console: Console | None = None,
+                 batch_size: int | None = None):
         self.enabled = enabled
+        self.total, self.description, self.batch_size = total, description, batch_size
+        self.console = console or Console(stderr=True)
+        self.live = enabled and self.console.is_terminal
+        self.started = time.monotonic()
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
-            TextColumn("reward {task.fields[reward]}"), TextColumn("eval {task.fields[eval]}"),
-            TextColumn("{task.fields[tps]} tok/s"), TextColumn("ess {task.fields[ess]}"), TimeElapsedColumn(), TextColumn("ETA"),
-            TimeRemainingColumn(), console=console or Console(stderr=True), disable=not enabled,
+            TextColumn("[bold]{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            console=self.console, disable=not self.live,
         )
-        self.task = self.progress.add_task(description, total=total, reward="-", eval="-", tps="-", ess="-")
+        self.task = self.progress.add_task(description, total=total, status="starting")
 
     def __enter__(self) -> "TrainProgress":
         self.progress.__enter__()
@@ -25,20 +70,39 @@ class TrainProgress:
     def __exit__(self, *exc) -> None:
         self.progress.__exit__(*exc)
 
+    def phase(self, text: str) -> None:
+        """What the run is doing before its first step ("loading model", "first batch")."""
+        if not self.enabled:
+            return
+        # a line of its own in both modes: the live display only starts with the training loop
+        self._plain(f"{self.description}: {text}")
+        self.progress.update(self.task, status=f"[dim]{text}…[/]")
+
+    def step(self, step: int, record: dict, ess_warning: bool = False) -> None:
+        """A finished training step; ``ess_warning``: the ESS warning fired (shown as "!")."""
+        fields = step_fields(record, self.batch_size)
+        if ess_warning:
+            fields.append(("ess warning", "!"))
+        if self.live:
+            self.progress.update(self.task, completed=step,
+                                 status="  ".join(f"{k} [bold]{v}[/]" for k, v in fields))
+        elif self.enabled:
+            seconds = _num(record, "elapsed_s")  # the run's clock (a resumed run's continues)
+            elapsed = timedelta(seconds=round(time.monotonic() - self.started if seconds is None else seconds))
+            self._plain("  ".join([f"step {step}/{self.total}", *(f"{k} {v}" for k, v in fields),
+                                   f"elapsed {elapsed}"]))
+
     def update(self, step: int, reward: float | None = None, eval_acc: float | None = None,
                tokens_per_s: float | None = None, ess: float | None = None, ess_warning: bool = False) -> None:
-        """``ess``: the step's ESS fraction; ``ess_warning``: the ESS warning fired (shown as "!")."""
-        fields = {}
-        if ess is not None:
-            fields["ess"] = f"{ess:.2f}" + ("[bold red]![/]" if ess_warning else "")
-        if reward is not None:
-            fields["reward"] = f"{reward:.3f}"
-        if eval_acc is not None:
-            fields["eval"] = f"{eval_acc:.1%}"
-        if tokens_per_s is not None:
-            fields["tps"] = f"{tokens_per_s:,.0f}"
-        self.progress.update(self.task, completed=step, **fields)
+        """A step from named values (the warm start and the TRL peer report through this)."""
+        record = {"reward_mean": reward, "eval_reward": eval_acc, "throughput_tokens_per_s": tokens_per_s,
+                  "ess_frac": ess}
+        self.step(step, record, ess_warning)
+
+    def _plain(self, line: str) -> None:
+        # no markup or wrapping: one physical line per event, whatever the reader's width
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def log(self, message: str) -> None:
         if self.enabled:
-            self.progress.console.print(message)
+            self.console.print(message, soft_wrap=not self.live)

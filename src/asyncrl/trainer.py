@@ -7,6 +7,10 @@ never reaches the weights.
 Device: the trainer works on its model's device; a batch moves there once, at the entrance of
 :meth:`Trainer.step`. Mixed precision (``trainer.autocast``): the weights and the optimizer stay
 in the policy dtype (fp32 master weights); forward passes run under ``torch.autocast``.
+
+Learning rate: ``trainer.lr_schedule`` (asyncrl.lr_schedule) sets each step's lr; VCPO's ESS rule
+scales that lr for one minibatch update and restores it. Optional KL penalty to a frozen reference
+(``trainer.kl_coef``, asyncrl.reference): one extra no-grad forward per minibatch.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import warnings
 from collections import defaultdict
 
 import torch
 
 from asyncrl.config import LossConfig, TrainerConfig
+from asyncrl.lr_schedule import build_scheduler, check_schedule, schedule_key
 from asyncrl.objectives import (
     apply_loglinear,
     approximate_prox_logp,
@@ -27,6 +33,7 @@ from asyncrl.objectives import (
     policy_loss,
 )
 from asyncrl.policy.logprobs import completion_logprobs
+from asyncrl.reference import ReferencePolicy, kl_penalty
 from asyncrl.stability.ess_lr import lr_scale, minibatch_ess, scaled_lr, sequence_log_weights
 from asyncrl.stability.opob import opob_advantages, score_grad_sq_norms
 from asyncrl.types import Batch
@@ -38,8 +45,9 @@ class Trainer:
     """Owns the trained model, its optimizer and the policy version counter."""
 
     def __init__(self, model: torch.nn.Module, cfg: TrainerConfig, loss: LossConfig, *,
-                 temperature: float = 1.0, seed: int = 0):
+                 temperature: float = 1.0, seed: int = 0, reference: ReferencePolicy | None = None):
         self.model = model
+        self.reference = reference if cfg.kl_coef > 0 else None  # frozen starting policy of the KL penalty
         self.cfg = cfg
         self.loss = loss
         self.temperature = temperature
@@ -50,6 +58,7 @@ class Trainer:
         fused = {"fused": True} if self.device.type == "cuda" else {}
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay, **fused)
+        self.scheduler = build_scheduler(self.optimizer, cfg)
         self.rng = torch.Generator().manual_seed(seed)  # minibatch permutation, sampled on the CPU
         self.autocast_dtype = AUTOCAST_DTYPES[cfg.autocast]
 
@@ -70,6 +79,7 @@ class Trainer:
         started = time.perf_counter()
         batch = batch.to(self.device)
         self.model.train()
+        step_lr = self.optimizer.param_groups[0]["lr"]
         batch.advantages = self._advantages(batch)
         perm = torch.randperm(len(batch), generator=self.rng).to(self.device)
         batch = batch.select(perm)  # minibatch order: minibatch i is a contiguous block of rows (views)
@@ -104,6 +114,11 @@ class Trainer:
                 self.loss.name, logp, mb.behav_logp, mb.advantages, mb.completion_mask,
                 prox_logp=prox_logp, versions=mb.versions, current_version=self.version,
                 group_ids=mb.group_ids, **self.loss.params)
+            if self.reference is not None:
+                ref_logp = self.reference.logprobs(mb, temperature=self.temperature, autocast=self._autocast())
+                kl = kl_penalty(logp, ref_logp, mb.completion_mask, cfg.kl_estimator)
+                loss = loss + cfg.kl_coef * kl
+                stats["kl_ref"].append(kl.item())
             _, ess_frac = minibatch_ess(logp, mb.behav_logp, mb.completion_mask, cfg.vcpo.weight_cap)
             scale = lr_scale(ess_frac, cfg.vcpo.base_ess_ratio, cfg.vcpo.rule) if cfg.vcpo.enabled else 1.0
             with scaled_lr(self.optimizer, scale):  # VCPO: smaller steps on batches with a low ESS
@@ -117,11 +132,15 @@ class Trainer:
             for key, value in loss_stats.items():
                 stats[key].append(float(value))
         self.version += 1
+        with warnings.catch_warnings():  # a step whose updates were all skipped still moves the schedule on
+            warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)` before")
+            self.scheduler.step()  # the next step's lr
         out = {key: _nanmean(values) for key, values in stats.items()}
         out["skipped_updates"] = float(sum(not math.isfinite(g) for g in stats["grad_norm"]))
         out["ess_frac_first"] = stats["ess_frac"][0]  # before this step's first update: staleness alone
         out["ess_frac_min"] = min(stats["ess_frac"])
-        out["lr_effective"] = cfg.lr * out["lr_scale"]
+        out["lr"] = step_lr
+        out["lr_effective"] = step_lr * out["lr_scale"]
         out.update(_advantage_stats(batch))
         out["prox_time_s"] = prox_time
         out["train_time_s"] = time.perf_counter() - started
@@ -163,12 +182,23 @@ class Trainer:
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "version": self.version,
-                "rng": self.rng.get_state()}
+                "rng": self.rng.get_state(), "scheduler": self.scheduler.state_dict(),
+                "schedule": schedule_key(self.cfg)}
+
+    def load_optimizer_state(self, state: dict) -> None:
+        """Optimizer state from a checkpoint (the ESS rollback) under the current step's scheduled lr:
+        the saved param groups carry the lr of the step they were saved at."""
+        self.optimizer.load_state_dict(state)
+        for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
+            group["lr"] = lr
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         self.rng.set_state(state["rng"])
+        if "scheduler" in state:  # checkpoints written before lr schedules existed: constant lr
+            check_schedule(self.cfg, state)
+            self.scheduler.load_state_dict(state["scheduler"])
 
 
 def _check_hparams(clip: float, groups: list[tuple]) -> None:

@@ -37,7 +37,7 @@ class Generation:
         """Every tensor field on ``device`` (the same object when already there): the one place a
         batch changes device, at the entrance of the component that consumes it."""
         device = torch.device(device)
-        tensors = {f.name: getattr(self, f.name) for f in fields(self)}
+        tensors = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
         if all(on_device(t, device) for t in tensors.values()):
             return self
         return type(self)(**{k: t.to(device, non_blocking=non_blocking) for k, t in tensors.items()})
@@ -47,30 +47,37 @@ class Generation:
 class Batch(Generation):
     """A scored training batch: a Generation plus
 
-    rewards [B] float32 (task reward per sequence), group_ids [B] long (prompt id; samples of one
-    prompt share it), advantages [B] float32 (filled by the trainer).
+    rewards [B] float32 (total reward per sequence), group_ids [B] long (prompt id; samples of one
+    prompt share it), advantages [B] float32 (filled by the trainer), reward_parts [B, F] float32 or
+    None (the raw value of each of the F reward functions, NaN where one failed and was zeroed; for
+    the per-function metrics only, the trainer never reads it).
     """
 
     rewards: torch.Tensor
     group_ids: torch.Tensor
     advantages: torch.Tensor
+    reward_parts: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
 
     def select(self, index: torch.Tensor) -> "Batch":
         """Rows ``index`` of every tensor field."""
-        return Batch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        return Batch(**{f.name: _rows_of(getattr(self, f.name), index) for f in fields(self)})
 
     def rows(self, start: int, stop: int) -> "Batch":
         """Rows ``start:stop`` of every tensor field, as views (no copy)."""
-        return Batch(**{f.name: getattr(self, f.name)[start:stop] for f in fields(self)})
+        return Batch(**{f.name: _rows_of(getattr(self, f.name), slice(start, stop)) for f in fields(self)})
+
+
+def _rows_of(tensor: torch.Tensor | None, index) -> torch.Tensor | None:
+    return None if tensor is None else tensor[index]
 
 
 def batch_to_numpy(batch: Batch) -> dict:
     """Plain numpy arrays: pickled by value across processes. (torch's queue reduction shares
     tensors through the sender's file descriptors, which a killed sender takes with it.)"""
-    return {f.name: getattr(batch, f.name).numpy() for f in fields(batch)}
+    return {f.name: getattr(batch, f.name).numpy() for f in fields(batch) if getattr(batch, f.name) is not None}
 
 
 def batch_from_numpy(arrays: dict) -> Batch:

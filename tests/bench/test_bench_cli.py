@@ -34,7 +34,7 @@ def bench(tmp_path: Path, cache: str, *args: str, timeout: int = 600) -> subproc
 def check_report(out: Path, n_runs: int) -> dict:
     results = json.loads((out / "results.json").read_text())
     assert len(results["runs"]) == n_runs
-    assert all(len(run["metrics"]) == 2 for run in results["runs"])
+    assert all([r["step"] for r in run["metrics"]] == [0, 1, 2] for run in results["runs"])  # 0: eval before
     assert results["command"].startswith("asyncrl bench")
     for name in ("summary.json", "table.md", "report.html"):
         assert (out / name).is_file(), name

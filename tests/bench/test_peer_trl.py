@@ -52,7 +52,8 @@ def test_peer_trl_end_to_end(tmp_path):
     assert summary["samples_per_s"] == pytest.approx(2 * 8 / summary["train_wall_s"])
     assert not (run_dir / "summary.json.tmp").exists()
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [1, 2]
+    assert [r["step"] for r in records] == [0, 1, 2]
+    records = records[1:]  # step 0: the eval before training
     for r in records:
         assert math.isfinite(r["loss"]) and 0 <= r["reward_mean"] <= 1 and r["step_time_s"] > 0
         assert r["reward_mean"] == pytest.approx(r["trl_reward"])  # our scorer saw what TRL trained on

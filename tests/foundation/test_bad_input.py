@@ -82,7 +82,7 @@ CASES = [
     ("minibatches-not-dividing", ["train", "trainer.n_minibatches=3"], "trainer.n_minibatches: must divide"),
     ("unknown-loss", ["train", "loss=nope"], "loss.name: unknown loss 'nope'"),
     ("unknown-loss-param", ["train", "loss=ppo", "loss.params.bogus=1"], "loss.params.bogus: not a parameter"),
-    ("max-prompt-tokens-zero", ["train", "task.max_prompt_tokens=0"], "task.max_prompt_tokens: must be >= 1"),
+    ("max-prompt-length-zero", ["train", "task.max_prompt_length=0"], "task.max_prompt_length: must be >= 1"),
     ("device-tpu", ["train", "policy.device=tpu"], "policy.device:"),
     ("device-cuda-7", ["train", "policy.device=cuda:7"], "policy.device: 'cuda:7'"),
     ("model-path-missing", ["train", "policy.model_path={tmp}/nowhere"], "policy.model_path: no such directory"),
@@ -127,6 +127,8 @@ CASES = [
     ("bench-unknown-suite", ["bench", "nope"], "argument suite: invalid choice"),
     ("bench-bad-cell-config", ["bench", "a3po", "trainer.lr=.nan"], "trainer.lr: expected a finite number"),
     ("unknown-option", ["train", "--bogus"], "unrecognized arguments: --bogus"),
+    ("reward-func-not-importable", ["train", "reward.funcs=[no_such_pkg.rewards:fmt]"],
+     "reward.funcs[0]: cannot import 'no_such_pkg.rewards:fmt': ModuleNotFoundError"),
 ]
 
 # rows that load a (tiny, saved) model: a few seconds more each
@@ -139,17 +141,17 @@ MODEL_CASES = [
                              lambda t, m: _gsm8k(t, [GOOD_ROW, {"question": "two plus " * 200, "answer": "#### 4"}]
                                                  + [GOOD_ROW] * 20)],
      "rollout.max_new_tokens: {tmp}/data.jsonl:2: prompt of"),
-    ("prompt-over-max-tokens", ["train", *SMALL, "policy.model_path={model}", "task.max_prompt_tokens=60",
+    ("prompt-over-max-tokens", ["train", *SMALL, "policy.model_path={model}", "task.max_prompt_length=60",
                                 lambda t, m: _gsm8k(t, [GOOD_ROW] * 3 + [{"question": "one and " * 50,
                                                                           "answer": "#### 1"}])],
-     "task.max_prompt_tokens: {tmp}/data.jsonl:4: prompt is"),
+     "task.max_prompt_length: {tmp}/data.jsonl:4: prompt is"),
     ("prompt-20mb-line", ["train", *SMALL, "policy.model_path={model}",
                           lambda t, m: _gsm8k(t, [GOOD_ROW, {"question": "x " * 10_000_000, "answer": "#### 1"}])],
-     "task.max_prompt_tokens: {tmp}/data.jsonl:2: prompt is 20,000,0"),
+     "task.max_prompt_length: {tmp}/data.jsonl:2: prompt is 20,000,0"),
     ("reward-nan", ["@reward=nan", "train", *SMALL, "policy.model_path={model}"],
-     "task.name=arithmetic: reward of problem arith-train-000000: is nan"),
+     "reward function asyncrl.tasks.rewards:correct_answer returned nan on row uid=arith-train-000000"),
     ("reward-raises", ["@reward=raise", "train", *SMALL, "policy.model_path={model}"],
-     "task.name=arithmetic: reward of problem arith-train-000000: raised RuntimeError: boom"),
+     "reward function asyncrl.tasks.rewards:correct_answer raised RuntimeError: boom on row uid=arith-train-000000"),
     ("finished-run-dir", ["train", *SMALL, "policy.model_path={model}", lambda t, m: _finished_run(t)],
      "run.name"),
 ]

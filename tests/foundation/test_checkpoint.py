@@ -33,6 +33,14 @@ def test_rolling_and_latest_link(tmp_path, tiny_policy):
     assert (tmp_path / "checkpoint" / "model.safetensors").is_file()
 
 
+@pytest.mark.parametrize("keep, kept", [(1, [4]), (3, [2, 3, 4]), (0, [1, 2, 3, 4])])
+def test_keep_newest_n(tmp_path, tiny_policy, keep, kept):
+    for step in (1, 2, 3, 4):
+        _save(tmp_path, tiny_policy, step, keep=keep)
+    assert [s for s, _ in step_dirs(tmp_path)] == kept  # keep=0: every checkpoint
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [f"step-{s:06d}" for s in kept]
+
+
 def test_crash_during_write_keeps_previous(tmp_path, tiny_policy, monkeypatch):
     _save(tmp_path, tiny_policy, 1)
     real_save = torch.save

@@ -47,7 +47,9 @@ def test_train_end_to_end(tmp_path, cache):
         assert key in summary
     assert summary["steps"] == 3 and summary["mode"] == "sync"
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [1, 2, 3]
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    assert records[0]["eval_reward"] == summary["initial_eval_reward"]  # step 0: before training
+    records = records[1:]
     assert all(math.isfinite(r["loss"]) for r in records)
     assert any(r["frac_zero_adv_groups"] < 1 for r in records), "no reward signal: test is vacuous"
     assert "eval_reward" in records[1] and "eval_reward" in records[2]

@@ -37,6 +37,7 @@ def train(tmp_path: Path, cache: str, name: str, *args: str):
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "runs" / name
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = [r for r in records if r["step"] > 0]  # step 0: the eval before training
     return run_dir, records, json.loads((run_dir / "summary.json").read_text())
 
 

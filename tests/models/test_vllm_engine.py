@@ -193,4 +193,4 @@ def test_train_with_vllm_engine(tiny_dir, tmp_path, mode):
     summary = json.loads((tmp_path / "runs" / "vllm" / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["mode"] == mode
     records = [json.loads(x) for x in (tmp_path / "runs" / "vllm" / "metrics.jsonl").read_text().splitlines()]
-    assert len(records) == 2
+    assert [r["step"] for r in records] == [0, 1, 2]

@@ -46,7 +46,7 @@ def test_gsm8k_async_end_to_end(tmp_path, checkpoint_and_data):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["mode"] == "async" and summary["steps"] == 3
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert len(records) == 3 and all(r["loss"] is not None for r in records)
+    assert [r["step"] for r in records] == [0, 1, 2, 3] and all(r["loss"] is not None for r in records[1:])
     # outputs are a standard HF directory
     from asyncrl.policy.model import load_policy
     model, tok = load_policy(run_dir / "checkpoint")

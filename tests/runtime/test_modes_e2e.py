@@ -32,7 +32,7 @@ def train(tmp_path: Path, cache: str, name: str, *args: str, timeout: int = 300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "runs" / name
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return run_dir, records
+    return run_dir, [r for r in records if r["step"] > 0]  # step 0: the eval before training
 
 
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:

@@ -28,7 +28,7 @@ from PIL import Image  # a matplotlib dependency: always installed alongside it
 from .stats import method_curves, wall_time_key
 
 __all__ = ["DPI", "Curve", "bar_chart", "heatmap", "line_band_figure", "method_bar_chart",
-           "method_colors", "method_line_figure"]
+           "method_colors", "method_line_figure", "new_figure", "png_bytes"]
 
 DPI = 110
 _SIZE = (6.4, 3.8)  # inches; 704 x 418 px at DPI 110
@@ -46,12 +46,29 @@ def method_colors(methods: Sequence[str]) -> dict[str, str]:
     return {m: palette[i % len(palette)] for i, m in enumerate(methods)}
 
 
-def _new_figure(ncols: int = 1) -> Figure:
-    """A blank Agg-backed figure, widened for multi-panel layouts."""
-    fig = Figure(figsize=(_SIZE[0] * (1 if ncols == 1 else 0.8 * ncols), _SIZE[1]), dpi=DPI,
+def new_figure(ncols: int = 1, height: float = 1.0) -> Figure:
+    """A blank Agg-backed figure, widened for multi-panel layouts; ``height`` scales the default."""
+    fig = Figure(figsize=(_SIZE[0] * (1 if ncols == 1 else 0.8 * ncols), _SIZE[1] * height), dpi=DPI,
                  layout="constrained")
     FigureCanvasAgg(fig)
     return fig
+
+
+_new_figure = new_figure
+
+
+def png_bytes(fig: Figure, *, palette: bool = False) -> bytes:
+    """``fig`` as PNG bytes; ``palette``: quantised to 256 colours (see :func:`_save`)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    if not palette:
+        return buf.getvalue()
+    buf.seek(0)
+    with Image.open(buf) as img:
+        img = img.convert("RGB").quantize(256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+        out = io.BytesIO()
+        img.save(out, format="PNG", optimize=True)
+    return out.getvalue()
 
 
 def _save(fig: Figure, path: Path, *, palette: bool = False) -> Path:
@@ -64,17 +81,8 @@ def _save(fig: Figure, path: Path, *, palette: bool = False) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    buf = io.BytesIO()
     try:
-        fig.savefig(buf, format="png", dpi=DPI)
-        if palette:
-            buf.seek(0)
-            with Image.open(buf) as img:
-                img = img.convert("RGB").quantize(256, method=Image.Quantize.FASTOCTREE,
-                                                  dither=Image.Dither.NONE)
-                buf = io.BytesIO()
-                img.save(buf, format="PNG", optimize=True)
-        tmp.write_bytes(buf.getvalue())
+        tmp.write_bytes(png_bytes(fig, palette=palette))
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -144,13 +152,16 @@ def method_line_figure(path: Path, groups: Mapping[str, Sequence[Mapping[str, An
 
 def bar_chart(path: Path, labels: Sequence[str], values: Sequence[float], *, title: str,
               ylabel: str, low: Sequence[float] | None = None, high: Sequence[float] | None = None,
-              logy: bool = False, colors: Mapping[str, str] | None = None) -> Path:
+              logy: bool = False, colors: Mapping[str, str] | None = None,
+              points: Sequence[Sequence[float]] | None = None) -> Path:
     """Bar chart of one value per label, with optional CI error bars and value annotations.
 
     Takes the output `path`, bar `labels` and `values` (NaN draws no bar and is annotated
     "n/a"), the title and y label, optional per-bar CI bounds `low`/`high`, `logy` for a log
     y axis (used for proximal time, which spans orders of magnitude between recompute and
-    log-linear; falls back to linear when no value is positive) and optional {label: colour}.
+    log-linear; falls back to linear when no value is positive), optional {label: colour} and
+    optional per-bar ``points`` (one value per seed, drawn as dots over the bar: with three
+    seeds a CI alone hides whether one seed is off on its own).
     Every bar is annotated with its value so a zero or a tiny bar on a log axis stays
     readable. Returns `path`.
     """
@@ -166,6 +177,11 @@ def bar_chart(path: Path, labels: Sequence[str], values: Sequence[float], *, tit
             lo, hi = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
             yerr = np.nan_to_num(np.vstack([heights - lo, hi - heights]), nan=0.0).clip(min=0.0)
         ax.bar(pos, heights, color=palette, yerr=yerr, capsize=4)
+        for p, seeds in zip(pos, points or [], strict=False):
+            ys = np.asarray([v for v in seeds if v is not None and math.isfinite(v)], dtype=float)
+            if ys.size:  # spread sideways so equal values stay countable
+                xs = p + np.linspace(-0.15, 0.15, ys.size) if ys.size > 1 else np.full(1, float(p))
+                ax.scatter(xs, ys, s=14, color="black", zorder=3, linewidths=0)
         if logy and (vals[np.isfinite(vals)] > 0).any():
             ax.set_yscale("log", nonpositive="clip")
         for p, v, h in zip(pos, vals, heights, strict=True):
@@ -190,7 +206,7 @@ def method_bar_chart(path: Path, stats: Mapping[str, Mapping[str, Mapping[str, f
 
     Takes the output `path`, `stats` = {method: {metric: {"mean", "ci_low", "ci_high", ...}}}
     (as stats.aggregate_methods returns; None counts as missing), the metric name, and
-    bar_chart's keyword arguments (title, ylabel, logy, colors). Returns `path`."""
+    bar_chart's keyword arguments (title, ylabel, logy, colors, points). Returns `path`."""
     labels = list(stats)
 
     def column(field: str) -> list[float]:
@@ -199,6 +215,7 @@ def method_bar_chart(path: Path, stats: Mapping[str, Mapping[str, Mapping[str, f
         return [math.nan if v is None else float(v) for v in vals]
 
     return bar_chart(path, labels, column("mean"), low=column("ci_low"), high=column("ci_high"), **kwargs)
+
 
 
 def heatmap(path: Path, matrix: Sequence[Sequence[float]], row_labels: Sequence[str],

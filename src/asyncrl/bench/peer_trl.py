@@ -21,7 +21,7 @@ slices, one optimizer step each. So ``per_device_train_batch_size = batch / n_mi
 Where each metrics.jsonl field comes from (k = asyncrl-equivalent step = TRL optimizer steps
 (k-1)·n_minibatches+1 .. k·n_minibatches; ``logging_steps = n_minibatches`` so TRL logs exactly once per k):
   reward_mean       our reward function (TRL calls it once per generation batch): mean of that step's
-                    completions, scored by the task exactly as asyncrl scores (``rewards_of``)
+                    completions, scored by the run's reward functions exactly as asyncrl scores
   loss              TRL log "loss": mean of the n_minibatches minibatch losses (Trainer averages
                     ``tr_loss`` over the logging window)
   entropy           TRL log "entropy": per-minibatch token-mean entropy, averaged over the window
@@ -257,7 +257,6 @@ def run(cfg: Config, threads_explicit: bool = False) -> dict:
     from transformers import PrinterCallback
 
     from asyncrl.progress import TrainProgress
-    from asyncrl.rollout.scoring import rewards_of
     from asyncrl.runtime.session import Session
 
     # asyncrl's policy.torch_threads default (1) is per process of the async runtime (trainer +
@@ -274,7 +273,7 @@ def run(cfg: Config, threads_explicit: bool = False) -> dict:
 
     def task_reward(prompts, completions, problem_index, **_) -> list[float]:
         texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-        rewards = rewards_of(session.task, texts, [session.train_problems[i] for i in problem_index])
+        rewards = session.rewards.totals(texts, [session.train_problems[i] for i in problem_index])
         step_rewards.append(rewards)
         return rewards
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from . import figures as F
+from . import wording as W
 from .stats import (aggregate_methods, bootstrap_ci, group_by_method, ordered, run_value, seed_stat,
                     wall_time_key)
 from .stats import as_float as _num
@@ -58,19 +59,16 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den
 
 
-def _fmt(x: Any) -> str:
-    """Three significant digits, "n/a" for missing values."""
-    x = _num(x)
-    return "n/a" if not math.isfinite(x) else f"{x:.3g}"
-
-
 def _pm(stat: Mapping[str, Any], scale: float = 1.0) -> str:
     """Table cell "mean ± half-width" for a {"mean", "ci_low", "ci_high"} stat, times ``scale``
-    (e.g. 1e3 to show seconds as milliseconds)."""
+    (e.g. 1e3 to show seconds as milliseconds), fixed-point at the mean's precision."""
     mean, low, high = (_num(stat.get(k)) * scale for k in ("mean", "ci_low", "ci_high"))
-    if not math.isfinite(mean):
-        return "n/a"
-    return f"{_fmt(mean)} ± {_fmt((high - low) / 2)}"
+    return W.mean_pm(mean, (high - low) / 2)
+
+
+def _seed_points(groups: Mapping[str, list], methods: Mapping[str, Any], metric: str) -> list[list[float]]:
+    """Each method's per-seed values of ``metric`` (drawn as dots over its CI bar)."""
+    return [[run_value(r, metric) for r in groups.get(m, [])] for m in methods]
 
 
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]], caption: str) -> str:
@@ -155,14 +153,15 @@ def _build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
     groups = group_by_method(results.get("runs") or [], METHOD_ORDER["a3po"])
     colors = F.method_colors(list(groups))
     F.method_bar_chart(fig_dir / "fig1_prox_time.png", methods, "prox_time_per_step_s", logy=True,
-                       title="Proximal-policy time per step", ylabel="seconds (log scale)", colors=colors)
+                       title="Proximal-policy time per step", ylabel="seconds (log scale)", colors=colors,
+                       points=_seed_points(groups, methods, "prox_time_per_step_s"))
     figs = [("fig1_prox_time.png", "Proximal-policy computation time per step (log scale), "
-                                   "error bars = 95% bootstrap CI over seeds.")]
+                                   "error bars = 95% bootstrap CI over seeds, dots = seeds.")]
     figs += _line_figures(fig_dir, groups, A3PO_LINES, colors)
     cols = [("final_eval_reward", "Final eval reward"), ("train_wall_s", "Train wall (s)"),
             ("time_per_step_s", "Time/step (s)"), ("prox_time_per_step_s", "Prox time/step (ms)", 1e3),
             ("importance_weight_max", "IW max"), ("importance_weight_min", "IW min"),
-            ("clipped_tokens", "Clipped tokens"), ("entropy", "Entropy"), ("ess_frac", "ESS")]
+            ("clipped_tokens", "Clipped tokens (%)", 100), ("entropy", "Entropy"), ("ess_frac", "ESS (%)", 100)]
     table = _method_table(methods, groups, cols,
                           CI_CAPTION + " IW/clipped/entropy/ESS are per-run means over steps.")
     return extra, table, figs
@@ -299,8 +298,10 @@ def _build_peer_trl(results: Mapping[str, Any], fig_dir: Path, methods: dict
     groups = group_by_method(results.get("runs") or [], METHOD_ORDER["peer-trl"])
     colors = F.method_colors(list(groups))
     F.method_bar_chart(fig_dir / "fig1_samples_per_s.png", methods, "samples_per_s",
-                       title="Training throughput", ylabel="samples / s", colors=colors)
-    figs = [("fig1_samples_per_s.png", "Samples per second per method, error bars = 95% bootstrap CI over seeds.")]
+                       title="Training throughput", ylabel="samples / s", colors=colors,
+                       points=_seed_points(groups, methods, "samples_per_s"))
+    figs = [("fig1_samples_per_s.png", "Samples per second per method, error bars = 95% bootstrap CI over "
+                                       "seeds, dots = seeds.")]
     figs += _line_figures(fig_dir, groups, [("fig2_eval_reward.png", {"": "eval_reward"}, "step",
                                              "Eval reward vs step", "eval reward", "Eval reward vs step")], colors)
     cols = [("samples_per_s", "Samples/s"), ("time_per_step_s", "Time/step (s)"),
@@ -373,8 +374,10 @@ def _render_html(summary: Mapping[str, Any], results: Mapping[str, Any], table_m
     """The self-contained report page: header facts, headline numbers, table, inlined figures."""
     esc = html.escape
     host = ", ".join(f"{esc(str(k))}={esc(str(v))}" for k, v in (results.get("host") or {}).items())
-    headline = "".join(f"<li><code>{esc(k)}</code>: {esc(_fmt(v))}</li>" for k, v in summary.items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "n_runs")
+    headline = "".join(f"<p><strong>{esc(line)}</strong></p>" if line.startswith("Verdict") else f"<p>{esc(line)}</p>"
+                       for line in summary.get("headline") or [])
+    headline += "<ul>" + "".join(f"<li>{esc(label)}: {esc(value)}</li>"
+                                 for label, value in W.headline_items(summary)) + "</ul>"
     parts = [f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<title>asyncrl bench: {esc(summary['suite'])}</title><style>{_CSS}</style></head><body>",
              f"<h1>asyncrl bench — {esc(summary['suite'])}</h1>",
@@ -382,7 +385,7 @@ def _render_html(summary: Mapping[str, Any], results: Mapping[str, Any], table_m
              f"Date: {esc(str(results.get('created_at', '')))}<br>Host: {host or 'n/a'}<br>"
              f"Runs: {summary['n_runs']}{' (quick mode)' if results.get('quick') else ''}</p>"]
     if headline:
-        parts.append(f"<h2>Headline</h2><ul>{headline}</ul>")
+        parts.append(f"<h2>Headline</h2>{headline}")
     parts += ["<h2>Results</h2>", md_to_html(table_md), "<h2>Figures</h2>"]
     for name, caption in figures:
         data = base64.b64encode((fig_dir / name).read_bytes()).decode("ascii")
@@ -413,8 +416,10 @@ def write_report(out_dir: Path, results: dict) -> dict:
     summary = _jsonable({"suite": suite, "quick": bool(results.get("quick", False)),
                          "command": results.get("command"), "created_at": results.get("created_at"),
                          "host": results.get("host"), "n_runs": len(runs), "methods": methods, **extra})
+    summary["headline"] = W.HEADLINES[suite](summary, methods) if suite in W.HEADLINES else []
     # allow_nan=False: _jsonable already mapped NaN to null; fail loudly if anything slipped by.
     _write_atomic(out_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
-    _write_atomic(out_dir / "table.md", f"# asyncrl bench: {suite}\n\n{table_md}")
+    words = "".join(f"{line}\n\n" for line in summary["headline"])
+    _write_atomic(out_dir / "table.md", f"# asyncrl bench: {suite}\n\n{words}{table_md}")
     _write_atomic(out_dir / "report.html", _render_html(summary, results, table_md, figures, fig_dir))
     return summary

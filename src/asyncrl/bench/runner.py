@@ -48,7 +48,9 @@ def _cell_overrides(cell: Cell, runs_dir: Path) -> list[str]:
 
 
 def _config_args(cell: Cell) -> list[str]:
-    return ["--config", str(Path(cell.config).resolve())] if cell.config else []
+    from asyncrl.presets import resolve_config_path  # a preset name → its packaged file
+
+    return ["--config", str(resolve_config_path(cell.config).resolve())] if cell.config else []
 
 
 def _command(cell: Cell, runs_dir: Path) -> list[str]:

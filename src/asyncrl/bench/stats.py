@@ -143,7 +143,9 @@ def _run_points(records: Sequence[Mapping[str, Any]], key: str, x: str) -> dict[
     recs = sorted((r for r in records if math.isfinite(as_float(r.get("step")))),
                      key=lambda r: as_float(r.get("step")))
     if x == wall_time_key:
-        step_times = np.array([as_float(r.get("step_time_s")) for r in recs])
+        # step 0 (the evaluation before training) took no training time
+        step_times = np.array([0.0 if as_float(r.get("step")) == 0 else as_float(r.get("step_time_s"))
+                               for r in recs])
         if step_times.size and np.isfinite(step_times).all():
             xs = np.cumsum(step_times)
         else:

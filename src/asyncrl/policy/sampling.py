@@ -1,6 +1,11 @@
 """Batched autoregressive sampling with a KV cache that records, for every sampled token, its
 log-probability under the sampling distribution (the behavior log-prob ``behav_logp``).
 
+With ``top_k`` / ``top_p`` the token is drawn from the truncated, renormalized distribution, but
+``behav_logp`` stays the log-prob under the full softmax at the temperature, ``log_softmax(logits /
+T)``: the distribution the trainer computes for the same token (as verl and AReaL record it), so the
+importance ratio is exactly 1 when the weights have not changed.
+
 The decode loop is written out (rather than ``model.generate``) because the runtime needs three
 things ``generate`` does not give exactly: the log-prob of each sampled token as sampled, decoding in
 chunks with a weight swap in between, and a re-prefill of the same sequences after the swap.
@@ -97,25 +102,53 @@ def prefill(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch
                        out.logits[:, -1].float(), getattr(out, cache_field(model)), attn)
 
 
+def truncate(logp: torch.Tensor, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:
+    """``logp`` [B, V] with the tokens outside the top-k, then outside the nucleus, set to −inf (not
+    renormalized). The nucleus is the smallest set of most likely tokens whose probability,
+    renormalized after top-k, reaches ``top_p`` (the first token is always kept). Ties at the k-th
+    value are kept, as in transformers' ``TopKLogitsWarper``."""
+    if 0 < top_k < logp.shape[-1]:
+        kth = logp.topk(top_k, dim=-1).values[:, -1:]
+        logp = logp.masked_fill(logp < kth, float("-inf"))
+    if top_p < 1.0:
+        ordered, order = logp.sort(dim=-1, descending=True)
+        probs = ordered.softmax(dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs
+        drop = mass_before >= top_p
+        drop[:, 0] = False
+        logp = logp.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return logp
+
+
+def sample_token(logits: torch.Tensor, *, temperature: float, top_p: float = 1.0, top_k: int = 0,
+                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token [B], its behavior log-prob [B]) for next-token ``logits`` [B, V]: sampled from the
+    top-k / top-p truncation of ``softmax(logits / T)``, or the argmax at temperature 0; the
+    log-prob is under the full, untruncated ``log_softmax(logits / T)`` (module docstring)."""
+    logp_all = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
+    if temperature > 0:
+        kept = truncate(logp_all, top_p, top_k) if top_p < 1.0 or top_k > 0 else logp_all
+        token = torch.multinomial(kept.exp(), 1, generator=generator).squeeze(1)
+    else:
+        token = logp_all.argmax(-1)
+    return token, logp_all.gather(1, token[:, None]).squeeze(1)
+
+
 @torch.no_grad()
 def decode(model: PreTrainedModel, state: DecodeState, n_tokens: int, *, temperature: float,
-           eos_id: int, pad_id: int, version: int = 0,
-           generator: torch.Generator | None = None) -> DecodeState:
+           eos_id: int, pad_id: int, version: int = 0, generator: torch.Generator | None = None,
+           top_p: float = 1.0, top_k: int = 0) -> DecodeState:
     """Decode up to ``n_tokens`` more tokens (stops early when every sequence has finished).
 
-    temperature 0 = greedy. Finished sequences get ``pad_id``, log-prob 0 and version −1.
+    temperature 0 = greedy; ``top_p`` < 1 / ``top_k`` > 0 truncate the sampling distribution
+    (:func:`sample_token`). Finished sequences get ``pad_id``, log-prob 0 and version −1.
     """
     cache = cache_field(model)
     for _ in range(n_tokens):
         if bool(state.finished.all()):
             break
-        if temperature > 0:
-            logp_all = torch.log_softmax(state.next_logits / temperature, dim=-1)
-            token = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
-        else:
-            logp_all = torch.log_softmax(state.next_logits, dim=-1)
-            token = logp_all.argmax(-1)
-        token_logp = logp_all.gather(1, token[:, None]).squeeze(1)
+        token, token_logp = sample_token(state.next_logits, temperature=temperature, top_p=top_p, top_k=top_k,
+                                         generator=generator)
         alive = ~state.finished
         token = torch.where(alive, token, torch.full_like(token, pad_id))
         token_logp = torch.where(alive, token_logp, torch.zeros_like(token_logp))

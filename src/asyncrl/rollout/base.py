@@ -48,5 +48,7 @@ class EngineSpec:
     chunk_tokens: int | None = None  # tokens between hook calls; None = one chunk
     device: str = "cpu"
     dtype: str = "float32"  # generation weights
+    top_p: float = 1.0  # nucleus sampling; 1 = off
+    top_k: int = 0  # top-k sampling; 0 = off
 
 

@@ -69,7 +69,8 @@ class TransformersEngine:
             while state.n_generated < spec.max_new_tokens and not bool(state.finished.all()):
                 n = min(chunk, spec.max_new_tokens - state.n_generated)
                 state = decode(self.model, state, n, temperature=spec.temperature, eos_id=tok.eos_token_id,
-                               pad_id=tok.pad_token_id, version=self.version, generator=self.generator)
+                               pad_id=tok.pad_token_id, version=self.version, generator=self.generator,
+                               top_p=spec.top_p, top_k=spec.top_k)
                 unfinished = state.n_generated < spec.max_new_tokens and not bool(state.finished.all())
                 if unfinished and between_chunks is not None and between_chunks():
                     state = prefill(self.model, state.prompt_ids, state.prompt_mask, state.tokens, state.logps,

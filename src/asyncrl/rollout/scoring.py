@@ -1,4 +1,5 @@
-"""Turn a Generation into a scored Batch: decode, reward, group ids."""
+"""Turn a Generation into a scored Batch: decode, reward (the run's reward functions, see
+:mod:`asyncrl.rewards`), group ids. :func:`rewards_of` is a task's own reward, checked."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 import torch
 
 from asyncrl.config_loader import ConfigError
+from asyncrl.rewards import RewardSet
 from asyncrl.tasks import Problem, Task
 from asyncrl.types import Batch, Generation
 
@@ -53,21 +55,31 @@ def rewards_of(task: Task, texts: list[str], problems: list[Problem]) -> list[fl
     return values
 
 
-def check_reward(task: Task) -> None:
+def check_reward(task: Task, rewards: RewardSet | None = None) -> None:
     """Score the gold solutions of the first train problems once, at start-up: a reward function
-    that raises or returns NaN fails here, before a run directory or a worker exists."""
+    that raises, returns NaN or needs a field the rows lack fails here, before a run directory or a
+    worker exists. ``rewards``: the run's reward functions (None: the task's own reward)."""
     problems = task.problems("train")[:2]
-    rewards_of(task, [p.solution for p in problems], problems)
+    if rewards is None:
+        rewards_of(task, [p.solution for p in problems], problems)
+    else:
+        rewards.score([p.solution for p in problems], problems)
 
 
-def score(gen: Generation, problems: list[Problem], n: int, task: Task, tokenizer,
+def score(gen: Generation, problems: list[Problem], n: int, rewards: RewardSet | Task, tokenizer,
           first_group_id: int = 0) -> Batch:
-    """Rows of ``gen`` are ``n`` consecutive samples per problem, in ``problems`` order."""
+    """Rows of ``gen`` are ``n`` consecutive samples per problem, in ``problems`` order; ``rewards``
+    gives each row its total (``Batch.rewards``) and per-function values (``Batch.reward_parts``).
+    A bare task stands for its own correctness reward (the default of ``reward.funcs``)."""
+    if not isinstance(rewards, RewardSet):
+        rewards = RewardSet.for_task(rewards)
     texts = tokenizer.batch_decode(gen.completion_ids, skip_special_tokens=True)
     rows = [p for p in problems for _ in range(n)]
     if len(rows) != len(texts):
         raise ValueError(f"score: {len(texts)} completions for {len(problems)} problems × {n}")
-    rewards = torch.tensor(rewards_of(task, texts, rows), dtype=torch.float32)
+    scores = rewards.score(texts, rows)
+    total = torch.tensor(scores.total, dtype=torch.float32)
     group_ids = torch.arange(len(problems), dtype=torch.long).repeat_interleave(n) + first_group_id
     fields = {f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)}
-    return Batch(**fields, rewards=rewards, group_ids=group_ids, advantages=torch.zeros_like(rewards))
+    return Batch(**fields, rewards=total, group_ids=group_ids, advantages=torch.zeros_like(total),
+                 reward_parts=rewards.parts_tensor(scores))

@@ -11,9 +11,11 @@ Mechanisms (checked against vLLM 0.32; see docs/models.md):
   Scripts that create an engine still need an ``if __name__ == "__main__":`` guard.
 * **Behavior log-probs.** ``SamplingParams(logprobs=0)`` returns the log-prob of the sampled token
   only, and the engine is built with ``logprobs_mode="processed_logprobs"``: log-probs *after*
-  temperature scaling (and top-k/top-p, which we leave off), i.e. ``log_softmax(logits / T)`` —
-  exactly what the trainer computes (``completion_logprobs(..., temperature=T)``). The default
-  ``"raw_logprobs"`` would return the T = 1 distribution, wrong for T ≠ 1.
+  temperature scaling, i.e. ``log_softmax(logits / T)`` — exactly what the trainer computes
+  (``completion_logprobs(..., temperature=T)``). The default ``"raw_logprobs"`` would return the
+  T = 1 distribution, wrong for T ≠ 1. With ``top_p`` < 1 or ``top_k`` > 0 vLLM's processed
+  log-probs are those of the truncated, renormalized distribution (higher by the log of the kept
+  mass), unlike the transformers engine, which records the untruncated ones (docs/tasks.md).
 * **Weight update in place.** The worker's ``reload_weights(weights_iterator=...)`` (vLLM's
   layer-wise in-place reload, the same path as loading a checkpoint, so fused/stacked parameters
   such as ``qkv_proj`` and tied embeddings are handled by the model's own loader). In-process the
@@ -75,6 +77,7 @@ class VLLMEngine:
         self.tokenizer = tokenizer
         self.max_new_tokens = spec.max_new_tokens
         self.temperature = spec.temperature
+        self.top_p, self.top_k = spec.top_p, spec.top_k
         self.chunk_tokens = spec.chunk_tokens
         self.version = 0
         self.weight_updates = 0
@@ -142,7 +145,8 @@ class VLLMEngine:
             if not alive:
                 break
             todo = {i: min(chunk, self.max_new_tokens - len(tokens[i])) for i in alive}
-            params = [vllm.SamplingParams(temperature=self.temperature, max_tokens=todo[i], logprobs=0,
+            params = [vllm.SamplingParams(temperature=self.temperature, top_p=self.top_p,
+                                          top_k=self.top_k if self.top_k > 0 else -1, max_tokens=todo[i], logprobs=0,
                                           stop_token_ids=[eos] if eos is not None else None,
                                           detokenize=False, skip_special_tokens=False)
                       for i in alive]

@@ -21,6 +21,7 @@ import time
 import torch
 
 from asyncrl.config import Config
+from asyncrl.reference import build_reference
 from asyncrl.runtime.record import Totals, step_record
 from asyncrl.runtime.session import Session
 from asyncrl.runtime.signals import Interrupted, StopRequested
@@ -34,7 +35,9 @@ def train(cfg: Config) -> dict:
     to ``<run dir>/summary.json``)."""
     torch.set_num_threads(cfg.policy.torch_threads)
     session = Session.open(cfg)
-    trainer = Trainer(session.model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed)
+    reference = build_reference(cfg, session.model, session.policy_dir)  # None unless trainer.kl_coef > 0
+    trainer = Trainer(session.model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
+                      reference=reference)
     totals = Totals()
     if session.resume is not None:
         trainer.load_state_dict(session.resume.trainer_state)
@@ -43,11 +46,13 @@ def train(cfg: Config) -> dict:
     with session.stop, SOURCES[cfg.run.mode](cfg, session) as source, session.progress as progress:
         try:
             if session.resume is None:
+                progress.phase("evaluating the starting policy")
                 progress.update(0, eval_acc=session.evaluate(0))  # async: overlaps with the first rollouts
             else:
                 progress.update(done)
             source.wait_ready()
             session.start_clock()
+            progress.phase("first batch")
             for step in range(done + 1, cfg.trainer.steps + 1):
                 t0 = time.perf_counter()
                 version = trainer.version

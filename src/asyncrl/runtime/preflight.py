@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from asyncrl.config_loader import ConfigError
-from asyncrl.policy.prompts import encode_prompt
+from asyncrl.policy.prompts import encode_prompt, prompt_of
 from asyncrl.rollout.scoring import check_reward
 
 # A prompt longer than this many characters per allowed token is tokenized by its prefix only:
@@ -41,41 +42,78 @@ def _context_of(model) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def prompt_tokens(tokenizer, text: str, limit: int, chat_template: bool) -> tuple[int, bool]:
-    """(token count of prompt ``text`` as the rollout encodes it, exact?): a very long prompt is
-    counted by its prefix, a lower bound, when that prefix alone is over ``limit``."""
+def prompt_tokens(tokenizer, prompt, limit: int, chat_template: bool) -> tuple[int, bool]:
+    """(token count of ``prompt`` — a string or a conversation — as the rollout encodes it, exact?):
+    a very long string is counted by its prefix, a lower bound, when that prefix alone is over ``limit``."""
     cap = _CHARS_PER_TOKEN_BOUND * (limit + 1)
-    if len(text) > cap:
-        head = len(encode_prompt(tokenizer, text[:cap], chat_template))
+    if isinstance(prompt, str) and len(prompt) > cap:
+        head = len(encode_prompt(tokenizer, prompt[:cap], chat_template))
         if head > limit:
             return head, False
-    return len(encode_prompt(tokenizer, text, chat_template)), True
+    return len(encode_prompt(tokenizer, prompt, chat_template)), True
 
 
-def check_prompts(cfg, task, tokenizer, model) -> None:
-    """Every prompt fits ``task.max_prompt_tokens`` and, with ``rollout.max_new_tokens``, the
-    model's context; the first that does not is named by its file:line (dataset tasks)."""
-    limit, new = cfg.task.max_prompt_tokens, cfg.rollout.max_new_tokens
+@dataclass
+class PromptFit:
+    """The problems that go into the run after ``task.long_prompts`` (drop / truncate) was applied,
+    and how many prompts of each split were over ``task.max_prompt_length``."""
+
+    train: list
+    eval: list
+    over: dict[str, int] = field(default_factory=lambda: {"train": 0, "eval": 0})
+    action: str = "error"
+
+    def counts(self) -> dict[str, int]:
+        """Summary fields: ``prompts_dropped_train`` ... (empty when no prompt was too long)."""
+        done = "dropped" if self.action == "drop" else "truncated"
+        return {f"prompts_{done}_{split}": n for split, n in self.over.items()} if any(self.over.values()) else {}
+
+    def message(self, limit: int) -> str | None:
+        if not any(self.over.values()):
+            return None
+        done = "dropped" if self.action == "drop" else "left-truncated"
+        return (f"task: {self.over['train']} train and {self.over['eval']} eval prompt(s) longer than "
+                f"task.max_prompt_length={limit} tokens: {done} (task.long_prompts={self.action})")
+
+
+def check_prompts(cfg, task, tokenizer, model) -> PromptFit:
+    """Every prompt fits ``task.max_prompt_length`` (else, by ``task.long_prompts``: the first that
+    does not is named by its file:line, or over-long prompts are dropped / counted for truncation)
+    and, with ``rollout.max_new_tokens``, the model's context."""
+    limit, new, action = cfg.task.max_prompt_length, cfg.rollout.max_new_tokens, cfg.task.long_prompts
     context = _context_of(model)
     if context is not None and new >= context:
         raise ConfigError("rollout.max_new_tokens", f"{new} leaves no room for a prompt in the model's "
                                                     f"context of {context} tokens (max_position_embeddings)")
     source = getattr(task, "source", lambda uid: f"problem {uid}")
     chat = cfg.policy.chat_template
+    fit = PromptFit([], [], action=action)
     for split in ("train", "eval"):
         for problem in task.problems(split):
-            n, exact = prompt_tokens(tokenizer, problem.prompt, limit, chat)
+            n, exact = prompt_tokens(tokenizer, prompt_of(problem), limit, chat)
             if n > limit:
-                size = f"{n} tokens" if exact else f"{len(problem.prompt):,} characters (over {n} tokens)"
-                raise ConfigError("task.max_prompt_tokens", f"{source(problem.uid)}: prompt is {size}, "
-                                                            f"over the limit of {limit}")
+                if action == "error":
+                    size = f"{n} tokens" if exact else f"{len(problem.prompt):,} characters (over {n} tokens)"
+                    raise ConfigError("task.max_prompt_length", f"{source(problem.uid)}: prompt is {size}, over "
+                                      f"the limit of {limit} (task.long_prompts=drop or truncate to go on)")
+                fit.over[split] += 1
+                if action == "drop":
+                    continue
+                n = limit
             if context is not None and n + new > context:
                 raise ConfigError("rollout.max_new_tokens", f"{source(problem.uid)}: prompt of {n} tokens + "
                                   f"max_new_tokens {new} exceeds the model's context of {context} tokens")
+            getattr(fit, split).append(problem)
+    for split in ("train", "eval"):
+        if not getattr(fit, split):
+            raise ConfigError("task.max_prompt_length", f"every {split} prompt is longer than {limit} tokens "
+                                                        "(task.long_prompts=drop)")
+    return fit
 
 
-def check_task(cfg, task, tokenizer, model) -> None:
-    """The task can run with this model: its reward works on a gold solution (it neither raises
-    nor returns NaN) and its prompts fit (:func:`check_prompts`)."""
-    check_reward(task)
-    check_prompts(cfg, task, tokenizer, model)
+def check_task(cfg, task, tokenizer, model, rewards=None) -> PromptFit:
+    """The task can run with this model: its reward functions (``rewards``, a RewardSet; None = the
+    task's own reward) work on a gold solution (they neither raise nor return NaN) and its prompts
+    fit (:func:`check_prompts`, whose :class:`PromptFit` is returned)."""
+    check_reward(task, rewards)
+    return check_prompts(cfg, task, tokenizer, model)

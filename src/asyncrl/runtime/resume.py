@@ -11,15 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
 from asyncrl.checkpoint import CHECKPOINTS, latest_checkpoint, load_states
 from asyncrl.config import Config, ConfigError, load_config
 from asyncrl.config_loader import parse_override
+from asyncrl.lr_schedule import check_schedule
 
 # dotted keys (or key prefixes ending in ".") that a resumed run may change
 MUTABLE = ("trainer.steps", "eval.every", "eval.batch_size", "run.checkpoint_every", "run.keep_checkpoints",
-           "run.checkpoint_on_signal", "run.progress", "run.tensorboard", "run.resume", "run.out_dir",
+           "run.checkpoint_on_signal", "run.progress", "run.tensorboard", "run.report_to",
+           "run.log_completions_every", "run.report", "run.resume", "run.out_dir",
            "run.name", "async.worker_start_timeout_s", "policy.torch_threads", "policy.cache_dir")
 
 
@@ -62,10 +63,10 @@ def check_compatible(cfg: Config, run_dir: Path) -> None:
     """Refuse (one line naming the key) a configuration that differs from the saved one in a
     setting that changes the run's meaning."""
     saved_path = run_dir / "config.yaml"
-    try:
-        saved = _flatten(yaml.safe_load(saved_path.read_text()) or {})
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError("run.resume", f"cannot read the saved configuration {saved_path}: {err}") from None
+    if not saved_path.is_file():
+        raise ConfigError("run.resume", f"cannot read the saved configuration {saved_path}: no such file")
+    # Loaded, not read raw: a key added to asyncrl after the run was saved compares at its default.
+    saved = _flatten(load_config(saved_path).to_dict())
     now = _flatten(cfg.to_dict())
     for key in sorted(set(saved) | set(now)):
         if not _mutable(key) and saved.get(key) != now.get(key):
@@ -93,6 +94,8 @@ def find_resume(cfg: Config, run_dir: Path) -> Resume | None:
         trainer_state, run_state = load_states(checkpoint)
     except Exception as err:  # noqa: BLE001 (a damaged file: say which, not a traceback)
         raise ConfigError("--resume", f"cannot load checkpoint {checkpoint}: {type(err).__name__}: {err}") from None
+    if "scheduler" in trainer_state:  # a longer decaying lr schedule: refused before anything is written
+        check_schedule(cfg.trainer, trainer_state)
     resume = Resume(checkpoint, trainer_state, run_state)
     if resume.step >= cfg.trainer.steps and (run_dir / "summary.json").exists():
         raise ConfigError("trainer.steps", f"the run already finished {resume.step} steps; "

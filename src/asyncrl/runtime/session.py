@@ -1,10 +1,11 @@
 """What every training mode shares: policy loading, the run directory, evaluation, checkpoints,
 resuming and the summary. The loops (sync, async, simulated) differ only in where batches come from.
 
-Run directory: ``config.yaml`` (the resolved configuration), ``metrics.jsonl`` (a row per step),
-``ledger.jsonl`` (per step, the prompt groups trained on and those dropped as too stale),
-``tensorboard/``, ``checkpoints/`` (see :mod:`asyncrl.checkpoint`) and, once finished,
-``summary.json``. A resumed run cuts the row files back to its checkpoint's step, so no step is
+Run directory: ``config.yaml`` (the resolved configuration), ``metrics.jsonl`` (a row per step;
+step 0 = the evaluation before training), ``ledger.jsonl`` (per step, the prompt groups trained on
+and those dropped as too stale), ``completions.jsonl`` (sample completions), ``tensorboard/`` (and
+other trackers' files, per ``run.report_to``), ``checkpoints/`` (see :mod:`asyncrl.checkpoint`)
+and, once finished, ``summary.json`` and ``report.html``. A resumed run cuts the row files back to its checkpoint's step, so no step is
 ever recorded twice."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import resource
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,17 +24,20 @@ import yaml
 
 from asyncrl.checkpoint import save_checkpoint, set_global_rng_state
 from asyncrl.config import Config
-from asyncrl.evaluation import eval_engine, evaluate
+from asyncrl.evaluation import eval_metrics
 from asyncrl.metrics import Ledger, MetricsWriter, json_safe
 from asyncrl.policy.lora import apply_lora
 from asyncrl.policy.model import check_device, load_policy_for, set_deterministic
 from asyncrl.pretrain import is_complete, pretrain, pretrained_dir
 from asyncrl.progress import TrainProgress
+from asyncrl.rewards import RewardSet
+from asyncrl.runtime.completions import CompletionLog
 from asyncrl.runtime.preflight import check_task, check_writable
 from asyncrl.runtime.resume import Resume, find_resume
 from asyncrl.runtime.signals import StopRequests
 from asyncrl.stability.monitor import EssMonitor, EssStop
 from asyncrl.tasks import Problem, Task
+from asyncrl.tracking import open_trackers
 
 
 def resolve_policy_dir(cfg: Config, log=print) -> Path:
@@ -102,7 +107,12 @@ class Session:
     policy_dir: Path | None = None  # the starting weights, which rollout workers load before their first pull
     stop: StopRequests = field(default_factory=StopRequests)
     monitor: EssMonitor | None = None  # the ESS early warning (trainer.ess_warning)
+    rewards: RewardSet | None = None  # the reward functions (reward.funcs): rollout scoring and evaluation
     train_wall_prior_s: float = 0.0  # training-loop seconds before this process resumed the run
+    # sample completions every run.log_completions_every steps (the default writes none)
+    completions: CompletionLog = field(default_factory=lambda: CompletionLog(Path("."), every=0, last_step=0))
+    last_eval: dict[str, float] = field(default_factory=dict)  # metrics of the latest evaluation
+    prompt_counts: dict[str, int] = field(default_factory=dict)  # over-long prompts dropped/truncated
     _clock: tuple[float, float] | None = None  # (perf_counter, eval_time_s) when the loop started
 
     @property
@@ -122,24 +132,35 @@ class Session:
         run_dir = run_dir_of(cfg)
         resume = find_resume(cfg, run_dir)  # before any work: a refused run writes nothing
         progress = TrainProgress(cfg.trainer.steps, f"{cfg.run.mode}/{cfg.loss.name}",
-                                 enabled=cfg.run.progress)
+                                 enabled=cfg.run.progress, batch_size=cfg.rollout.batch_size)
+        progress.phase("loading task")
         task = cfg.task.build()
         # the starting weights; rollout workers load them (a resumed run's checkpoint may be pruned
         # while a restarted worker still needs something to load) and then pull the current ones
         policy_dir = resolve_policy_dir(cfg, log=progress.log if cfg.run.progress else (lambda m: None))
+        progress.phase("loading model")
         if resume is None:
             model, tokenizer = load_policy_for(cfg.policy, policy_dir)
             model = apply_lora(model, cfg.policy)  # trainer side only: workers load the plain base model
         else:
             model, tokenizer = load_resumed_policy(cfg, resume)
-        check_task(cfg, task, tokenizer, model)  # overlong prompts, a broken reward: before the run dir
+        rewards = cfg.reward.build(task)  # resolved from the config's import paths, as workers do
+        fit = check_task(cfg, task, tokenizer, model, rewards)  # overlong prompts, a broken reward: before the run dir
+        note = fit.message(cfg.task.max_prompt_length)
+        if note is not None and cfg.run.progress:
+            progress.log(note)
+        elif note is not None:
+            print(f"asyncrl: {note}", file=sys.stderr)
         write_config(cfg, run_dir)
-        eval_problems = task.problems("eval")[: cfg.eval.n_problems]
+        eval_problems = fit.eval[: cfg.eval.n_problems]
         step = resume.step if resume else 0
-        session = cls(cfg, run_dir, model, tokenizer, task, task.problems("train"), eval_problems,
-                      MetricsWriter(run_dir, cfg.run.tensorboard, after_step=step), progress,
+        session = cls(cfg, run_dir, model, tokenizer, task, fit.train, eval_problems,
+                      MetricsWriter(run_dir, open_trackers(cfg.run.report_to, run_dir, cfg, step), after_step=step),
+                      progress,
                       ledger=Ledger(run_dir, after_step=step), resume=resume, policy_dir=policy_dir,
-                      monitor=EssMonitor(cfg.trainer.ess_warning))
+                      monitor=EssMonitor(cfg.trainer.ess_warning), rewards=rewards,
+                      completions=CompletionLog(run_dir, cfg.run.log_completions_every, cfg.trainer.steps, step),
+                      prompt_counts=fit.counts())
         if resume is not None:
             session._restore(resume.run_state["session"])
         return session
@@ -170,22 +191,26 @@ class Session:
         return self.train_wall_prior_s + time.perf_counter() - started - (self.eval_time_s - eval_before)
 
     def evaluate(self, step: int) -> float:
+        """Evaluate now; returns ``eval_reward`` (every eval metric, pass@k too: :attr:`last_eval`)."""
         t0 = time.perf_counter()
-        ev = self.cfg.eval
-        engine = eval_engine(self.model, self.tokenizer, max_new_tokens=self.cfg.rollout.max_new_tokens,
-                             temperature=ev.temperature, seed=self.cfg.run.seed)
-        acc = evaluate(engine, self.tokenizer, self.task, self.eval_problems, batch_size=ev.batch_size,
-                       samples=ev.samples, chat_template=self.cfg.policy.chat_template)
+        self.last_eval, _ = eval_metrics(self.model, self.tokenizer, self.task, self.eval_problems, self.cfg,
+                                         rewards=self.rewards)
+        acc = self.last_eval["eval_reward"]
         self.eval_history.append((step, acc))
         if step > 0:
             self.eval_time_s += time.perf_counter() - t0
+        else:  # before training: its own row, so curves start where the policy started
+            self.metrics.write(0, {**self.last_eval, "elapsed_s": time.time() - self.started})
         return acc
 
     def finish_step(self, step: int, record: dict, batch, trainer, source, totals) -> None:
         """Everything after a training step: eval if due, metrics, ledger, progress, checkpoint if due."""
         if self.eval_due(step):
-            record["eval_reward"] = self.evaluate(step)
+            self.evaluate(step)
+            record.update(self.last_eval)
         record["elapsed_s"] = time.time() - self.started
+        if self.rewards is not None:  # reward/<function>: each function's mean raw value this step
+            record.update(self.rewards.metrics(batch.reward_parts))
         action = self.monitor.update(step, record.get("ess_frac", math.nan))
         if action is not None:
             record["ess_warning"] = 1
@@ -195,10 +220,10 @@ class Session:
             if action == "rollback":
                 record["ess_rollback_to"] = self.rollback(step, trainer, source)
         self.metrics.write(step, record)
+        if self.completions.due(step):
+            self.completions.write(step, batch, self.tokenizer, self.metrics)
         self.ledger.write(step, batch.group_ids.unique().tolist(), source.take_dropped_groups())
-        self.progress.update(step, reward=record.get("reward_mean"), eval_acc=record.get("eval_reward"),
-                             tokens_per_s=record.get("throughput_tokens_per_s"), ess=record.get("ess_frac"),
-                             ess_warning=action is not None)
+        self.progress.step(step, record, ess_warning=action is not None)
         if self.checkpoint_due(step) or action == "stop":
             self.checkpoint(step, trainer, source, totals)
         if action == "stop":
@@ -219,7 +244,7 @@ class Session:
         ckpt_step, path = older[-1]
         self.model.load_state_dict(load_file(path / "model.safetensors"), strict=False)
         trainer_state, _ = load_states(path)
-        trainer.optimizer.load_state_dict(trainer_state["optimizer"])
+        trainer.load_optimizer_state(trainer_state["optimizer"])
         trainer.version += 1
         source.publish(trainer.model, trainer.version)
         return ckpt_step
@@ -235,6 +260,7 @@ class Session:
         """Save step ``step``: the model, the trainer, the source and this session (resumable)."""
         self.metrics.flush()
         self.ledger.flush()
+        self.completions.flush()
         run_state = {"source": source.state_dict(), "session": self.state_dict(), "totals": totals.state_dict()}
         return save_checkpoint(self.run_dir, step, self.model, self.tokenizer, trainer.state_dict(), run_state,
                                keep=self.cfg.run.keep_checkpoints)
@@ -245,6 +271,7 @@ class Session:
     def close(self) -> None:
         self.metrics.close()
         self.ledger.close()
+        self.completions.close()
 
     def finish(self, steps: int, extra: dict, train_wall_s: float | None = None) -> dict:
         """Write ``summary.json`` (atomically, last: a run with one is finished) and return it.
@@ -272,8 +299,13 @@ class Session:
             if train_wall_s > 0:  # training throughput: samples consumed per second of the loop
                 summary["samples_per_s"] = steps * self.cfg.rollout.batch_size / train_wall_s
         summary.update(self.monitor.summary())
+        summary.update(self.prompt_counts)
         summary.update(extra)
         tmp = self.run_dir / "summary.json.tmp"
         tmp.write_text(json.dumps(json_safe(summary), indent=2, allow_nan=False))
         tmp.rename(self.run_dir / "summary.json")
+        if self.cfg.run.report:
+            from asyncrl.runtime.run_report import write_run_report_safely
+
+            write_run_report_safely(self.run_dir, summary, log=self.progress.log)
         return summary

@@ -8,7 +8,8 @@ from asyncrl.types import Batch
 
 
 def staleness_metrics(batch: Batch, version: int) -> dict[str, float]:
-    """Staleness V − v at consumption: over valid tokens, and per sequence by its oldest token."""
+    """Staleness V − v at consumption: over valid tokens (with its histogram), and per sequence by
+    its oldest token."""
     mask = batch.completion_mask
     if not mask.any():
         return {}
@@ -24,4 +25,6 @@ def staleness_metrics(batch: Batch, version: int) -> dict[str, float]:
         "staleness_token_max": token.max().item(), "staleness_seq_min": seq.min().item(),
         "staleness_seq_mean": seq.mean().item(), "staleness_seq_max": seq.max().item(),
         "multi_version_seq_frac": multi.mean().item(),
+        # tokens per lag 0, 1, 2, ...: the whole distribution, not only its mean and max
+        "staleness_token_hist": torch.bincount(token.long().clamp(min=0)).tolist(),
     }

@@ -100,6 +100,7 @@ class RolloutWorker:
         # the module the channel fills: the engine's own model, else a staging copy
         self.landing = getattr(self.engine, "model", None) or model
         self.task = self.cfg.task.build()
+        self.rewards = self.cfg.reward.build(self.task)  # from the config's import paths, in this process
         self.problems = self.task.problems("train")
         self.pull_s = 0.0
         self._pull()
@@ -130,9 +131,10 @@ class RolloutWorker:
         if self.channel.latest() > self.engine.version:
             self._pull()
         chosen = [self.problems[i] for i in unit.problem_indices]
-        prompts = encode_problems(self.tokenizer, chosen, unit.n, self.cfg.policy.chat_template)
+        prompts = encode_problems(self.tokenizer, chosen, unit.n, self.cfg.policy.chat_template,
+                                  self.cfg.task.truncate_to)
         gen = self.engine.generate(prompts, between_chunks=between_chunks if self.spec.interruptible else None)
-        batch = score(gen, chosen, unit.n, self.task, self.tokenizer)
+        batch = score(gen, chosen, unit.n, self.rewards, self.tokenizer)
         batch.group_ids = torch.tensor(unit.group_ids).repeat_interleave(unit.n)
         return {"unit_id": unit.unit_id, "batch": batch, "gen_time_s": time.perf_counter() - started,
                 "weight_updates": updates, "weight_pull_s": self.pull_s}

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from asyncrl.config_loader import setting
+
 
 @dataclass
 class VcpoConfig:
@@ -19,11 +21,11 @@ class VcpoConfig:
         sequence, to get each sequence's score-gradient norm ‖g‖).
     """
 
-    enabled: bool = False
-    base_ess_ratio: float = 1.0  # ρ_base: the on-policy reference ESS fraction
-    rule: Literal["sqrt", "linear"] = "sqrt"
-    weight_cap: float = 0.0  # > 0: ESS of min(w, cap) (VCPO's "use_clipped"); 0 = unclipped weights
-    opob: bool = False
+    enabled: bool = setting(False, "scale each update's learning rate by the ESS rule (VCPO)")
+    base_ess_ratio: float = setting(1.0, "ρ_base: the on-policy reference ESS fraction")
+    rule: Literal["sqrt", "linear"] = setting("sqrt", "lr factor: rule(min(1, ESS fraction / base_ess_ratio))")
+    weight_cap: float = setting(0.0, '> 0: ESS of min(w, cap) (VCPO\'s "use_clipped"); 0 = unclipped weights')
+    opob: bool = setting(False, "off-policy optimal baseline instead of the group mean (VCPO)")
 
     def validate(self) -> None:
         if not (math.isfinite(self.base_ess_ratio) and 0 < self.base_ess_ratio <= 1):
@@ -41,9 +43,10 @@ class EssWarningConfig:
     (checkpoint and end the run there), ``rollback`` (reload the newest checkpoint saved before the
     ESS fell, and go on with fresh data)."""
 
-    threshold: float = 0.0  # 0 = off
-    window: int = 3
-    action: Literal["warn", "stop", "rollback"] = "warn"
+    threshold: float = setting(0.0, "flag a run whose ESS fraction stays below this; 0 = off")
+    window: int = setting(3, "consecutive low-ESS steps that trigger the warning")
+    action: Literal["warn", "stop", "rollback"] = setting(
+        "warn", "warn: flag only; stop: checkpoint and end; rollback: reload the checkpoint before the fall")
 
     def validate(self) -> None:
         if not (math.isfinite(self.threshold) and 0 <= self.threshold <= 1):
@@ -60,11 +63,11 @@ class AdaptiveStalenessConfig:
     the step and the ESS fraction is above ``raise_above``; down (to ``min_window``) after one in
     which it did not wait. W settles at the smallest look-ahead that keeps the trainer fed."""
 
-    enabled: bool = False
-    lower_below: float = 0.5
-    raise_above: float = 0.8
-    starved_frac: float = 0.05  # the trainer "waited" when its batch wait exceeds this share of the step
-    min_window: int = 1  # the floor when the trainer is fed; only a low ESS takes W below it
+    enabled: bool = setting(False, "move async.max_ahead by one per step, governed by the ESS")
+    lower_below: float = setting(0.5, "lower W after a step whose ESS fraction is below this")
+    raise_above: float = setting(0.8, "raise W (trainer starved) only while the ESS fraction is above this")
+    starved_frac: float = setting(0.05, 'the trainer "waited" when its batch wait exceeds this share of the step')
+    min_window: int = setting(1, "the floor of W when the trainer is fed; only a low ESS takes W below it")
 
     def validate(self) -> None:
         for name in ("lower_below", "raise_above"):

@@ -1,7 +1,10 @@
 """Embedded tasks: deterministic problem sets with a binary, parse-based reward.
 
 ``build_task(name, cfg)`` is the single entry point used by configs and the CLI; add a
-task by registering its factory (called with the task's config) in :data:`TASKS`.
+task by registering its factory (called with the task's config) in :data:`TASKS` at import time
+(a module), never at run time: a run refuses a registry changed after import
+(:func:`check_registry`), since its rollout worker processes would not see the change. Rewards are
+not part of the registry: they are functions named by import path (``reward.funcs``).
 """
 
 from __future__ import annotations
@@ -23,10 +26,26 @@ __all__ = [
     "Problem",
     "Task",
     "build_task",
+    "check_registry",
     "extract_answer",
 ]
 
 TASKS: dict[str, Callable[[Any], Task]] = {"arithmetic": ArithmeticTask, "gsm8k": GSM8KTask, "math": MathTask}
+# the registry as every process sees it after a plain import: what rollout worker processes (which
+# start from a fresh import, never from the trainer's memory) will build a task from
+_AS_IMPORTED: dict[str, Callable[[Any], Task]] = dict(TASKS)
+
+
+def check_registry(name: str) -> None:
+    """Refuse a run whose task ``name`` was re-registered at run time (e.g. under
+    ``if __name__ == "__main__":``): workers import a fresh registry, so they would train on the
+    built-in task and reward while this process evaluates with the replacement. ValueError, one line."""
+    current, fresh = TASKS.get(name), _AS_IMPORTED.get(name)
+    if current is not fresh:
+        shown = f"{getattr(current, '__module__', '?')}.{getattr(current, '__qualname__', current)!s}"
+        raise ValueError(f"asyncrl.tasks.TASKS[{name!r}] was replaced after import (by {shown}); rollout worker "
+                         "processes import the registry afresh and would not see it. Put a custom reward in "
+                         "reward.funcs (an import path, docs/rewards.md) instead")
 
 
 def build_task(name: str, cfg: Any = None) -> Task:

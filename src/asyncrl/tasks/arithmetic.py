@@ -1,6 +1,6 @@
 """Procedurally generated multi-step arithmetic word problems.
 
-Built for a tiny (~3M parameter) model: the language is a few fixed templates (six
+Built for a tiny (~2M parameter) model: the language is a few fixed templates (six
 names, eight items, three verbs per operation) so the format is learned in minutes and
 the difficulty lies in the arithmetic, which the config controls (steps, operand range,
 operations, negative totals).
@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from asyncrl.config_loader import setting
 from asyncrl.tasks.base import Problem, extract_answer
 
 __all__ = ["ArithmeticConfig", "ArithmeticTask", "EVAL_BUCKETS", "SPLITS"]
@@ -65,14 +66,14 @@ class ArithmeticConfig:
 
     # Defaults sized for the embedded 2-minute warm start on a 2-core CPU (see README): operands
     # up to 10, one or two operations; 2,200 distinct problems in all.
-    seed: int = 0
-    min_steps: int = 1
-    max_steps: int = 2
-    max_value: int = 10
-    ops: str = "+-"
-    n_train: int = 2000
-    n_eval: int = 200
-    allow_negative: bool = False
+    seed: int = setting(0, "random stream of the problem generator")
+    min_steps: int = setting(1, "fewest operations per problem")
+    max_steps: int = setting(2, "most operations per problem (at most 64)")
+    max_value: int = setting(10, "operands of + and - and the start value are in [1, max_value]")
+    ops: str = setting("+-", "operations used, a subset of +-* (* uses a factor in [2, 9])")
+    n_train: int = setting(2000, "train problems generated")
+    n_eval: int = setting(200, "eval problems generated")
+    allow_negative: bool = setting(False, "let running totals drop below 0")
 
     def __post_init__(self) -> None:
         for name in ("seed", "min_steps", "max_steps", "max_value", "n_train", "n_eval"):

@@ -9,8 +9,9 @@ the same, hard-to-game answer format.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["ANSWER_MARKER", "MAX_ANSWER_DIGITS", "Problem", "Task", "extract_answer"]
 
@@ -42,12 +43,18 @@ class Problem:
     ``prompt`` ends exactly with ``"\\nA:"`` so that generation starts right where the
     solution does; ``solution`` starts with a space, has no trailing newline and ends
     with ``"#### <answer>"``, so ``prompt + solution`` is a complete SFT example.
+
+    ``messages``: a chat-format prompt as ``(role, content)`` pairs (rendered with the tokenizer's
+    chat template); ``prompt`` then holds its template-free rendering. None for plain prompts.
     """
 
     uid: str
     prompt: str
     answer: str
     solution: str
+    # the record's own columns (file-backed tasks): reward functions receive them as row fields
+    fields: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
+    messages: tuple[tuple[str, str], ...] | None = None
 
 
 @runtime_checkable

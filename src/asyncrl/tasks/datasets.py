@@ -1,14 +1,12 @@
 """File-backed math tasks: GSM8K-style and MATH-style problems with math-verify rewards.
 
-Records come from a local JSONL file, a Parquet file, or a directory written by
-``datasets.Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``; nothing is ever
-downloaded. JSONL is validated line by line here (so errors name the exact line);
-Parquet and saved datasets are read through the ``datasets`` library with its cache in
-a temporary directory that is removed right after loading (nothing lands in
-``~/.cache``), and their errors name the row index.
+Records come from local JSONL / JSON / Parquet / Arrow files, ``save_to_disk`` directories or a
+Hub name already in the local datasets cache (:mod:`asyncrl.tasks.records`; nothing is ever
+downloaded). A row's prompt is either a question string put into ``prompt_template`` or a chat
+conversation (a list of ``{role, content}`` messages, :mod:`asyncrl.tasks.chat`).
 
-Splits: with ``eval_path`` the eval problems come from that file (and train problems
-whose question also appears in eval are dropped); without it, a deterministic
+Splits: with ``eval_path`` (or ``eval_split`` of the same source) the eval problems come from
+there (and train problems whose question also appears in eval are dropped); without, a deterministic
 ``eval_fraction`` of the train file is held out by a SHA-1 of the whitespace-normalized
 question, so duplicates of a question land on the same side and train/eval never share a
 question. Rewards: :class:`asyncrl.tasks.math_reward.MathVerifier`.
@@ -16,29 +14,26 @@ question. Rewards: :class:`asyncrl.tasks.math_reward.MathVerifier`.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
-import json
 import math
 import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from asyncrl.tasks.base import Problem
+from asyncrl.tasks.chat import Messages, parse_messages, render_plain, split_reference
 from asyncrl.tasks.math_reward import MathVerifier, last_boxed
+from asyncrl.tasks.records import MISSING as _MISSING
+from asyncrl.tasks.records import get_field as _get_field
+from asyncrl.tasks.records import is_hub_name, load_records
 
 __all__ = ["ANSWER_FORMATS", "DatasetConfig", "GSM8KTask", "MathTask", "load_records"]
 
 ANSWER_FORMATS = ("auto", "gsm8k", "boxed", "raw")
 SPLITS = ("train", "eval")
-_JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
-_PARQUET_SUFFIXES = (".parquet", ".pq")
-# DatasetDict split tried for ``path`` / ``eval_path`` (first present wins).
-_DICT_SPLITS = {"train": ("train",), "eval": ("test", "validation", "eval", "valid")}
 
 
 @dataclass(frozen=True)
@@ -52,6 +47,11 @@ class DatasetConfig:
     ``answer_format`` says how the gold answer is read from the answer field:
     ``"gsm8k"`` text after the last ``####``, ``"boxed"`` the last ``\\boxed{...}``,
     ``"raw"`` the field itself, ``"auto"`` the first of these that applies.
+    ``messages_field``: a column holding a chat conversation used as the prompt instead of
+    ``question_field`` + ``prompt_template`` (a ``question_field`` that holds such a list is used
+    the same way). ``split`` / ``eval_split`` name the splits of a ``DatasetDict`` directory or a Hub
+    dataset (``eval_split`` without ``eval_path``: eval comes from that split of ``path``);
+    ``subset`` is a Hub dataset's configuration (``main`` for ``openai/gsm8k``).
     """
 
     path: str
@@ -65,6 +65,10 @@ class DatasetConfig:
     max_eval: int | None = None
     reward_timeout_s: float = 5.0
     reward_workers: int = 1
+    messages_field: str | None = None
+    split: str | None = None
+    eval_split: str | None = None
+    subset: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, (str, os.PathLike)) or not str(self.path).strip():
@@ -79,6 +83,10 @@ class DatasetConfig:
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{name}: must be a non-empty string, got {value!r}")
+        for name in ("messages_field", "split", "eval_split", "subset"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{name}: must be None or a non-empty string, got {value!r}")
         if not isinstance(self.prompt_template, str) or "{question}" not in self.prompt_template:
             raise ValueError(
                 f"prompt_template: must be a string containing '{{question}}', got {self.prompt_template!r}"
@@ -98,135 +106,6 @@ class DatasetConfig:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-# --- reading records ----------------------------------------------------------------------
-
-
-def load_records(path: str | os.PathLike, role: str = "train") -> Iterator[tuple[str, dict]]:
-    """Yield ``(location, record)`` for every record of ``path``.
-
-    ``location`` is ``"file:LINE"`` for JSONL (1-based physical line), ``"file: item I"``
-    for a JSON array file and ``"file: row I"`` (0-based) for Parquet / saved datasets,
-    ready to prefix an error message. ``role`` ("train" / "eval") picks the split of a
-    saved ``DatasetDict`` ("train"; "test", "validation", "eval" or "valid").
-    """
-    shown = str(path)
-    p = Path(path)
-    if not p.exists():
-        raise ValueError(f"{shown}: no such file or directory")
-    if p.is_dir():
-        yield from _rows(_load_saved(p, shown, role), shown)
-    elif p.suffix.lower() in _PARQUET_SUFFIXES:
-        yield from _rows(_load_parquet(p), shown)
-    elif p.suffix.lower() in _JSONL_SUFFIXES:
-        yield from _read_json_lines(p, shown)
-    else:
-        raise ValueError(
-            f"{shown}: unsupported file type {p.suffix!r} (expected .jsonl, .json, .parquet or a directory "
-            "written by datasets' save_to_disk)"
-        )
-
-
-def _read_json_lines(p: Path, shown: str) -> Iterator[tuple[str, dict]]:
-    with p.open("rb") as fh:
-        head = fh.read(4096).lstrip()
-    if head.startswith(b"\xef\xbb\xbf"):
-        head = head[3:].lstrip()
-    if head.startswith(b"["):  # a JSON array file, not JSON lines
-        try:
-            data = json.loads(p.read_text(encoding="utf-8-sig"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{shown}: invalid JSON: {exc}") from None
-        for i, record in enumerate(data):
-            where = f"{shown}: item {i}"
-            if not isinstance(record, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            yield where, record
-        return
-    with p.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            where = f"{shown}:{lineno}"
-            try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"{where}: invalid UTF-8 ({exc.reason} at byte {exc.start})") from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            yield where, record
-
-
-@contextlib.contextmanager
-def _quiet_datasets() -> Iterator[Any]:
-    """Import ``datasets`` with progress bars off and a throwaway cache directory."""
-    import datasets
-
-    was_disabled = datasets.are_progress_bars_disabled()
-    datasets.disable_progress_bars()
-    try:
-        with tempfile.TemporaryDirectory(prefix="asyncrl-datasets-") as cache_dir:
-            yield datasets, cache_dir
-    finally:
-        if not was_disabled:
-            datasets.enable_progress_bars()
-
-
-def _load_parquet(p: Path) -> list[dict]:
-    with _quiet_datasets() as (datasets, cache_dir):
-        try:
-            ds = datasets.load_dataset(
-                "parquet", data_files=str(p), split="train", cache_dir=cache_dir, keep_in_memory=True
-            )
-        except Exception as exc:  # pyarrow / datasets errors on a corrupt file
-            raise ValueError(f"{p}: cannot read Parquet file: {exc}") from None
-        return ds.to_list()
-
-
-def _load_saved(p: Path, shown: str, role: str) -> list[dict]:
-    with _quiet_datasets() as (datasets, _):
-        try:
-            ds = datasets.load_from_disk(str(p), keep_in_memory=True)
-        except Exception as exc:
-            raise ValueError(f"{shown}: not a dataset saved with save_to_disk: {exc}") from None
-        if isinstance(ds, datasets.DatasetDict):
-            names = list(ds)
-            wanted = _DICT_SPLITS.get(role, (role,))
-            chosen = next((s for s in wanted if s in ds), names[0] if len(names) == 1 else None)
-            if chosen is None:
-                raise ValueError(
-                    f"{shown}: DatasetDict has splits {names}; the {role} split must be one of {list(wanted)}"
-                )
-            ds = ds[chosen]
-        return ds.to_list()
-
-
-def _rows(rows: list[dict], shown: str) -> Iterator[tuple[str, dict]]:
-    for i, row in enumerate(rows):
-        yield f"{shown}: row {i}", row
-
-
-_MISSING = object()
-
-
-def _get_field(record: Any, field: str) -> Any:
-    """``record[field]``, or a walk along a dotted path (integer parts index lists)."""
-    if isinstance(record, dict) and field in record:
-        return record[field]
-    node = record
-    for part in field.split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.lstrip("-").isdigit() and -len(node) <= int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return _MISSING
-    return node
 
 
 # --- gold answers ---------------------------------------------------------------------------
@@ -274,7 +153,7 @@ class _DatasetTask:
         elif not isinstance(cfg, DatasetConfig):
             raise TypeError(f"expected DatasetConfig, mapping or None, got {type(cfg).__name__}")
         for label, path in (("path", cfg.path), ("eval_path", cfg.eval_path)):
-            if path is not None and not Path(path).exists():
+            if path is not None and not Path(path).exists() and not is_hub_name(path):
                 raise ValueError(f"{label}: {path}: no such file or directory")
         self.cfg = cfg
         self._verifier = verifier
@@ -348,32 +227,53 @@ class _DatasetTask:
             raise ValueError(f"{where}: empty answer in field {self.cfg.answer_field!r}")
         return gold, used
 
-    def _problem(self, where: str, record: dict) -> tuple[str, str, str, str, bool]:
-        """(dedupe key, prompt, gold, solution, gold read from a marker?) of one record; raises
-        ValueError at ``where``."""
+    def _problem(self, where: str, record: dict) -> tuple[str, str | Messages, str, str, bool]:
+        """(dedupe key, prompt, gold, solution, gold read from a marker?) of one record; the prompt is
+        a string, or the conversation of a chat row. Raises ValueError at ``where``."""
         cfg = self.cfg
-        values = {}
-        for role, field in (("question", cfg.question_field), ("answer", cfg.answer_field)):
-            value = _get_field(record, field)
-            if value is _MISSING:
-                raise ValueError(f"{where}: missing field {field!r}")
-            if role == "answer" and isinstance(value, int) and not isinstance(value, bool):
-                value = str(value)  # AIME-style integer answer columns
-            if not isinstance(value, str):
-                raise ValueError(f"{where}: field {field!r} must be a string, got {type(value).__name__}")
-            if not value.strip():
-                raise ValueError(f"{where}: field {field!r} is empty")
-            values[role] = value
-        question, text = values["question"].strip(), values["answer"].strip()
+        key, prompt, reference = self._prompt_of(where, record)
+        field = cfg.answer_field
+        value = _get_field(record, field)
+        if value is _MISSING and reference is not None:  # a chat row's trailing assistant turn
+            value, field = reference, f"{cfg.messages_field or cfg.question_field} (last assistant message)"
+        if value is _MISSING:
+            raise ValueError(f"{where}: missing field {field!r}")
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # AIME-style integer answer columns
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: field {field!r} must be a string, got {type(value).__name__}")
+        if not value.strip():
+            raise ValueError(f"{where}: field {field!r} is empty")
+        text = value.strip()
         gold, used = self._gold(text, where)
-        prompt = cfg.prompt_template.replace("{question}", question)
+        shown = prompt if isinstance(prompt, str) else render_plain(prompt)
         body = text if used != "raw" else self._final.format(gold=gold).strip()
-        solution = body if prompt[-1:].isspace() else " " + body
-        return " ".join(question.split()), prompt, gold, solution, used != "raw"
+        solution = body if shown[-1:].isspace() else " " + body
+        return key, prompt, gold, solution, used != "raw"
 
-    def _read(self, path: str, role: str) -> list[tuple[str, str, str, str, bool, str]]:
+    def _prompt_of(self, where: str, record: dict) -> tuple[str, str | Messages, str | None]:
+        """(dedupe key, prompt string or conversation, a chat row's reference answer or None)."""
+        cfg = self.cfg
+        field = cfg.messages_field or cfg.question_field
+        value = _get_field(record, field)
+        if value is _MISSING:
+            raise ValueError(f"{where}: missing field {field!r}")
+        if cfg.messages_field is not None or isinstance(value, (list, tuple)):
+            messages, reference = split_reference(parse_messages(value, where, field))
+            if not messages:
+                raise ValueError(f"{where}: field {field!r} holds only assistant messages (no prompt)")
+            return " ".join(render_plain(messages).split()), messages, reference
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: field {field!r} must be a string, got {type(value).__name__}")
+        if not value.strip():
+            raise ValueError(f"{where}: field {field!r} is empty")
+        question = value.strip()
+        return " ".join(question.split()), cfg.prompt_template.replace("{question}", question), None
+
+    def _read(self, path: str, role: str, split: str | None) -> list[tuple[str, str, str, str, bool, str]]:
         """(dedupe key, prompt, gold, solution, marked, where) of every record of ``path``."""
-        rows = [(*self._problem(where, record), where) for where, record in load_records(path, role)]
+        records = load_records(path, role, split=split, subset=self.cfg.subset)
+        rows = [(*self._problem(where, record), _Where(where, record)) for where, record in records]
         self._check_golds(rows)
         return rows
 
@@ -388,9 +288,9 @@ class _DatasetTask:
 
     def _load(self) -> dict[str, tuple[Problem, ...]]:
         cfg = self.cfg
-        train = self._read(cfg.path, "train")
-        if cfg.eval_path is not None:
-            evals = self._read(cfg.eval_path, "eval")
+        train = self._read(cfg.path, "train", cfg.split)
+        if cfg.eval_path is not None or cfg.eval_split is not None:
+            evals = self._read(cfg.eval_path or cfg.path, "eval", cfg.eval_split)
             held_out = {key for key, *_ in evals}
             train = [row for row in train if row[0] not in held_out]
         else:
@@ -406,15 +306,37 @@ class _DatasetTask:
                          for split, rows in (("train", train), ("eval", evals)) for i, row in enumerate(rows)}
         return {
             split: tuple(
-                Problem(uid=f"{self.name}-{split}-{i:06d}", prompt=prompt, answer=self._finish_gold(gold),
-                        solution=solution)
-                for i, (_, prompt, gold, solution, *_) in enumerate(rows)
+                Problem(uid=f"{self.name}-{split}-{i:06d}", answer=self._finish_gold(gold), solution=solution,
+                        fields=getattr(where, "record", {}), **_prompt_fields(prompt))
+                for i, (_, prompt, gold, solution, *_, where) in enumerate(rows)
             )
             for split, rows in (("train", train), ("eval", evals))
         }
 
     def _finish_gold(self, gold: str) -> str:
         return gold
+
+
+def _prompt_fields(prompt: str | Messages) -> dict:
+    """A Problem's prompt fields: a chat row keeps its conversation and a plain rendering of it."""
+    if isinstance(prompt, str):
+        return {"prompt": prompt}
+    return {"prompt": render_plain(prompt), "messages": prompt}
+
+
+class _Where(str):
+    """A record's location (``file:LINE``), carrying the record itself: its columns become the
+    problem's row fields for reward functions, whatever the row tuples hold besides."""
+
+    record: dict
+
+    def __new__(cls, where: str, record: dict) -> "_Where":
+        self = super().__new__(cls, where)
+        self.record = record if isinstance(record, dict) else {}
+        return self
+
+    def __reduce__(self):  # a task pickles with its sources
+        return _Where, (str(self), self.record)
 
 
 def _held_out(key: str, fraction: float) -> bool:

@@ -29,7 +29,9 @@ class Feeder:
         ro = cfg.rollout
         self.n = ro.samples_per_prompt
         self.unit_prompts = cfg.async_.unit_prompts or max(1, ro.prompts_per_step // cfg.async_.n_workers)
-        self.index = {p.uid: i for i, p in enumerate(session.train_problems)}
+        # positions in the task's whole train split, the list each worker indexes (train_problems
+        # may leave out prompts dropped as too long)
+        self.index = {p.uid: i for i, p in enumerate(session.task.problems("train"))}
         self.prompts = PromptStream(session.train_problems, self.unit_prompts, seed=cfg.run.seed)
         self.next_unit = 0
         self.next_group = 0
@@ -78,6 +80,7 @@ class AsyncSource:
     def __init__(self, cfg: Config, session: Session):
         self.cfg, self.session = cfg, session
         self.n_generators = cfg.async_.n_workers
+        session.progress.phase(f"starting {self.n_generators} rollout worker{'s' if self.n_generators > 1 else ''}")
         self.pool, self.channel = open_backend(cfg, worker_specs(cfg, session.policy_dir), session.model)
         self.trainer_cpu, _ = cpu_plan(cfg)
         self.original_cpus = os.sched_getaffinity(0) if self.trainer_cpu is not None else None
@@ -152,6 +155,7 @@ class AsyncSource:
         self._collect(self.pool.poll(timeout))
 
     def wait_ready(self) -> None:
+        self.session.progress.phase("waiting for the workers to load the model")
         self._collect(self.pool.wait_ready())
 
     def next_batch(self, version: int, step: int) -> Batch:

@@ -114,9 +114,9 @@ class LockstepSource:
             self.engine.update_weights(weights, chosen)
         pulled = time.perf_counter()
         prompts = encode_problems(self.session.tokenizer, problems, ro.samples_per_prompt,
-                                  self.cfg.policy.chat_template)
+                                  self.cfg.policy.chat_template, self.cfg.task.truncate_to)
         gen = self.engine.generate(prompts)
-        batch = score(gen, problems, ro.samples_per_prompt, self.session.task, self.session.tokenizer,
+        batch = score(gen, problems, ro.samples_per_prompt, self.session.rewards, self.session.tokenizer,
                       first_group_id=(step - 1) * ro.prompts_per_step)
         self.metrics.update(gen_time_s=time.perf_counter() - pulled, weight_pull_s=pulled - t0,
                             gen_tokens=int(batch.completion_mask.sum()))

@@ -1,0 +1,166 @@
+"""Numbers and sentences for bench reports: what a reader sees instead of raw keys and floats.
+
+Every number is fixed-point with about three significant digits (never ``8.6e-05``); a CI
+half-width uses the decimals of the mean it qualifies (``2.64 ± 0.09``), and a seconds value
+below one second is shown in milliseconds. Each suite's headline is one sentence in words with
+units, and a verdict line says what the numbers mean.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .stats import as_float
+
+METHOD_NAMES = {"sync": "sync GRPO", "async-recompute": "async, recomputed prox",
+                "async-loglinear": "A-3PO (async, log-linear prox)", "trl-grpo": "TRL GRPO",
+                "asyncrl-sync": "asyncrl sync", "asyncrl-async-loglinear": "asyncrl A-3PO (async)"}
+
+
+def decimals(x: float, sig: int = 3) -> int:
+    """Decimal places that show ``x`` with ``sig`` significant digits (0 for large numbers, at most 6)."""
+    if not math.isfinite(x) or x == 0:
+        return sig - 1
+    return min(6, max(0, sig - 1 - math.floor(math.log10(abs(x)))))
+
+
+def number(x: Any, sig: int = 3) -> str:
+    """``x`` fixed-point with ``sig`` significant digits; "n/a" when missing."""
+    x = as_float(x)
+    return "n/a" if not math.isfinite(x) else f"{x:,.{decimals(x, sig)}f}"
+
+
+def mean_pm(mean: float, half: float, sig: int = 3) -> str:
+    """"mean ± half" with the half-width at the mean's decimals."""
+    if not math.isfinite(mean):
+        return "n/a"
+    d = decimals(mean, sig)
+    return f"{mean:,.{d}f}" if not math.isfinite(half) else f"{mean:,.{d}f} ± {half:,.{d}f}"
+
+
+def seconds(x: Any) -> str:
+    """Seconds in words: "2.64 ms", "13.2 s", "n/a"."""
+    x = as_float(x)
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{number(x * 1e3)} ms" if abs(x) < 1 else f"{number(x)} s"
+
+
+def ratio(x: Any) -> str:
+    x = as_float(x)
+    return "n/a" if not math.isfinite(x) else f"{number(x)}×"
+
+
+def points(x: Any) -> str:
+    """A reward difference already in points (×100)."""
+    x = as_float(x)
+    return "n/a" if not math.isfinite(x) else f"{x:+.1f} points"
+
+
+# summary.json headline entries: key → (words, formatter); keys not listed are not shown
+HEADLINE_LABELS: dict[str, tuple[str, Callable[[Any], str]]] = {
+    "speedup_vs_sync": ("speed-up of A-3PO over sync (training wall time)", ratio),
+    "speedup_vs_recompute": ("speed-up of A-3PO over recomputed prox", ratio),
+    "prox_time_ratio": ("proximal-policy time, recompute ÷ log-linear", ratio),
+    "ideal_overlap": ("ideal speed-up from perfect overlap of generation and training", ratio),
+    "speedup_fraction_of_ideal": ("share of the ideal speed-up reached", lambda x: f"{number(as_float(x) * 100)}%"),
+    "eval_gap_sync_minus_loglinear": ("eval reward, sync minus A-3PO", points),
+    "weight_sync_s_per_step": ("weight sync per step (publish + pull)", seconds),
+    "samples_per_s_ratio_vs_trl": ("samples/s of asyncrl A-3PO ÷ TRL GRPO", ratio),
+    "samples_per_s_ratio_sync_vs_trl": ("samples/s of asyncrl sync ÷ TRL GRPO", ratio),
+    "eval_reward_delta_vs_trl": ("eval reward, asyncrl A-3PO minus TRL GRPO", points),
+    "collapse_margin": ("collapse margin (eval reward drop)", number),
+}
+
+
+def headline_items(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(words, formatted value) for the summary's headline numbers, in table order."""
+    return [(label, fmt(summary[key])) for key, (label, fmt) in HEADLINE_LABELS.items()
+            if key in summary and isinstance(summary[key], (int, float)) and not isinstance(summary[key], bool)]
+
+
+def _stat(methods: Mapping[str, Any], method: str, metric: str) -> tuple[float, float, int]:
+    """(mean, CI half-width, seeds) of a method's metric; NaNs when missing."""
+    s = methods.get(method, {}).get(metric, {})
+    mean, low, high = (as_float(s.get(k)) for k in ("mean", "ci_low", "ci_high"))
+    return mean, (high - low) / 2, int(s.get("n") or 0)
+
+
+def _reward_phrase(methods, method: str) -> str:
+    """"eval reward 0.552 (± 0.020, 3 seeds)": the mean with its CI half-width."""
+    mean, half, n = _stat(methods, method, "final_eval_reward")
+    if not n:
+        return "no final eval reward"
+    d = decimals(mean)
+    spread = f"± {half:.{d}f}, " if math.isfinite(half) else ""
+    return f"eval reward {mean:.{d}f} ({spread}{n} seed{'s' if n != 1 else ''})"
+
+
+def _overlap(methods, a: str, b: str, metric: str) -> bool:
+    """Whether the two methods' CIs of ``metric`` overlap (within seed noise)."""
+    sa, sb = methods.get(a, {}).get(metric, {}), methods.get(b, {}).get(metric, {})
+    lo_a, hi_a, lo_b, hi_b = (as_float(s.get(k)) for s in (sa, sb) for k in ("ci_low", "ci_high"))
+    return max(lo_a, lo_b) <= min(hi_a, hi_b)
+
+
+def _compare(methods, a: str, b: str, b_name: str) -> tuple[str, str]:
+    """("1.3 points below sync", "within seed noise" | "outside seed noise") for final eval reward."""
+    gap = (as_float(methods.get(a, {}).get("final_eval_reward", {}).get("mean"))
+           - as_float(methods.get(b, {}).get("final_eval_reward", {}).get("mean"))) * 100
+    if not math.isfinite(gap):
+        return f"no eval comparison with {b_name}", ""
+    side = "above" if gap > 0 else "below"
+    noise = "within seed noise" if _overlap(methods, a, b, "final_eval_reward") else "outside seed noise"
+    return (f"{abs(gap):.1f} points {side} {b_name}" if round(abs(gap), 1) else f"level with {b_name}"), noise
+
+
+def headline_a3po(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> list[str]:
+    ll, sync = "async-loglinear", "sync"
+    if ll not in methods or sync not in methods:
+        return ["A-3PO or sync is missing from these runs: no comparison."]
+    gap, noise = _compare(methods, ll, sync, "sync")
+    speed = as_float(summary.get("speedup_vs_sync"))
+    time = f", in {1 / speed:.2f}× its training wall time" if math.isfinite(speed) and speed > 0 else ""
+    first = f"A-3PO reaches {_reward_phrase(methods, ll)}, {gap}{time}."
+    if not math.isfinite(speed):
+        return [first, "Verdict: no wall-time comparison (a method lacks train_wall_s)."]
+    pace = f"{speed:.2f}× faster than" if speed >= 1 else f"{1 / speed:.2f}× slower than"
+    quality = "its eval reward within seed noise" if noise == "within seed noise" else f"eval reward {gap} ({noise})"
+    return [first, f"Verdict: A-3PO trains {pace} sync, with {quality}."]
+
+
+def headline_peer_trl(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> list[str]:
+    ll, trl = "asyncrl-async-loglinear", "trl-grpo"
+    if ll not in methods or trl not in methods:
+        return ["asyncrl A-3PO or TRL GRPO is missing from these runs: no comparison."]
+    sps = {m: _stat(methods, m, "samples_per_s")[0] for m in (ll, trl)}
+    gap, noise = _compare(methods, ll, trl, "TRL GRPO")
+    speed = as_float(summary.get("samples_per_s_ratio_vs_trl"))
+    first = (f"asyncrl A-3PO trains at {number(sps[ll])} samples/s against TRL GRPO's {number(sps[trl])} "
+             f"({ratio(speed)}) and reaches {_reward_phrase(methods, ll)}, {gap}.")
+    verdict = "faster than" if speed > 1 else "not faster than"
+    return [first, f"Verdict: asyncrl is {verdict} TRL here, with eval reward {gap}{f' ({noise})' if noise else ''}."]
+
+
+def headline_atlas(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> list[str]:
+    grid = summary.get("grid") or {}
+    cells = [(loss, k, cell) for loss, row in grid.items() for k, cell in row.items()]
+    if not cells:
+        return ["No (loss, K) cell finished."]
+    collapsed = [c for c in cells if c[2].get("collapsed")]
+    best = max(cells, key=lambda c: as_float(c[2]["final_eval_reward"].get("mean"))
+               if math.isfinite(as_float(c[2]["final_eval_reward"].get("mean"))) else -math.inf)
+    stat = best[2]["final_eval_reward"]
+    half = (as_float(stat.get("ci_high")) - as_float(stat.get("ci_low"))) / 2
+    first = (f"{len(collapsed)} of {len(cells)} (loss, K) cells collapsed; the best final eval reward is "
+             f"{best[0]} at K = {best[1]}: {mean_pm(as_float(stat.get('mean')), half)} ({best[2]['n']} seeds).")
+    healthy = [loss for loss, row in grid.items() if not any(c.get("collapsed") for c in row.values())]
+    verdict = (f"Verdict: healthy at every K tried: {', '.join(healthy)}." if healthy
+               else "Verdict: every loss collapsed at some K.")
+    return [first, verdict]
+
+
+HEADLINES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], list[str]]] = {
+    "a3po": headline_a3po, "peer-trl": headline_peer_trl, "atlas": headline_atlas}

@@ -1,0 +1,64 @@
+"""Where batches come from in async and simulated modes: ``async.*``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from asyncrl.stability.config import AdaptiveStalenessConfig
+from asyncrl.config_loader import (
+    setting,
+)
+
+
+@dataclass
+class AsyncConfig:
+    """Asynchronous rollout (``run.mode=async``) and simulated lag (``run.mode=simulated``)."""
+
+    backend: Literal["local", "ray"] = setting("local", "where rollout workers run: local processes or Ray actors")
+    # CUDA IPC = a flat GPU buffer, device-to-device copies
+    weight_channel: str = setting(
+        "auto", "how weights reach workers: auto (ray store / CUDA IPC / shared memory) or a CHANNELS key")
+    n_workers: int = setting(1, "rollout worker processes (each uses 1 torch thread)")
+    max_staleness: int = setting(4, "K: admission bound and drop-at-consumption bound, in versions")
+    # With generation faster than training, data arrive ~W versions stale; W = 1 already keeps the
+    # trainer busy then (measured: same wall time as W = K, eval reward 1 point below sync instead
+    # of 11; docs/runtime.md)
+    max_ahead: int | None = setting(
+        1, "W: batches the generator may run ahead of the trainer (capped at K); null = K (AReaL)")
+    interruptible: bool = setting(True, "workers pick up new weights between decode chunks")
+    chunk_tokens: int = setting(8, "decode chunk between weight checks, in tokens")
+    unit_prompts: int | None = setting(None, "prompts per work unit; null = prompts_per_step / n_workers")
+    recency_decay: float = setting(1.0, "sample buffered groups with weight decay^age; 1 = FIFO")
+    hard_sync_every: int = setting(0, "every M steps drop all data older than the current version; 0 = off")
+    worker_start_timeout_s: float = setting(300.0, "seconds a rollout worker may take to start")
+    # keeps the scheduler from migrating the two busy processes onto one core
+    pin_cpus: bool = setting(True, "pin the trainer to CPU 0 and worker i to CPU 1 + i (when enough CPUs)")
+    lag: int = setting(0, "simulated mode: batch k comes from policy version k - lag")
+    policy_buffer: int = setting(
+        0, "simulated mode: N > 0 = a version drawn uniformly from the last N (the VACO setup)")
+    adaptive: AdaptiveStalenessConfig = field(default_factory=AdaptiveStalenessConfig)  # ESS-governed W
+
+    def validate(self) -> None:
+        from asyncrl.runtime.channels import CHANNELS
+
+        if self.weight_channel != "auto" and self.weight_channel not in CHANNELS:
+            raise ValueError(f"weight_channel: unknown {self.weight_channel!r} "
+                             f"(known: auto, {', '.join(sorted(CHANNELS))})")
+        if self.n_workers < 1:
+            raise ValueError("n_workers: must be >= 1")
+        if self.max_staleness < 0:
+            raise ValueError("max_staleness: must be >= 0")
+        if self.max_ahead is not None and self.max_ahead < 0:
+            raise ValueError("max_ahead: must be >= 0")
+        if self.chunk_tokens < 1:
+            raise ValueError("chunk_tokens: must be >= 1")
+        if self.unit_prompts is not None and self.unit_prompts < 1:
+            raise ValueError("unit_prompts: must be >= 1")
+        if not 0 < self.recency_decay <= 1:
+            raise ValueError("recency_decay: must be in (0, 1]")
+        for name in ("hard_sync_every", "lag", "policy_buffer"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0")
+        if self.worker_start_timeout_s <= 0:
+            raise ValueError("worker_start_timeout_s: must be > 0")

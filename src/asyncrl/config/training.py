@@ -1,0 +1,179 @@
+"""Generation, objective, optimisation and evaluation: ``rollout.*``, ``loss.*``, ``trainer.*``,
+``eval.*``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from asyncrl.stability.config import (EssWarningConfig, VcpoConfig)
+from asyncrl.config_loader import (
+    setting,
+)
+
+
+def _check_truncation(top_p: float, top_k: int) -> None:
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p: must be in (0, 1] (1 = off), got {top_p}")
+    if top_k < 0:
+        raise ValueError(f"top_k: must be >= 0 (0 = off), got {top_k}")
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling: each step draws ``prompts_per_step`` problems and ``samples_per_prompt`` answers each."""
+
+    prompts_per_step: int = setting(8, "prompts (groups) per training batch")
+    samples_per_prompt: int = setting(8, "completions per prompt (the group of group-normalized advantages)")
+    max_new_tokens: int = setting(48, "completion length limit in tokens")
+    temperature: float = setting(1.0, "sampling temperature of the rollouts")
+    # behav_logp stays the log-prob under the full softmax at the temperature (docs/tasks.md)
+    top_p: float = setting(1.0, "nucleus sampling: smallest token set with this much probability; 1 = off")
+    top_k: int = setting(0, "sample among the k most likely tokens; 0 = off")
+    # vllm: pip install "asyncrl[vllm]" (docs/models.md)
+    engine: str = setting("transformers", "generation engine, a key of asyncrl.rollout.ENGINES: transformers, vllm")
+    vllm_kwargs: dict[str, Any] = setting(
+        help="keyword arguments of vllm.LLM (gpu_memory_utilization, max_model_len, ...)", factory=dict)
+    # bfloat16 on a GPU halves the weight traffic of decoding (the behavior log-probs are then
+    # those of the bf16 weights)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = setting(
+        "auto", "dtype of the generation weights; auto = policy.dtype")
+
+    def validate(self) -> None:
+        from asyncrl.rollout.engine import ENGINES
+
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine: unknown {self.engine!r} (known: {', '.join(sorted(ENGINES))})")
+        if self.prompts_per_step < 1:
+            raise ValueError("prompts_per_step: must be >= 1")
+        if self.samples_per_prompt < 2:
+            raise ValueError("samples_per_prompt: must be >= 2 (group-normalized advantages)")
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens: must be >= 1")
+        if not self.temperature > 0:
+            raise ValueError("temperature: must be > 0")
+        _check_truncation(self.top_p, self.top_k)
+
+    @property
+    def batch_size(self) -> int:
+        return self.prompts_per_step * self.samples_per_prompt
+
+
+@dataclass
+class LossConfig:
+    """Which objective (a key of ``asyncrl.objectives.LOSSES``) and its hyperparameters."""
+
+    name: str = setting("decoupled", "objective, a key of asyncrl.objectives.LOSSES (docs/objectives.md)")
+    params: dict[str, Any] = setting(
+        help="the objective's hyperparameters, e.g. loss.params.eps_high=0.28; {} = its defaults", factory=dict)
+
+    def validate(self) -> None:
+        from asyncrl.objectives import LOSSES, loss_param_names, validate_loss_params
+
+        if self.name not in LOSSES:
+            raise ValueError(f"name: unknown loss {self.name!r} (known: {', '.join(sorted(LOSSES))})")
+        known = loss_param_names(self.name)
+        for key in self.params:
+            if key not in known:
+                raise ValueError(f"params.{key}: not a parameter of loss {self.name!r} "
+                                 f"(known: {', '.join(sorted(known))})")
+        try:
+            validate_loss_params(self.name, self.params)
+        except ValueError as err:
+            raise ValueError(f"params: {err}") from None
+
+
+@dataclass
+class TrainerConfig:
+    """Optimization: one training step = one batch, ``n_minibatches`` AdamW updates, version += 1."""
+
+    steps: int = setting(200, "training steps (batches); each bumps the policy version")
+    lr: float = setting(3e-5, "AdamW learning rate")
+    weight_decay: float = setting(0.0, "AdamW weight decay")
+    beta1: float = setting(0.9, "AdamW beta1")
+    beta2: float = setting(0.999, "AdamW beta2")
+    grad_clip: float = setting(1.0, "max global gradient norm per update")
+    n_minibatches: int = setting(4, "optimizer updates per batch (must divide the batch size)")
+    advantage: Literal["grpo", "drgrpo", "rloo"] = setting(
+        "grpo", "grpo: (r - mean) / std per group; drgrpo: r - mean; rloo: leave-one-out baseline")
+    adv_eps: float = setting(1e-6, "added to the group std in grpo advantages")
+    # "loglinear" / "linear" / "behav" = approximate_prox_logp per minibatch; "none" = the coupled
+    # PPO form (the REINFORCE "bypass" form of tis/mis)
+    prox: Literal["behav", "recompute", "loglinear", "linear", "none"] = setting(
+        "loglinear", "proximal policy of decoupled objectives: loglinear = A-3PO, recompute = extra forward")
+    # master weights and the optimizer stay in policy.dtype; bfloat16 is the usual GPU setting
+    autocast: Literal["none", "bfloat16", "float16"] = setting(
+        "none", "mixed precision: forward passes under torch.autocast in this dtype; none = full")
+    vcpo: VcpoConfig = field(default_factory=VcpoConfig)  # ESS-scaled lr, OPOB (docs/stability.md)
+    ess_warning: EssWarningConfig = field(default_factory=EssWarningConfig)
+    # learning-rate schedule over trainer.steps (asyncrl.lr_schedule; docs/training.md): linear
+    # warm-up from 0 over warmup_steps, then constant / linear / cosine decay to min_lr_ratio · lr
+    lr_schedule: Literal["constant", "linear", "cosine"] = setting(
+        "constant", "learning-rate decay after the warm-up: constant, linear or cosine")
+    warmup_steps: int = setting(0, "steps of linear learning-rate warm-up from 0")
+    min_lr_ratio: float = setting(0.0, "linear / cosine decay ends at min_lr_ratio · lr")
+    # KL penalty to the frozen starting policy (asyncrl.reference): loss += kl_coef · token-mean KL
+    # estimate; 0 = off (no reference model is loaded)
+    kl_coef: float = setting(0.0, "weight of the KL penalty to the starting policy; 0 = off")
+    kl_estimator: Literal["k1", "k2", "k3"] = setting("k3", "KL estimator of the penalty (k3 = low-variance)")
+
+    def validate(self) -> None:
+        if self.steps < 0:
+            raise ValueError("steps: must be >= 0")
+        if not 0 < self.lr < 1:
+            raise ValueError("lr: must be in (0, 1)")
+        if self.grad_clip <= 0:
+            raise ValueError("grad_clip: must be > 0")
+        if self.weight_decay < 0:
+            raise ValueError("weight_decay: must be >= 0")
+        if self.n_minibatches < 1:
+            raise ValueError("n_minibatches: must be >= 1")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be in [0, 1)")
+        if self.adv_eps <= 0:
+            raise ValueError("adv_eps: must be > 0")
+        if self.warmup_steps < 0:
+            raise ValueError("warmup_steps: must be >= 0")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError("min_lr_ratio: must be in [0, 1]")
+        if self.kl_coef < 0:
+            raise ValueError("kl_coef: must be >= 0 (0 = no KL penalty)")
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation: accuracy (mean reward) on ``n_problems`` eval-split problems."""
+
+    every: int = setting(50, "steps between evals; 0 = only before and after training")
+    n_problems: int = setting(200, "eval-split problems scored")
+    samples: int = setting(4, "completions per problem: accuracy = mean reward over all of them")
+    # 1.0 with one sample per problem is the "eval reward" of the A-3PO paper
+    temperature: float = setting(1.0, "sampling temperature of evaluation; 0 = greedy")
+    top_p: float = setting(1.0, "nucleus sampling of evaluation; 1 = off")
+    top_k: int = setting(0, "top-k sampling of evaluation; 0 = off")
+    batch_size: int = setting(128, "prompts generated at once during evaluation")
+    # unbiased pass@k over the samples (a sample passes with reward >= 1); each k <= samples
+    pass_k: list[int] = setting(help="k values of the unbiased pass@k (each <= samples)", factory=lambda: [1])
+    greedy: bool = setting(False, "also one temperature-0 answer per problem: eval_greedy_acc")
+    # per-problem file: prompt, answer, completions, rewards, pass@k flags
+    outputs: str | None = setting(
+        None, "asyncrl eval: directory for eval.json and problems.jsonl; null = print only")
+
+    def validate(self) -> None:
+        if self.every < 0:
+            raise ValueError("every: must be >= 0")
+        samples = 1 if self.temperature == 0 else self.samples  # greedy sampling: one answer each
+        bad = [k for k in self.pass_k if not 1 <= k <= samples]
+        if not self.pass_k or bad:
+            raise ValueError(f"pass_k: each k must be in [1, {samples}] (the samples per problem"
+                             f"{' at temperature 0' if self.temperature == 0 else ''}), got {self.pass_k}")
+        if self.n_problems < 1:
+            raise ValueError("n_problems: must be >= 1")
+        if self.samples < 1:
+            raise ValueError("samples: must be >= 1")
+        if self.temperature < 0:
+            raise ValueError("temperature: must be >= 0")
+        _check_truncation(self.top_p, self.top_k)
+        if self.batch_size < 1:
+            raise ValueError("batch_size: must be >= 1")

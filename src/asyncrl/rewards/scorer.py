@@ -1,0 +1,199 @@
+"""Scoring with the configured reward functions: call each once per batch, check what it returns,
+combine the values into the total reward (weighted sum), and report each function's own values.
+
+A function that raises, or returns a value that is not a finite number (NaN, None, a string), is
+named in one line with the row it failed on (``reward.on_error=raise``, the default), or its value
+for that row becomes 0 and is counted in ``reward/errors`` (``reward.on_error=zero``). Never a
+silent fallback: a broken reward changes the objective, so it must be visible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from asyncrl.config_loader import ConfigError
+from asyncrl.rewards.resolve import CONTEXT, RewardFunction, load_function
+from asyncrl.tasks import Problem
+
+__all__ = ["DEFAULT_REWARD", "RewardFunctionError", "RewardSet", "Scores"]
+
+# the tasks' own correctness reward (exact match or math-verify): what an empty reward.funcs means
+DEFAULT_REWARD = "asyncrl.tasks.rewards:correct_answer"
+_ROW_ATTRS = ("uid", "answer", "solution")
+_NOT_A_NUMBER = "; a reward must be a finite number (reward.on_error=zero counts it 0 instead)"
+
+
+class RewardFunctionError(ConfigError):
+    """A reward function failed: one line naming it and the row (exit 2, in a worker too)."""
+
+    def __init__(self, message: str):
+        ValueError.__init__(self, message)
+        self.key = "reward.funcs"
+
+
+@dataclass
+class Scores:
+    """``total[i]``: the weighted sum for row i; ``parts[i][j]``: function j's raw value for row i
+    (NaN where it failed and ``on_error=zero`` made it 0 in the total); ``errors``: how many."""
+
+    total: list[float]
+    parts: list[list[float]]
+    errors: int
+
+
+def _first_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
+
+
+def _number(value: object) -> float | None:
+    """``value`` as a finite float, or None (bools count as numbers: a check that returns True)."""
+    if isinstance(value, (int, float)) or hasattr(value, "__float__"):
+        try:
+            number = float(value)  # numpy / torch scalars too
+        except (TypeError, ValueError):
+            return None
+        return number if math.isfinite(number) else None
+    return None
+
+
+def unique_names(functions: Sequence[RewardFunction]) -> list[str]:
+    """Metric names: the function names, with ``_2``, ``_3``... for repeats."""
+    seen: dict[str, int] = {}
+    out = []
+    for f in functions:
+        seen[f.name] = seen.get(f.name, 0) + 1
+        out.append(f.name if seen[f.name] == 1 else f"{f.name}_{seen[f.name]}")
+    return out
+
+
+class RewardSet:
+    """The reward functions of a run, their weights and the error policy, bound to the task."""
+
+    def __init__(self, functions: list[RewardFunction], weights: list[float], on_error: str, task=None):
+        if len(weights) != len(functions):
+            raise ValueError(f"weights: {len(weights)} weights for {len(functions)} reward functions")
+        self.functions, self.weights, self.on_error, self.task = functions, weights, on_error, task
+        self.names = unique_names(functions)
+
+    @classmethod
+    def from_config(cls, cfg, task=None) -> "RewardSet":
+        """``cfg``: a RewardConfig (funcs, weights, on_error); resolved in this process."""
+        paths = list(cfg.funcs) or [DEFAULT_REWARD]
+        weights = list(cfg.weights) if cfg.weights is not None else [1.0] * len(paths)
+        return cls([load_function(p) for p in paths], [float(w) for w in weights], cfg.on_error, task)
+
+    @classmethod
+    def for_task(cls, task) -> "RewardSet":
+        """The default: the task's own correctness reward alone (an empty ``reward.funcs``)."""
+        return cls([load_function(DEFAULT_REWARD)], [1.0], "raise", task)
+
+    # -- scoring --
+
+    def context(self, problems: Sequence[Problem]) -> dict:
+        """The keyword arguments a call can receive: each row field as a list aligned with the
+        completions (dataset columns, then the problem's uid/answer/solution), plus ``prompts``,
+        ``problems`` and ``task``."""
+        columns: dict[str, None] = {}
+        for p in problems:
+            columns.update(dict.fromkeys(getattr(p, "fields", None) or {}))
+        ctx: dict = {name: [(getattr(p, "fields", None) or {}).get(name) for p in problems] for name in columns}
+        ctx.update({attr: [getattr(p, attr, None) for p in problems] for attr in _ROW_ATTRS})
+        ctx.update(prompts=[p.prompt for p in problems], problems=list(problems), task=self.task)
+        return ctx
+
+    def score(self, completions: list[str], problems: Sequence[Problem]) -> Scores:
+        """Every function on every row; the weighted total per row."""
+        if len(completions) != len(problems):
+            raise ValueError(f"score: {len(completions)} completions for {len(problems)} problems")
+        ctx = self.context(problems)
+        columns = [self._values(f, completions, problems, ctx) for f in self.functions]
+        parts = [list(row) for row in zip(*columns)] if columns else []
+        total = [sum(w * (0.0 if math.isnan(v) else v) for w, v in zip(self.weights, row)) for row in parts]
+        errors = sum(math.isnan(v) for row in parts for v in row)
+        return Scores(total, parts, errors)
+
+    def totals(self, completions: list[str], problems: Sequence[Problem]) -> list[float]:
+        return self.score(completions, problems).total
+
+    def _where(self, problem: Problem) -> str:
+        where = f"row uid={problem.uid}"
+        source = getattr(self.task, "source", None)
+        if source is not None:
+            shown = source(problem.uid)
+            if shown != problem.uid:
+                where += f" ({shown})"
+        return where
+
+    def _fail(self, f: RewardFunction, problem: Problem, what: str, why: str = "") -> float:
+        if self.on_error == "raise":
+            raise RewardFunctionError(f"reward function {f.path} {what} on {self._where(problem)}{why}")
+        return math.nan
+
+    def _values(self, f: RewardFunction, completions: list[str], problems: Sequence[Problem],
+                ctx: dict) -> list[float]:
+        missing = sorted(f.required - ctx.keys())
+        if missing:
+            known = ", ".join(sorted(k for k in ctx if k not in CONTEXT)) + ", " + ", ".join(CONTEXT)
+            raise RewardFunctionError(f"reward function {f.path} needs argument(s) {', '.join(missing)}, "
+                                      f"which the rows do not have (available: {known})")
+        try:
+            out = f(completions, ctx)
+        except Exception as err:  # a user's function may raise anything: find the row it fails on
+            return self._row_by_row(f, completions, problems, err)
+        if isinstance(out, (str, bytes)) or not isinstance(out, Sequence) and not hasattr(out, "__len__"):
+            raise RewardFunctionError(f"reward function {f.path} returned {type(out).__name__}, expected a "
+                                      f"list of {len(completions)} floats")
+        out = list(out)
+        if len(out) != len(completions):  # a contract bug, not a row's: never zeroed
+            raise RewardFunctionError(f"reward function {f.path} returned {len(out)} values for "
+                                      f"{len(completions)} completions (starting at {self._where(problems[0])})")
+        values = []
+        for value, problem in zip(out, problems):
+            number = _number(value)
+            values.append(number if number is not None else
+                          self._fail(f, problem, f"returned {value!r}", _NOT_A_NUMBER))
+        return values
+
+    def _row_by_row(self, f: RewardFunction, completions: list[str], problems: Sequence[Problem],
+                    err: Exception) -> list[float]:
+        """A call on the whole batch raised: call it on each row alone to name (or zero) the rows
+        that fail. When no single row fails, the batch as a whole is named (or zeroed)."""
+        values, failed = [], 0
+        for i, problem in enumerate(problems):
+            try:
+                one = list(f(completions[i:i + 1], self.context([problem])))
+                value = one[0] if len(one) == 1 else one
+            except Exception as row_err:
+                failed += 1
+                values.append(self._fail(f, problem, f"raised {_first_line(row_err)}"))
+                continue
+            number = _number(value)
+            values.append(number if number is not None else
+                          self._fail(f, problem, f"returned {value!r}", _NOT_A_NUMBER))
+        if failed == 0:
+            if self.on_error == "raise":
+                raise RewardFunctionError(f"reward function {f.path} raised {_first_line(err)} on a batch of "
+                                          f"{len(problems)} rows starting at {self._where(problems[0])}")
+            values = [math.nan] * len(problems)
+        return values
+
+    # -- reporting --
+
+    def parts_tensor(self, scores: Scores) -> torch.Tensor:
+        return torch.tensor(scores.parts, dtype=torch.float32).reshape(len(scores.total), len(self.functions))
+
+    def metrics(self, reward_parts: torch.Tensor | None) -> dict[str, float]:
+        """Per step: ``reward/<name>`` (mean raw value, a failure counting as its 0) per function,
+        and ``reward/errors`` (failed values zeroed this step) under ``on_error=zero``."""
+        if reward_parts is None or reward_parts.shape[-1] != len(self.functions) or not len(reward_parts):
+            return {}
+        failed = torch.isnan(reward_parts)
+        values = reward_parts.nan_to_num(0.0).mean(dim=0)
+        out = {f"reward/{name}": float(v) for name, v in zip(self.names, values)}
+        if self.on_error == "zero":
+            out["reward/errors"] = int(failed.sum())
+        return out

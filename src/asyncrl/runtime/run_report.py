@@ -1,0 +1,170 @@
+"""``<run dir>/report.html``: one self-contained page per finished ``asyncrl train`` run.
+
+Reward and eval curves, the staleness histogram over the whole run, where the time went
+(generation, training, waiting, weight sync), utilisation over time and the last sample
+completions, from the files the run already wrote (metrics.jsonl, completions.jsonl,
+summary.json). Figures are PNGs inlined as base64, so the page can be mailed as one file. It
+takes about a second; a failure costs the run nothing but a one-line warning.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from asyncrl.bench import figures as F
+
+
+def _rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a torn last line of a killed run
+            continue
+    return out
+
+
+def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) where ``key`` holds a finite number."""
+    pairs = [(r["step"], r[key]) for r in records
+             if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _png(fig) -> str:
+    try:
+        return base64.b64encode(F.png_bytes(fig, palette=True)).decode("ascii")
+    finally:
+        fig.clear()
+
+
+def reward_figure(records: list[dict]) -> str:
+    fig = F.new_figure()
+    ax = fig.subplots()
+    steps, reward = _series(records, "reward_mean")
+    ax.plot(steps, reward, color="C0", lw=1.2, label="train reward (batch mean)")
+    steps, evals = _series(records, "eval_reward")
+    ax.plot(steps, evals, "o-", color="C1", lw=1.5, label="eval reward")
+    ax.set(xlabel="step", ylabel="reward", title="Reward")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, frameon=False)
+    return _png(fig)
+
+
+def staleness_counts(records: list[dict]) -> list[int]:
+    """Tokens per version lag, summed over every step."""
+    total: list[int] = []
+    for r in records:
+        for lag, n in enumerate(r.get("staleness_token_hist") or []):
+            total.extend([0] * (lag + 1 - len(total)))
+            total[lag] += n
+    return total
+
+
+def staleness_figure(counts: list[int]) -> str:
+    fig = F.new_figure(height=0.8)
+    ax = fig.subplots()
+    n = sum(counts) or 1
+    ax.bar(range(len(counts)), [c / n for c in counts], color="C2")
+    ax.set_xticks(range(len(counts)))
+    ax.set(xlabel="staleness (policy versions behind the trainer)", ylabel="fraction of trained tokens",
+           title="Staleness of the trained tokens, whole run")
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+TIME_PARTS = (("generation", "gen_time_per_step_s"), ("training", "train_time_per_step_s"),
+              ("trainer waiting for data", "wait_time_per_step_s"),
+              ("weight publish", "weight_publish_per_step_s"), ("weight pull", "weight_pull_per_step_s"))
+
+
+def time_split(summary: dict) -> list[tuple[str, float]]:
+    return [(label, float(summary[key])) for label, key in TIME_PARTS
+            if isinstance(summary.get(key), (int, float)) and math.isfinite(summary[key])]
+
+
+def time_figure(parts: list[tuple[str, float]]) -> str:
+    fig = F.new_figure(height=0.7)
+    ax = fig.subplots()
+    labels, values = [p[0] for p in parts], [p[1] for p in parts]
+    ax.barh(range(len(parts)), values, color=[f"C{i}" for i in range(len(parts))])
+    ax.set_yticks(range(len(parts)), labels)
+    ax.invert_yaxis()
+    for i, v in enumerate(values):
+        ax.annotate(f"{v * 1e3:.0f} ms" if v < 1 else f"{v:.2f} s", (v, i), xytext=(3, 0),
+                    textcoords="offset points", va="center", fontsize=8)
+    ax.margins(x=0.15)  # room for the value labels
+    ax.set(xlabel="seconds per step (mean)", title="Where a step's time goes")
+    ax.grid(axis="x", alpha=0.3)
+    return _png(fig)
+
+
+def utilisation_figure(records: list[dict]) -> str:
+    fig = F.new_figure(height=0.8)
+    ax = fig.subplots()
+    for key, label, color in (("generator_util", "generators busy", "C0"), ("trainer_util", "trainer busy", "C3")):
+        steps, values = _series(records, key)
+        ax.plot(steps, values, color=color, lw=1.2, label=label)
+    ax.set(xlabel="step", ylabel="fraction of the step", title="Utilisation", ylim=(0, 1.05))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, frameon=False)
+    return _png(fig)
+
+
+def facts(summary: dict) -> list[tuple[str, str]]:
+    """The page's header: what ran and what came out, in words."""
+    def num(key: str, fmt: str) -> str | None:
+        value = summary.get(key)
+        return fmt.format(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+    rows = [("mode / loss / prox", f"{summary.get('mode')} / {summary.get('loss')} / {summary.get('prox')}"),
+            ("steps", str(summary.get("steps"))), ("device", str(summary.get("device"))),
+            ("eval reward", f"{num('initial_eval_reward', '{:.3f}')} before → "
+                            f"{num('final_eval_reward', '{:.3f}')} after"),
+            ("training wall time", num("train_wall_s", "{:.1f} s")),
+            ("total wall time", num("wall_time_s", "{:.1f} s")),
+            ("samples per second", num("samples_per_s", "{:.2f}")),
+            ("dropped samples (too stale)", num("dropped_samples_total", "{:.0f}"))]
+    return [(k, v) for k, v in rows if v is not None and "None before → None after" not in v]
+
+
+def write_run_report(run_dir: Path, summary: dict) -> Path:
+    import jinja2
+
+    run_dir = Path(run_dir)
+    records = [r for r in _rows(run_dir / "metrics.jsonl") if isinstance(r.get("step"), int)]
+    completions = _rows(run_dir / "completions.jsonl")
+    last = max((c["step"] for c in completions), default=None)
+    counts = staleness_counts(records)
+    parts = time_split(summary)
+    figures = [("Train reward per step and eval reward (step 0 = before training).", reward_figure(records))]
+    if counts:
+        figures.append(("Share of trained tokens per staleness (0 = generated by the weights being trained).",
+                        staleness_figure(counts)))
+    if parts:
+        figures.append(("Mean seconds per step. Sync mode waits for all of generation; async overlaps them. "
+                        "Generation is summed over workers.", time_figure(parts)))
+    figures.append(("Share of each step the generators and the trainer were busy.", utilisation_figure(records)))
+    env = jinja2.Environment(loader=jinja2.PackageLoader("asyncrl.runtime", "templates"), autoescape=True)
+    page = env.get_template("run_report.html.j2").render(
+        title=run_dir.name, facts=facts(summary), figures=figures, completions_step=last,
+        completions=[c for c in completions if c["step"] == last])
+    tmp = run_dir / "report.html.tmp"
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(run_dir / "report.html")
+    return run_dir / "report.html"
+
+
+def write_run_report_safely(run_dir: Path, summary: dict, log: Callable[[str], None] = print) -> Path | None:
+    """:func:`write_run_report`, but a failure is one warning line: the run itself is finished."""
+    try:
+        return write_run_report(run_dir, summary)
+    except Exception as err:  # noqa: BLE001 — any failure here must not fail a finished run
+        log(f"warning: report.html not written ({type(err).__name__}: {err})")
+        return None

@@ -1,0 +1,67 @@
+"""Tracker names of the per-step record's keys: one table, one family per quantity.
+
+``metrics.jsonl`` keeps the record's flat keys (``staleness_token_mean``): the bench runner, the
+resume checks, ``summary.json`` and every test read them, and a rename there would break old run
+directories. Trackers (TensorBoard, W&B, MLflow, trackio) show the namespaced name from this table
+(``staleness/token_mean``), so their dashboards group related curves. A key that already holds a
+``/`` (``reward/<fn>``) is taken as namespaced; a key missing from the table lands in ``other/``
+(tests/tracking checks that no record key does).
+"""
+
+from __future__ import annotations
+
+SKIP = None  # not sent to trackers: it repeats another key's quantity
+
+_FAMILIES: dict[str, tuple[str, ...]] = {
+    "rollout": ("reward_mean", "completion_len_mean", "gen_tokens", "gen_tokens_per_s",
+                "throughput_tokens_per_s"),
+    "eval": ("eval_reward",),
+    "staleness": ("staleness_token_min", "staleness_token_mean", "staleness_token_max",
+                  "staleness_seq_min", "staleness_seq_mean", "staleness_seq_max",
+                  "multi_version_seq_frac", "future_version_tokens"),
+    "timing": ("gen_time_s", "train_time_s", "prox_time_s", "trainer_wait_s", "step_time_s",
+               "generator_util", "trainer_util", "elapsed_s"),
+    "weights": ("weight_publish_s", "weight_pull_s", "weight_updates_midgen"),
+    "buffer": ("buffer_samples", "inflight_units", "dropped_samples", "dropped_samples_total", "max_ahead"),
+    "workers": ("lost_units_total", "worker_restarts"),
+    "train": ("grad_norm", "entropy", "skipped_updates", "lr", "lr_scale", "lr_effective", "ess_frac",
+              "ess_frac_first", "ess_frac_min", "adv_mean", "adv_std", "frac_zero_adv_groups",
+              "ess_warning", "ess_rollback_to", "version"),
+    # the objective's value and diagnostics (asyncrl.objectives.stats and each loss's extras)
+    "loss": ("loss", "kl_ref", "n_valid_tokens", "n_valid_seqs", "nonfinite_tokens", "importance_weight_mean",
+             "importance_weight_min", "importance_weight_max", "tv", "clipped_tokens", "masked_token_frac",
+             "masked_seq_frac", "ratio_mean", "ratio_min", "ratio_max", "approx_kl_k1", "approx_kl_k3",
+             "clipfrac_upper", "clipfrac_lower", "dual_clipfrac", "behav_weight_mean", "behav_weight_min",
+             "behav_weight_max", "behav_kl_k1", "behav_capped_frac", "applied_weight_mean",
+             "applied_weight_max", "chi2", "truncated_frac", "seq_ratio_mean", "seq_ratio_min",
+             "seq_ratio_max", "seq_clipfrac", "masked_neg_adv_seq_frac", "seq_kl_mean", "seq_kl_max",
+             "kl_penalty", "m2_before", "m2_after", "m2po_eps_low", "m2po_eps_high", "beyond_trust_frac",
+             "tv_estimate", "filter_fired", "detached_token_frac"),
+}
+# the family's prefix is dropped from the short name where it only repeats it
+_STRIP = {"staleness": "staleness_", "eval": "eval_", "weights": "weight_", "workers": "worker_"}
+
+TRACKER_NAMES: dict[str, str | None] = {
+    key: f"{family}/{key.removeprefix(_STRIP.get(family, '')) or key}"
+    for family, keys in _FAMILIES.items() for key in keys
+}
+# the objective's own staleness_{mean,min,max}: the same tokens as staleness_token_*, per minibatch
+TRACKER_NAMES.update({"staleness_mean": SKIP, "staleness_min": SKIP, "staleness_max": SKIP})
+# not scalars: the histogram goes to trackers through log_histogram
+TRACKER_NAMES["staleness_token_hist"] = SKIP
+
+
+# key families whose members depend on the configuration (eval.pass_k → eval_pass_at_<k>)
+PREFIXES = {"eval_": "eval/"}
+
+
+def tracker_name(key: str) -> str | None:
+    """The namespaced name of record key ``key``; None = not sent to trackers."""
+    if "/" in key:
+        return key
+    if key in TRACKER_NAMES:
+        return TRACKER_NAMES[key]
+    for prefix, family in PREFIXES.items():
+        if key.startswith(prefix):
+            return family + key.removeprefix(prefix)
+    return f"other/{key}"

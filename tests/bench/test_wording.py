@@ -1,0 +1,62 @@
+"""Bench report wording: fixed-point numbers at the mean's precision, units, headline sentences."""
+
+import math
+
+from asyncrl.bench.wording import decimals, headline_a3po, headline_items, mean_pm, number, seconds
+
+
+def _stat(mean, half, n=3):
+    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "n": n}
+
+
+def test_numbers_are_fixed_point_with_three_significant_digits():
+    assert number(0.00264) == "0.00264" and number(123456.7) == "123,457" and number(0.5) == "0.500"
+    assert number(None) == "n/a" and number(math.nan) == "n/a"
+    assert decimals(2.64) == 2 and decimals(0.0) == 2
+    # the old cell "0.00264 ± 8.6e-05": now in ms, half-width at the mean's decimals
+    assert mean_pm(2.64, 0.086) == "2.64 ± 0.09"
+    assert "e-" not in mean_pm(0.00264, 8.6e-05) and mean_pm(0.00264, 8.6e-05) == "0.00264 ± 0.00009"
+    assert seconds(0.00264) == "2.64 ms" and seconds(13.24) == "13.2 s"
+
+
+def test_a3po_headline_in_words_with_a_verdict():
+    methods = {"sync": {"final_eval_reward": _stat(0.565, 0.01)},
+               "async-loglinear": {"final_eval_reward": _stat(0.552, 0.02)}}
+    first, verdict = headline_a3po({"speedup_vs_sync": 1 / 0.65}, methods)
+    assert first == ("A-3PO reaches eval reward 0.552 (± 0.020, 3 seeds), 1.3 points below sync, "
+                     "in 0.65× its training wall time.")
+    assert verdict == "Verdict: A-3PO trains 1.54× faster than sync, with its eval reward within seed noise."
+    methods["async-loglinear"]["final_eval_reward"] = _stat(0.40, 0.01)
+    assert "16.5 points below sync (outside seed noise)" in headline_a3po({"speedup_vs_sync": 0.5}, methods)[1]
+    assert "2.00× slower" in headline_a3po({"speedup_vs_sync": 0.5}, methods)[1]
+
+
+def test_headline_items_use_words_not_keys():
+    items = dict(headline_items({"speedup_vs_sync": 2.0, "eval_gap_sync_minus_loglinear": 1.25,
+                                 "weight_sync_s_per_step": 0.0123, "unlisted_key": 3.0, "n_runs": 9}))
+    assert items == {"speed-up of A-3PO over sync (training wall time)": "2.00×",
+                     "eval reward, sync minus A-3PO": "+1.2 points",
+                     "weight sync per step (publish + pull)": "12.3 ms"}
+    assert not any("_" in label for label in items)
+
+
+def test_bar_chart_draws_one_dot_per_seed(tmp_path, monkeypatch):
+    from matplotlib.axes import Axes
+
+    from asyncrl.bench import figures
+
+    drawn = []
+    real = Axes.scatter
+    monkeypatch.setattr(Axes, "scatter", lambda self, x, y, **kw: (drawn.append(list(y)), real(self, x, y, **kw))[1])
+    figures.bar_chart(tmp_path / "f.png", ["a", "b"], [1.0, 2.0], title="t", ylabel="y",
+                      points=[[0.9, 1.1, math.nan], [2.0]])
+    assert drawn == [[0.9, 1.1], [2.0]]
+
+
+def test_step_zero_row_starts_the_wall_time_axis():
+    from asyncrl.bench.stats import mean_curve
+
+    run = [{"step": 0, "eval_reward": 0.2, "elapsed_s": 0.1},
+           {"step": 1, "reward_mean": 0.5, "step_time_s": 2.0}, {"step": 2, "reward_mean": 0.7, "step_time_s": 3.0}]
+    x, mean, _, _ = mean_curve([run], "reward_mean", "wall_time")
+    assert list(x) == [2.0, 5.0] and list(mean) == [0.5, 0.7]  # cumulative step time, not elapsed_s

@@ -1,0 +1,67 @@
+"""Presets ship inside the package (`--config a3po` works from any directory and from a wheel),
+and the repository's configs/ folder holds byte-identical copies."""
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from asyncrl.config import ConfigError, load_config
+from asyncrl.presets import PRESETS_DIR, preset_names, resolve_config_path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_packaged_presets():
+    assert {"a3po", "recompute", "sync", "gpu-embedded", "gpu-gsm8k"} <= set(preset_names())
+
+
+def test_each_configs_file_is_a_packaged_preset_and_back():
+    packaged = {p.read_bytes(): p.name for p in PRESETS_DIR.glob("*.yaml")}
+    copies = {p.read_bytes(): p.name for p in (ROOT / "configs").glob("*.yaml")}
+    assert set(copies) == set(packaged), (
+        f"configs/ and src/asyncrl/presets/ differ: copy the edited file over its twin "
+        f"(only in configs/: {sorted(n for b, n in copies.items() if b not in packaged)}; "
+        f"only packaged: {sorted(n for b, n in packaged.items() if b not in copies)})")
+
+
+def test_bare_name_resolves_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_config("sync").loss.name == "ppo"
+    assert load_config("recompute").trainer.prox == "recompute"
+    assert load_config("a3po") == load_config()  # the defaults are A-3PO
+
+
+def test_an_existing_file_wins_over_a_preset(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sync").write_text("trainer:\n  steps: 3\n")
+    assert resolve_config_path("sync") == Path("sync")
+    assert load_config("sync").trainer.steps == 3
+
+
+@pytest.mark.parametrize("text", ["a3p0", "sync.yml"])
+def test_unknown_preset_is_one_line_listing_them(text):
+    with pytest.raises(ConfigError) as info:
+        load_config(text)
+    message = str(info.value)
+    assert "\n" not in message and text in message
+    if text == "a3p0":
+        assert all(name in message for name in preset_names())
+
+
+@pytest.mark.slow
+def test_wheel_contains_the_presets(tmp_path):
+    # built from a copy: an in-tree build would reuse (and ship) whatever build/lib holds
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tree / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(tree), "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path / "dist")], check=True, capture_output=True, timeout=600)
+    (wheel,) = (tmp_path / "dist").glob("asyncrl-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"asyncrl/presets/{n}.yaml" for n in preset_names()} <= names
+    assert "asyncrl/presets/__init__.py" in names
