@@ -217,3 +217,19 @@ def test_noisy_long_curves_stay_small(tmp_path):
                             ylabel="y")
     data = path.read_bytes()
     assert data.startswith(PNG_MAGIC) and len(data) < 150_000
+
+
+def test_method_line_figure_draws_every_seed(tmp_path, monkeypatch):
+    """Per method: the mean line plus one thin line per seed (2 methods × 3 seeds → 8 lines)."""
+    from asyncrl.bench import figures
+
+    seen = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, path, **kw: seen.setdefault("lines", [
+        line for ax in fig.axes for line in ax.get_lines()]) and path)
+    runs = [{"metrics": [{"step": s, "reward_mean": 0.1 * s + seed} for s in range(1, 6)]} for seed in range(3)]
+    figures.method_line_figure(tmp_path / "f.png", {"a": runs, "b": runs}, {"": "reward_mean"}, title="t",
+                               ylabel="reward")
+    lines = seen["lines"]
+    assert len(lines) == 8
+    thin = [line for line in lines if line.get_linewidth() < 1.0]
+    assert sorted(float(line.get_ydata()[0]) for line in thin) == pytest.approx([0.1, 0.1, 1.1, 1.1, 2.1, 2.1])

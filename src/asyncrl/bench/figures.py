@@ -34,6 +34,8 @@ DPI = 110
 _SIZE = (6.4, 3.8)  # inches; 704 x 418 px at DPI 110
 # x, mean, low, high, as returned by stats.mean_curve.
 Curve = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+# x, y of one seed's run.
+SeedLine = tuple[np.ndarray, np.ndarray]
 
 
 def method_colors(methods: Sequence[str]) -> dict[str, str]:
@@ -97,16 +99,20 @@ def _no_data(ax) -> None:
 
 def line_band_figure(path: Path, panels: Mapping[str, Mapping[str, Curve]], *, title: str,
                      xlabel: str, ylabel: str | Sequence[str],
-                     colors: Mapping[str, str] | None = None) -> Path:
+                     colors: Mapping[str, str] | None = None,
+                     seed_lines: Mapping[str, Mapping[str, Sequence[SeedLine]]] | None = None) -> Path:
     """Line-with-band plot of per-method mean curves, one subplot per panel.
 
     Takes the output `path`; `panels` = {panel title: {method: (x, mean, low, high)}} (use a
     single "" key for a one-panel figure); the figure title and axis labels (`ylabel` may give
     one label per panel); optional {method: colour}. Each method is drawn as its mean line with
     a translucent band between low and high (the seed CI or min/max from mean_curve). Methods
-    with empty curves are skipped. Returns `path`.
+    with empty curves are skipped. Optional `seed_lines` = {panel: {method: [(x, y) per seed]}}:
+    each seed drawn as a thin line in its method's colour, so a band hides no outlying seed.
+    Returns `path`.
     """
     names = list(panels) or [""]
+    seed_lines = seed_lines or {}
     colors = dict(colors or {})
     fig = _new_figure(len(names))
     try:
@@ -120,6 +126,8 @@ def line_band_figure(path: Path, panels: Mapping[str, Mapping[str, Curve]], *, t
                 color = colors.setdefault(method, f"C{i % 10}")
                 ax.plot(x, mean, color=color, lw=1.5, label=method)
                 ax.fill_between(x, low, high, color=color, alpha=0.2, lw=0)
+                for seed_x, seed_y in seed_lines.get(name, {}).get(method, ()):
+                    ax.plot(seed_x, seed_y, color=color, lw=0.6, alpha=0.45)
                 drawn += 1
             if drawn:
                 ax.legend(fontsize=8, frameon=False)
@@ -144,10 +152,15 @@ def method_line_figure(path: Path, groups: Mapping[str, Sequence[Mapping[str, An
     {panel title: metric key} (one subplot each; "eval_reward" reads the eval history); the x
     axis as in stats.mean_curve ("step" or "wall_time" = cumulative step time); title, y
     label(s) and colours as line_band_figure. Each method is its mean over seeds with a band
-    (bootstrap CI, or min/max where only one seed has the step). Returns `path`."""
+    (bootstrap CI, or min/max where only one seed has the step) and a thin line per seed.
+    Returns `path`."""
     curves = {panel: method_curves(groups, key, x) for panel, key in panels.items()}
+    seeds = {panel: {method: [method_curves({method: [run]}, key, x)[method][:2] for run in runs]
+                     for method, runs in groups.items()}
+             for panel, key in panels.items()}
     xlabel = "cumulative step time (s)" if x == wall_time_key else x
-    return line_band_figure(path, curves, title=title, xlabel=xlabel, ylabel=ylabel, colors=colors)
+    return line_band_figure(path, curves, title=title, xlabel=xlabel, ylabel=ylabel, colors=colors,
+                            seed_lines=seeds)
 
 
 def bar_chart(path: Path, labels: Sequence[str], values: Sequence[float], *, title: str,
