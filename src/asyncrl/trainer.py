@@ -87,9 +87,11 @@ class Trainer:
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         prox_parts, prox_plans, prox_time = None, None, 0.0
         t0 = time.perf_counter()
-        if cfg.prox == "recompute":
+        exact_parts = None  # trainer.prox_error: the exact proximal log-probs beside an approximation
+        if cfg.prox == "recompute" or (cfg.prox_error and cfg.prox != "none"):
             with torch.no_grad():
-                prox_parts = self.logprobs(batch)[0].split(sizes)
+                exact_parts = self.logprobs(batch)[0].split(sizes)
+            prox_parts = exact_parts if cfg.prox == "recompute" else None
         elif cfg.prox == "loglinear":  # versions are fixed for the step: plan once, one fused op per minibatch
             base, weights = loglinear_plan(batch.behav_logp, batch.versions, self.version)
             prox_plans = list(zip(base.split(sizes), weights.split(sizes)))
@@ -110,6 +112,9 @@ class Trainer:
                 prox_logp = approximate_prox_logp(cfg.prox, mb.behav_logp, logp.detach(), mb.versions,
                                                   self.version)
                 prox_time += time.perf_counter() - t0
+            if exact_parts is not None and cfg.prox != "recompute":
+                for key, value in prox_error_stats(exact_parts[i], prox_logp, mb.completion_mask).items():
+                    stats[key].append(value)
             loss, loss_stats = policy_loss(
                 self.loss.name, logp, mb.behav_logp, mb.advantages, mb.completion_mask,
                 prox_logp=prox_logp, versions=mb.versions, current_version=self.version,
@@ -136,6 +141,8 @@ class Trainer:
             warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)` before")
             self.scheduler.step()  # the next step's lr
         out = {key: _nanmean(values) for key, values in stats.items()}
+        if "prox_abs_err_max" in stats:  # the step's worst token, not a mean of per-minibatch maxima
+            out["prox_abs_err_max"] = max(stats["prox_abs_err_max"], key=lambda v: -math.inf if math.isnan(v) else v)
         out["skipped_updates"] = float(sum(not math.isfinite(g) for g in stats["grad_norm"]))
         out["ess_frac_first"] = stats["ess_frac"][0]  # before this step's first update: staleness alone
         out["ess_frac_min"] = min(stats["ess_frac"])
@@ -227,3 +234,11 @@ def _advantage_stats(batch: Batch) -> dict[str, float]:
     zero = sum(bool((adv[batch.group_ids == g] == 0).all()) for g in groups)
     return {"adv_mean": adv.mean().item(), "adv_std": adv.std(unbiased=False).item(),
             "frac_zero_adv_groups": zero / max(1, len(groups))}
+
+
+def prox_error_stats(exact_logp: torch.Tensor, approx_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Mean and max over valid tokens of |exact − approximate| proximal log-prob; all [B, T]."""
+    if not mask.any():
+        return {"prox_abs_err_mean": math.nan, "prox_abs_err_max": math.nan}
+    err = (exact_logp.detach() - approx_logp.detach()).abs()[mask]
+    return {"prox_abs_err_mean": err.mean().item(), "prox_abs_err_max": err.max().item()}

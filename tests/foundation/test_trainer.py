@@ -63,3 +63,33 @@ def test_nonfinite_loss_never_reaches_weights(setup, monkeypatch, bad):
     assert stats["skipped_updates"] == 2
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert trainer.version == 1  # the batch was consumed
+
+
+def test_prox_error_stats_hand_worked():
+    exact = torch.tensor([[-1.0, -2.0, -3.0]])
+    approx = torch.tensor([[-1.5, -2.0, -9.0]])
+    mask = torch.tensor([[True, True, False]])  # the padded token's 6.0 is not counted
+    assert trainer_module.prox_error_stats(exact, approx, mask) == {"prox_abs_err_mean": 0.25,
+                                                                    "prox_abs_err_max": 0.5}
+    empty = trainer_module.prox_error_stats(exact, approx, torch.zeros_like(mask))
+    assert all(math.isnan(v) for v in empty.values())
+
+
+def test_prox_error_measures_without_changing_the_update(setup):
+    """trainer.prox_error only logs: same weights as without it, and a non-zero error once the
+    current policy has moved within the step (second minibatch, staleness 2)."""
+    model, batch = setup
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    results = {}
+    for measure in (False, True):
+        model.load_state_dict(start)
+        trainer = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3, prox="loglinear", prox_error=measure),
+                          LossConfig())
+        trainer.version = 2  # the batch (version 0) is two versions stale
+        results[measure] = (trainer.step(batch.select(torch.arange(len(batch)))),
+                            {k: v.clone() for k, v in model.state_dict().items()})
+    for key, value in results[False][1].items():
+        torch.testing.assert_close(results[True][1][key], value, rtol=0, atol=0)
+    stats = results[True][0]
+    assert "prox_abs_err_mean" not in results[False][0]
+    assert 0 < stats["prox_abs_err_mean"] <= stats["prox_abs_err_max"] < 10

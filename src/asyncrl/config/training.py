@@ -101,6 +101,9 @@ class TrainerConfig:
     # PPO form (the REINFORCE "bypass" form of tis/mis)
     prox: Literal["behav", "recompute", "loglinear", "linear", "none"] = setting(
         "loglinear", "proximal policy of decoupled objectives: loglinear = A-3PO, recompute = extra forward")
+    prox_error: bool = setting(
+        False, "also compute the exact proximal log-probs (one extra forward pass per step, as recompute) "
+               "and log the approximation's error |exact - approx| per token: prox_abs_err_{mean,max}")
     # master weights and the optimizer stay in policy.dtype; bfloat16 is the usual GPU setting
     autocast: Literal["none", "bfloat16", "float16"] = setting(
         "none", "mixed precision: forward passes under torch.autocast in this dtype; none = full")
