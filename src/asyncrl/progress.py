@@ -93,10 +93,12 @@ class TrainProgress:
                                    f"elapsed {elapsed}"]))
 
     def update(self, step: int, reward: float | None = None, eval_acc: float | None = None,
-               tokens_per_s: float | None = None, ess: float | None = None, ess_warning: bool = False) -> None:
-        """A step from named values (the warm start and the TRL peer report through this)."""
+               tokens_per_s: float | None = None, ess: float | None = None, ess_warning: bool = False,
+               elapsed_s: float | None = None) -> None:
+        """A step from named values (the warm start and the TRL peer report through this);
+        ``elapsed_s``: the run's clock, so step 0 and later steps count from the same start."""
         record = {"reward_mean": reward, "eval_reward": eval_acc, "throughput_tokens_per_s": tokens_per_s,
-                  "ess_frac": ess}
+                  "ess_frac": ess, "elapsed_s": elapsed_s}
         self.step(step, record, ess_warning)
 
     def _plain(self, line: str) -> None:

@@ -159,3 +159,27 @@ def test_wandb_tracker_offline(tmp_path, monkeypatch):
     writer.write(1, {"reward_mean": 0.5, "staleness_token_hist": [3, 1]})
     writer.write_table(1, "completions", ["prompt", "reward"], [["1+1", 1.0]])
     writer.close()
+
+
+def test_a_backend_that_fails_to_start_is_one_line_and_closes_the_others(tmp_path, monkeypatch):
+    """e.g. MLflow refusing its tracking URI: a ConfigError naming the backend, not a traceback."""
+    import dataclasses
+    import types as _types
+
+    opened = FakeTracker()
+    good = _types.SimpleNamespace(open_tracker=lambda run_dir, cfg, after_step: opened)
+
+    def refuse(run_dir, cfg, after_step):
+        raise RuntimeError("the filesystem tracking backend is in maintenance mode\nmore detail")
+
+    bad = _types.SimpleNamespace(open_tracker=refuse)
+    modules = {"asyncrl.tracking.good": good, "asyncrl.tracking.bad": bad}
+    monkeypatch.setattr("asyncrl.tracking.importlib.import_module", lambda name: modules[name])
+    monkeypatch.setitem(TRACKERS, "good", dataclasses.replace(TRACKERS["tensorboard"], module="good"))
+    monkeypatch.setitem(TRACKERS, "bad", dataclasses.replace(TRACKERS["tensorboard"], module="bad"))
+    with pytest.raises(ConfigError) as err:
+        open_trackers(["good", "bad"], tmp_path, load_config())
+    message = str(err.value)
+    assert "run.report_to" in message and "bad could not start: RuntimeError" in message
+    assert "\n" not in message and "more detail" not in message
+    assert opened.closed

@@ -284,7 +284,8 @@ def run(cfg: Config, threads_explicit: bool = False) -> dict:
     callback = _PerStep(session, step_rewards, timers)
     train_wall = 0.0
     with session.progress as progress:
-        progress.update(0, eval_acc=session.evaluate(0))
+        eval_acc = session.evaluate(0)
+        progress.update(0, eval_acc=eval_acc, elapsed_s=session.elapsed_s())
         if steps > 0:
             trainer = GRPOTrainer(model=session.model, reward_funcs=[task_reward], args=GRPOConfig(**options),
                                   train_dataset=_dataset(session), processing_class=session.tokenizer,

@@ -47,9 +47,10 @@ def train(cfg: Config) -> dict:
         try:
             if session.resume is None:
                 progress.phase("evaluating the starting policy")
-                progress.update(0, eval_acc=session.evaluate(0))  # async: overlaps with the first rollouts
+                eval_acc = session.evaluate(0)  # async: overlaps with the first rollouts
+                progress.update(0, eval_acc=eval_acc, elapsed_s=session.elapsed_s())
             else:
-                progress.update(done)
+                progress.update(done, elapsed_s=session.elapsed_s())
             source.wait_ready()
             session.start_clock()
             progress.phase("first batch")

@@ -176,7 +176,7 @@ class Session:
 
     def state_dict(self) -> dict:
         return {"eval_history": [[s, a] for s, a in self.eval_history], "eval_time_s": self.eval_time_s,
-                "elapsed_s": time.time() - self.started, "train_wall_s": self.train_wall_s(),
+                "elapsed_s": self.elapsed_s(), "train_wall_s": self.train_wall_s(),
                 "ess_monitor": self.monitor.state_dict()}
 
     def start_clock(self) -> None:
@@ -200,15 +200,19 @@ class Session:
         if step > 0:
             self.eval_time_s += time.perf_counter() - t0
         else:  # before training: its own row, so curves start where the policy started
-            self.metrics.write(0, {**self.last_eval, "elapsed_s": time.time() - self.started})
+            self.metrics.write(0, {**self.last_eval, "elapsed_s": self.elapsed_s()})
         return acc
+
+    def elapsed_s(self) -> float:
+        """Seconds on the run's clock: since the session opened (a resumed run's continues)."""
+        return time.time() - self.started
 
     def finish_step(self, step: int, record: dict, batch, trainer, source, totals) -> None:
         """Everything after a training step: eval if due, metrics, ledger, progress, checkpoint if due."""
         if self.eval_due(step):
             self.evaluate(step)
             record.update(self.last_eval)
-        record["elapsed_s"] = time.time() - self.started
+        record["elapsed_s"] = self.elapsed_s()
         if self.rewards is not None:  # reward/<function>: each function's mean raw value this step
             record.update(self.rewards.metrics(batch.reward_parts))
         action = self.monitor.update(step, record.get("ess_frac", math.nan))

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from asyncrl.config_loader import ConfigError
+
 
 class Tracker(Protocol):
     """What the run tells a tracker. ``step`` is the training step (0 = before training)."""
@@ -62,10 +64,17 @@ def check_available(names: list[str]) -> None:
 def open_trackers(names: list[str], run_dir: Path, cfg, after_step: int = 0) -> list[Tracker]:
     """One open tracker per name. ``after_step``: a resumed run's checkpoint step (later events
     written before the run was killed are superseded)."""
-    out = []
+    out: list[Tracker] = []
     for name in names:
         module = importlib.import_module(f"asyncrl.tracking.{TRACKERS[name].module}")
-        out.append(module.open_tracker(Path(run_dir), cfg, after_step))
+        try:
+            out.append(module.open_tracker(Path(run_dir), cfg, after_step))
+        except Exception as err:  # noqa: BLE001 (the backend's own setup error, e.g. a tracking URI it refuses)
+            for tracker in out:
+                tracker.close()
+            first_line = (str(err).strip().splitlines() or [""])[0]
+            raise ConfigError("run.report_to", f"{name} could not start: {type(err).__name__}: "
+                                               f"{first_line}") from None
     return out
 
 
