@@ -23,3 +23,35 @@ def tiny_policy():
     model = build_tiny_model(ModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                                          intermediate_size=128), tokenizer, seed=0)
     return model, tokenizer, task
+
+
+@pytest.fixture()
+def policy_and_batch(tiny_policy):
+    """(model, 16-completion batch of 4 prompt groups with a reward signal in each); the model's
+    weights are restored afterwards."""
+    import dataclasses
+
+    from asyncrl.policy.prompts import encode_problems
+    from asyncrl.rollout import EngineSpec, make_engine
+    from asyncrl.types import Batch
+
+    model, tok, task = tiny_policy
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    problems = task.problems("train")[:4]
+    engine = make_engine("transformers", EngineSpec(max_new_tokens=8, temperature=1.0), model=model, tokenizer=tok)
+    gen = engine.generate(encode_problems(tok, problems, 4))
+    rewards = torch.tensor([1.0, 0, 0, 0] * 4)  # signal in every group
+    batch = Batch(**{f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)}, rewards=rewards,
+                  group_ids=torch.arange(4).repeat_interleave(4), advantages=torch.zeros(16))
+    yield model, batch
+    model.load_state_dict(state)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tiny_policy):
+    """The tiny policy saved as a local HF directory (``policy.model_path`` of subprocess runs)."""
+    model, tokenizer, _ = tiny_policy
+    path = tmp_path_factory.mktemp("tiny-model")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

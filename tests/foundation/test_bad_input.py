@@ -168,15 +168,6 @@ def _text(tmp: Path, name: str, content: str) -> str:
     return str(tmp / name)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tiny_policy) -> Path:
-    model, tokenizer, _ = tiny_policy
-    path = tmp_path_factory.mktemp("tiny-model")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 def _expand(items: list, tmp: Path, model: Path | None) -> list[str]:
     out: list[str] = []
     for item in items:

@@ -1,7 +1,6 @@
 """trainer.kl_coef: hand-worked KL estimators, no effect at 0, a pull toward the frozen reference
 at > 0, a reference that never trains, and the LoRA reference (adapters off)."""
 
-import dataclasses
 import copy
 import math
 
@@ -9,11 +8,8 @@ import pytest
 import torch
 
 from asyncrl.config import LossConfig, PolicyConfig, TrainerConfig, load_config
-from asyncrl.policy.prompts import encode_problems
 from asyncrl.reference import ReferencePolicy, build_reference, kl_estimate, kl_penalty
-from asyncrl.rollout import EngineSpec, make_engine
 from asyncrl.trainer import Trainer
-from asyncrl.types import Batch
 
 
 def test_estimators_by_hand():
@@ -45,20 +41,6 @@ def test_kl_estimate_keeps_the_gradient():
     assert logp.grad.item() == pytest.approx(1 - 0.5)  # d/dℓ [(r − 1) − log r], r = e^{ℓ_ref − ℓ}: 1 − r
 
 
-@pytest.fixture()
-def setup(tiny_policy):
-    model, tok, task = tiny_policy
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    problems = task.problems("train")[:4]
-    engine = make_engine("transformers", EngineSpec(max_new_tokens=8, temperature=1.0), model=model, tokenizer=tok)
-    gen = engine.generate(encode_problems(tok, problems, 4))
-    rewards = torch.tensor([1.0, 0, 0, 0] * 4)  # signal in every group
-    batch = Batch(**{f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)}, rewards=rewards,
-                  group_ids=torch.arange(4).repeat_interleave(4), advantages=torch.zeros(16))
-    yield model, batch
-    model.load_state_dict(state)
-
-
 def train(model, batch, steps, reference=None, **cfg):
     """Weights after ``steps`` steps, the step stats, and the mean k3 KL of the trained policy to the
     starting one on the batch's tokens; ``model`` is left as it started."""
@@ -73,8 +55,8 @@ def train(model, batch, steps, reference=None, **cfg):
     return after, stats, kl_penalty(logp, start_logp, batch.completion_mask).item()
 
 
-def test_zero_coef_is_bitwise_the_plain_trainer(setup):
-    model, batch = setup
+def test_zero_coef_is_bitwise_the_plain_trainer(policy_and_batch):
+    model, batch = policy_and_batch
     assert build_reference(load_config(None, []), model, "unused") is None  # nothing is loaded
     plain, stats, _ = train(model, batch, 2)
     assert "kl_ref" not in stats[0]
@@ -82,8 +64,8 @@ def test_zero_coef_is_bitwise_the_plain_trainer(setup):
     assert all(torch.equal(plain[k], again[k]) for k in plain)
 
 
-def test_penalty_pulls_toward_the_frozen_reference(setup):
-    model, batch = setup
+def test_penalty_pulls_toward_the_frozen_reference(policy_and_batch):
+    model, batch = policy_and_batch
     start = {k: v.clone() for k, v in model.state_dict().items()}
     reference = ReferencePolicy(copy.deepcopy(model))
     _, _, free_kl = train(model, batch, 6)
@@ -98,11 +80,11 @@ def test_penalty_pulls_toward_the_frozen_reference(setup):
     assert not any(p.grad is not None for p in reference.model.parameters())
 
 
-def test_lora_reference_is_the_base_with_adapters_off(setup):
+def test_lora_reference_is_the_base_with_adapters_off(policy_and_batch):
     pytest.importorskip("peft")
     from asyncrl.policy.lora import apply_lora
 
-    model, batch = setup
+    model, batch = policy_and_batch
     base = copy.deepcopy(model)
     lora = apply_lora(copy.deepcopy(model), PolicyConfig(lora_rank=4, lora_alpha=32.0))
     cfg = load_config(None, ["trainer.kl_coef=1.0", "policy.lora_rank=4"])

@@ -1,20 +1,15 @@
 """trainer.lr_schedule: hand-worked factors, the lr each update really uses (with VCPO's ESS
 scaling on top), the scheduler's state across a checkpoint, and the resume refusal."""
 
-import dataclasses
 import math
 
 import pytest
-import torch
 
 from asyncrl.config import LossConfig, TrainerConfig, load_config
 from asyncrl.config_loader import ConfigError
 from asyncrl.lr_schedule import check_schedule, lr_factor
-from asyncrl.policy.prompts import encode_problems
-from asyncrl.rollout import EngineSpec, make_engine
 from asyncrl.stability.config import VcpoConfig
 from asyncrl.trainer import Trainer
-from asyncrl.types import Batch
 
 
 def factors(shape, total=6, warmup=2, min_ratio=0.0):
@@ -32,20 +27,6 @@ def test_factors_by_hand():
     assert all(f > 0 for shape in ("linear", "cosine") for f in factors(shape, total=3, warmup=5))
 
 
-@pytest.fixture()
-def setup(tiny_policy):
-    model, tok, task = tiny_policy
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    problems = task.problems("train")[:4]
-    engine = make_engine("transformers", EngineSpec(max_new_tokens=8, temperature=1.0), model=model, tokenizer=tok)
-    gen = engine.generate(encode_problems(tok, problems, 4))
-    rewards = torch.tensor([1.0, 0, 0, 0] * 4)  # signal in every group
-    batch = Batch(**{f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)}, rewards=rewards,
-                  group_ids=torch.arange(4).repeat_interleave(4), advantages=torch.zeros(16))
-    yield model, batch
-    model.load_state_dict(state)
-
-
 def record_update_lrs(trainer):
     """The learning rate of every optimizer.step call, as the optimizer saw it."""
     seen = []
@@ -53,8 +34,8 @@ def record_update_lrs(trainer):
     return seen
 
 
-def test_each_update_uses_the_scheduled_lr(setup):
-    model, batch = setup
+def test_each_update_uses_the_scheduled_lr(policy_and_batch):
+    model, batch = policy_and_batch
     cfg = TrainerConfig(n_minibatches=2, lr=1e-3, steps=4, warmup_steps=1, lr_schedule="linear", min_lr_ratio=0.2)
     trainer = Trainer(model, cfg, LossConfig())
     seen = record_update_lrs(trainer)
@@ -64,8 +45,8 @@ def test_each_update_uses_the_scheduled_lr(setup):
     assert seen == pytest.approx([lr for lr in expected for _ in range(2)])  # both minibatches of a step
 
 
-def test_ess_scaling_rides_on_the_schedule_without_compounding(setup):
-    model, batch = setup
+def test_ess_scaling_rides_on_the_schedule_without_compounding(policy_and_batch):
+    model, batch = policy_and_batch
     cfg = TrainerConfig(n_minibatches=2, lr=1e-3, steps=3, lr_schedule="cosine",
                         vcpo=VcpoConfig(enabled=True, base_ess_ratio=1.0))
     trainer = Trainer(model, cfg, LossConfig())
@@ -84,8 +65,8 @@ def test_ess_scaling_rides_on_the_schedule_without_compounding(setup):
     assert all(lr <= 1e-3 + 1e-12 for lr in seen)
 
 
-def test_scheduler_state_round_trips_and_a_reloaded_optimizer_is_rescheduled(setup):
-    model, batch = setup
+def test_scheduler_state_round_trips_and_a_reloaded_optimizer_is_rescheduled(policy_and_batch):
+    model, batch = policy_and_batch
     cfg = TrainerConfig(n_minibatches=1, lr=1e-3, steps=5, lr_schedule="cosine")
 
     def factor(k):

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,15 +13,6 @@ ROWS = [{"messages": [{"role": "system", "content": "Reply with #### and the num
                       {"role": "user", "content": f"What is {i} + {i % 3}?"}],
          "answer": f"#### {i + i % 3}"} for i in range(20)]
 LONG = {"messages": [{"role": "user", "content": "Add: " + "one and " * 60}], "answer": "#### 1"}
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tiny_policy) -> Path:
-    model, tokenizer, _ = tiny_policy
-    path = tmp_path_factory.mktemp("tiny-model")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 # async starts a worker process and a verifier pool in it: ~40 s on a busy 2-core machine

@@ -35,15 +35,6 @@ def fails_on_train_rollouts(completions, *, uid):
 '''
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tiny_policy) -> Path:
-    model, tokenizer, _ = tiny_policy
-    path = tmp_path_factory.mktemp("tiny-model")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 def run(cwd: Path, *args: str, code: str | None = None, pythonpath: Path | None = None,
         timeout: int = 180) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
