@@ -59,9 +59,16 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--methods", help="comma-separated subset of the suite's methods / losses")
     bench.add_argument("--ks", help="atlas: comma-separated lags K (default 0,1,2,4,8,16; --quick 0,2,8); "
                                     "control: policy buffer capacities (default 1,4,8,16; --quick 1,4)")
+    bench.add_argument("--rows", help="atlas: comma-separated rows: lag (every loss × K), buffer (policy buffer "
+                                      "of N past versions), forward (M minibatch updates per batch); "
+                                      "default all three, --quick lag")
     bench.add_argument("--envs", help="control: comma-separated gymnasium env ids (default: the MuJoCo set; "
                                       "--quick CartPole-v1)")
-    bench.add_argument("--jobs", type=int, default=1, help="control: cells run at once (default 1)")
+    bench.add_argument("--jobs", type=int, default=1,
+                       help="cells run at once on this machine, each its own process (default 1)")
+    bench.add_argument("--ray", action="store_true",
+                       help="run each cell as a Ray task (RAY_ADDRESS, else a local cluster); --out must "
+                            "be on storage every node sees")
     bench.add_argument("--in-process", action="store_true",
                        help="run asyncrl cells in this process (faster start-up; default for atlas)")
     bench.add_argument("--list", action="store_true", help="print the cells and exit")
@@ -169,7 +176,7 @@ def _bench_control(args) -> int:
         for cell in cells:
             print(cell.name, shlex.join(cell_command(cell, out / "runs")))
         return 0
-    return _run_reported(lambda: run_control_suite(cells, out, quick=args.quick, jobs=args.jobs,
+    return _run_reported(lambda: run_control_suite(cells, out, quick=args.quick, jobs=args.jobs, ray=args.ray,
                                                    command="asyncrl " + shlex.join(args.argv)), out)
 
 
@@ -200,9 +207,11 @@ def _bench(args) -> int:
         ks = _ks(args)
         if ks is not None and args.suite != "atlas":
             raise ValueError(f"--ks: only the atlas suite has lags K (suite: {args.suite})")
+        if args.rows is not None and args.suite != "atlas":
+            raise ValueError(f"--rows: only the atlas suite has rows (suite: {args.suite})")
         cells = build_cells(args.suite, quick=args.quick, seeds=args.seeds,
                             methods=_csv(args.methods, str, "--methods"), ks=ks, extra=args.overrides,
-                            config=args.config)
+                            config=args.config, rows=_csv(args.rows, str, "--rows"))
         for cell in cells:  # validate every cell's config before running anything
             load_config(cell.config, list(cell.overrides))
     except (ValueError, ConfigError) as err:
@@ -214,8 +223,13 @@ def _bench(args) -> int:
             print(cell.name, " ".join(cell_argv(cell, out / "runs")))
         return 0
     command = "asyncrl " + shlex.join(args.argv)
+    if args.jobs < 1:
+        print(f"asyncrl: --jobs: must be >= 1, got {args.jobs}", file=sys.stderr)
+        return 2
+    serial = args.jobs == 1 and not args.ray  # only a serial suite can run cells in this process
     return _run_reported(lambda: run_suite(args.suite, cells, out, quick=args.quick, command=command,
-                                           in_process=args.in_process or args.suite == "atlas"), out)
+                                           in_process=serial and (args.in_process or args.suite == "atlas"),
+                                           jobs=args.jobs, ray=args.ray), out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,10 +32,19 @@ class EvalResult:
     problems: list[Problem]
     completions: list[list[str]]
     rewards: list[list[float]]
+    # per completion, its answer right in any answer style (tasks with ``answer_correct``); else None
+    answers_ok: list[list[bool]] | None = None
 
     def accuracy(self) -> float:
         """Mean reward over every completion."""
         flat = [r for rs in self.rewards for r in rs]
+        return sum(flat) / len(flat)
+
+    def answer_accuracy(self) -> float | None:
+        """Share of completions whose answer is right whatever its format; None if the task cannot say."""
+        if self.answers_ok is None:
+            return None
+        flat = [ok for oks in self.answers_ok for ok in oks]
         return sum(flat) / len(flat)
 
     def passes(self, k: int) -> list[float]:
@@ -74,7 +83,10 @@ def generate_and_score(engine: Engine, tokenizer, task: Task, problems: list[Pro
         scored = rewards_of(task, chunk_texts, chunk) if scorer is None else scorer.totals(chunk_texts, chunk)
         rewards += [float(r) for r in scored]
     per = range(0, len(rows), samples)
-    return EvalResult(problems, [texts[i:i + samples] for i in per], [rewards[i:i + samples] for i in per])
+    judge = getattr(task, "answer_correct", None)
+    oks = None if judge is None else [judge(text, p) for text, p in zip(texts, rows)]
+    return EvalResult(problems, [texts[i:i + samples] for i in per], [rewards[i:i + samples] for i in per],
+                      None if oks is None else [oks[i:i + samples] for i in per])
 
 
 def evaluate(engine: Engine, tokenizer, task: Task, problems: list[Problem], *, batch_size: int = 128,
@@ -97,6 +109,8 @@ def eval_metrics(model, tokenizer, task: Task, problems: list[Problem], cfg,
                "max_prompt_length": cfg.task.truncate_to}
     result = generate_and_score(engine, tokenizer, task, problems, samples=ev.samples, **options)
     metrics = {"eval_reward": result.accuracy(), **{f"eval_pass_at_{k}": result.pass_at(k) for k in ev.pass_k}}
+    if result.answers_ok is not None:  # accuracy with the answer format factored out
+        metrics["eval_answer_acc"] = result.answer_accuracy()
     if ev.greedy:
         greedy = eval_engine(model, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, temperature=0.0,
                              seed=cfg.run.seed)
@@ -107,6 +121,8 @@ def eval_metrics(model, tokenizer, task: Task, problems: list[Problem], cfg,
 def cli_report(metrics: dict[str, float], result: EvalResult, cfg) -> dict:
     """The scores of ``asyncrl eval`` under their reporting names: eval_reward, pass@k, greedy_acc."""
     report = {"eval_reward": metrics["eval_reward"]}
+    if "eval_answer_acc" in metrics:
+        report["answer_acc"] = metrics["eval_answer_acc"]
     report.update({f"pass@{k}": metrics[f"eval_pass_at_{k}"] for k in cfg.eval.pass_k})
     if "eval_greedy_acc" in metrics:
         report["greedy_acc"] = metrics["eval_greedy_acc"]

@@ -63,11 +63,14 @@ def test_a3po_quick_runs_reports_and_resumes(tmp_path, cache):
 
 
 def test_atlas_quick_subset(tmp_path, cache):
+    """Two cells at a time (subprocesses; the first to need the warm start builds it, the other waits)."""
     proc = bench(tmp_path, cache, "atlas", "--quick", "--methods", "decoupled,m2po", "--ks", "0,2",
-                 "--out", "out")
+                 "--out", "out", "--jobs", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = check_report(tmp_path / "out", 4)
-    assert summary["Ks"] == [0, 2] and set(summary["grid"]) == {"decoupled", "m2po"}
+    lag = summary["rows"]["lag"]
+    assert lag["cols"] == [0, 2] and set(lag["grid"]) == {"decoupled", "m2po"} and set(summary["rows"]) == {"lag"}
+    assert summary["holds_to_k"] == {"decoupled": None, "m2po": None}  # no ppo at K = 0: no sync to be near
 
 
 def test_bad_cell_config_is_refused_before_anything_runs(tmp_path, cache):

@@ -110,24 +110,52 @@ def test_a3po_missing_method_and_keys(tmp_path):
 def test_atlas_report(tmp_path):
     runs = []
     for seed in range(2):
-        runs.append(_run("decoupled", seed, train_wall=10, final=0.5, params={"K": 1}, masked=0.02))
+        runs.append(_run("ppo", seed, train_wall=10, final=0.6 + 0.02 * seed, params={"K": 0, "row": "lag"}))
+        runs.append(_run("ppo", seed, train_wall=10, final=0.3 + 0.02 * seed, params={"K": 4, "row": "lag"}))
+        runs.append(_run("decoupled", seed, train_wall=10, final=0.6, params={"K": 0}, masked=0.02))
         # NaN losses reach results.json as null (strict JSON): must count as non-finite.
-        runs.append(_run("decoupled", seed, train_wall=10, final=0.5, params={"K": 4},
-                         loss=None if seed else 0.05))
-        runs.append(_run("tis", seed, train_wall=10, final=0.5, params={"K": 1}, skipped=float(seed)))
+        runs.append(_run("decoupled", seed, train_wall=10, final=0.59, params={"K": 4}, loss=None if seed else 0.05))
+        runs.append(_run("tis", seed, train_wall=10, final=0.5, params={"K": 0}, skipped=float(seed)))
         runs.append(_run("tis", seed, train_wall=10, final=0.25, initial=0.3, params={"K": 4}))
+        runs.append(_run("ppo", seed, train_wall=10, final=0.55, params={"N": 8, "row": "buffer"}))
     summary = write_report(tmp_path, _results("atlas", runs))
-    _check_outputs(tmp_path, summary, n_figures=2)
-    assert summary["Ks"] == [1, 4]
-    assert sorted(map(tuple, summary["collapsed"])) == [("decoupled", 4), ("tis", 1), ("tis", 4)]
-    healthy = summary["grid"]["decoupled"]["1"]
+    _check_outputs(tmp_path, summary, n_figures=5 + 2)  # five lag-row heatmaps, two for the buffer row
+    lag = summary["rows"]["lag"]
+    assert lag["cols"] == [0, 4] and summary["rows"]["buffer"]["cols"] == [8]
+    # ppo at K = 4 ends 30 points below sync but above where it started: degraded, not collapsed
+    assert sorted(map(tuple, summary["collapsed"])) == [("lag", "decoupled", 4), ("lag", "tis", 0),
+                                                        ("lag", "tis", 4)]
+    healthy = lag["grid"]["decoupled"]["0"]
     assert healthy["collapsed"] is False and healthy["n"] == 2
-    assert healthy["final_eval_reward"]["mean"] == pytest.approx(0.5)
+    assert healthy["final_eval_reward"]["mean"] == pytest.approx(0.6)
     assert healthy["clip_or_mask_frac"]["mean"] == pytest.approx(0.01 + 0.02)
     assert healthy["ess_frac"]["mean"] == pytest.approx(0.9)
-    assert summary["grid"]["tis"]["4"]["collapse_reasons"][0].startswith("final eval reward")
+    assert healthy["importance_weight_max"]["mean"] == pytest.approx(1.3)
+    assert lag["grid"]["tis"]["4"]["collapse_reasons"][0].startswith("final eval reward")
+    # gaps to sync (ppo at K = 0: 0.61 mean): ppo at K = 4 ends 30 points below, beyond both spreads
+    gap = lag["grid"]["ppo"]["4"]["gap_vs_sync"]
+    assert gap["mean"] == pytest.approx(-0.30) and gap["ci_high"] < 0 and lag["grid"]["ppo"]["4"]["below_sync"]
+    assert lag["grid"]["decoupled"]["4"]["gap_vs_sync"]["mean"] == pytest.approx(-0.02)
+    assert summary["holds_to_k"] == {"ppo": 0, "decoupled": 4, "tis": None}
+    # train reward 0.3 + 0.05·step (+0.01·seed) over 4 steps: too short for the 10-step window
+    assert summary["target_train_reward"] is None
     table = (tmp_path / "table.md").read_text()
-    assert table.count("✗") >= 3 and "| decoupled |" in table and "| 4 |" in table
+    assert table.count("✗") >= 4 and "| decoupled |" in table and "(-30.0*)" in table
+    assert "**buffer row**" in table and "| ppo | 0.550 ± 0.000 (-6.0*) |" in table
+    assert "At K = 4, below sync beyond the seed spread: decoupled (-2.0), ppo (-30.0), tis (-36.0)" in table
+    assert "within 3 points of sync (at it and every smaller K): decoupled 4, ppo 0, tis none." in table
+
+
+def test_atlas_target_and_steps_to_it():
+    from asyncrl.bench.atlas_report import steps_to, target_reward
+
+    sync = [{"metrics": [{"reward_mean": 0.2 + 0.01 * s} for s in range(20)]}]
+    # start = mean of 0.20..0.24 = 0.22, end = mean of 0.30..0.39 = 0.345 → target 0.2825
+    assert target_reward(sync) == pytest.approx((0.22 + 0.345) / 2)
+    # the 5-step mean ending at step t is 0.2 + 0.01·(t − 3); ≥ 0.2825 first at t = 12 (1-based)
+    assert steps_to(sync[0], target_reward(sync)) == 12
+    assert math.isnan(steps_to(sync[0], 0.9))
+
 
 
 def test_peer_trl_report(tmp_path):

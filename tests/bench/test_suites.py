@@ -1,10 +1,12 @@
 """Suite matrices: cells, filters, resumability bookkeeping and agreement with configs/*.yaml."""
 
+import math
 from pathlib import Path
 
 import pytest
 
-from asyncrl.bench.suites import A3PO_METHODS, ATLAS_KS, ATLAS_LOSSES, build_cells
+from asyncrl.bench.suites import (A3PO_METHODS, ATLAS_BUFFERS, ATLAS_KS, ATLAS_LOSSES, ATLAS_MINIBATCHES,
+                                  ATLAS_ROW_LOSSES, build_cells)
 from asyncrl.config import load_config
 from asyncrl.objectives import LOSSES
 
@@ -34,13 +36,39 @@ def test_a3po_cells_are_seed_major_and_unique():
 
 
 def test_atlas_covers_every_loss_and_every_k_and_every_cell_config_loads():
-    assert set(ATLAS_LOSSES) == set(LOSSES)
+    assert set(LOSSES) <= {spec["loss.name"] for spec in ATLAS_LOSSES.values()}
     cells = build_cells("atlas", seeds=1)
-    assert len(cells) == len(LOSSES) * len(ATLAS_KS)
+    n_rows = len(ATLAS_ROW_LOSSES) * (len(ATLAS_BUFFERS) + len(ATLAS_MINIBATCHES))
+    assert len(cells) == len(ATLAS_LOSSES) * len(ATLAS_KS) + n_rows
+    assert len({c.name for c in cells}) == len(cells)
     for cell in cells:
         cfg = load_config(None, list(cell.overrides))
-        assert cfg.run.mode == "simulated" and cfg.async_.lag == cell.params["K"]
-        assert cfg.loss.name == cell.params["loss"]
+        assert cfg.run.mode == "simulated" and cfg.loss.name == ATLAS_LOSSES[cell.method]["loss.name"]
+        row = cell.params["row"]
+        if row == "lag":
+            assert cfg.async_.lag == cell.params["K"] and cfg.async_.policy_buffer == 0
+        elif row == "buffer":
+            assert cfg.async_.policy_buffer == cell.params["N"] and cfg.async_.lag == 0
+        else:
+            assert cfg.trainer.n_minibatches == cell.params["M"] and cfg.async_.lag == 0
+
+
+def test_atlas_extra_arms():
+    """Plain IS-weighted REINFORCE is TIS in bypass form with a cap no weight reaches; recompute is
+    decoupled PPO with the exact proximal policy."""
+    cells = {c.method: c for c in build_cells("atlas", methods=["is_reinforce", "recompute"], ks=[8], rows=["lag"])}
+    is_reinforce = load_config(None, list(cells["is_reinforce"].overrides))
+    assert (is_reinforce.loss.name, is_reinforce.trainer.prox) == ("tis", "none")
+    assert is_reinforce.loss.params["cap"] > math.exp(20)  # log-weights are clamped to ±20
+    recompute = load_config(None, list(cells["recompute"].overrides))
+    assert (recompute.loss.name, recompute.trainer.prox) == ("decoupled", "recompute")
+
+
+def test_atlas_rows_filter():
+    cells = build_cells("atlas", seeds=1, methods=["ppo", "tis"], rows=["buffer", "forward"])
+    assert [c.name for c in cells] == ["ppo-buf4-s0", "ppo-buf8-s0", "ppo-buf16-s0", "ppo-mb1-s0", "ppo-mb16-s0"]
+    with pytest.raises(ValueError, match="--rows: unknown nope"):
+        build_cells("atlas", rows=["nope"])
 
 
 def test_extra_overrides_win_and_filters_apply():

@@ -24,6 +24,9 @@ def test_pass_at_k_by_hand():
     # 1 − C(n − c, k) / C(n, k): a) 1 − C(3,2)/C(4,2) = 1/2, b) 1 − C(2,2)/C(4,2) = 5/6
     assert result.pass_at(2) == pytest.approx((0.5 + 5 / 6) / 2)
     assert result.pass_at(4) == 1.0
+    assert result.answer_accuracy() is None  # no judge given: the metric is not claimed
+    judged = EvalResult(problems, [["x"] * 2] * 2, [[1.0, 0], [0, 0]], [[True, True], [False, True]])
+    assert judged.answer_accuracy() == pytest.approx(3 / 4)
     rows = result.rows([1, 2])
     assert rows[1] == {"uid": "b", "prompt": "2+2?", "answer": "4", "completions": ["y"] * 4,
                        "rewards": [1.0, 1.0, 0, 0.5], "pass@1": 0.5, "pass@2": pytest.approx(5 / 6)}
@@ -41,7 +44,9 @@ def test_eval_metrics_names_and_greedy(tiny_policy):
     cfg = load_config(None, ["eval.samples=3", "eval.pass_k=[1,3]", "eval.greedy=true", "rollout.max_new_tokens=6"])
     problems = task.problems("eval")[:3]
     metrics, result = eval_metrics(model, tok, task, problems, cfg)
-    assert set(metrics) == {"eval_reward", "eval_pass_at_1", "eval_pass_at_3", "eval_greedy_acc"}
+    assert set(metrics) == {"eval_reward", "eval_pass_at_1", "eval_pass_at_3", "eval_greedy_acc", "eval_answer_acc"}
+    oks = [[task.answer_correct(text, p) for text in texts] for texts, p in zip(result.completions, problems)]
+    assert metrics["eval_answer_acc"] == pytest.approx(sum(map(sum, oks)) / 9)
     assert [len(c) for c in result.completions] == [3, 3, 3]
     assert metrics["eval_pass_at_1"] <= metrics["eval_pass_at_3"]
     again, _ = eval_metrics(model, tok, task, problems, cfg)

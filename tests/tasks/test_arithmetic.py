@@ -21,6 +21,7 @@ from asyncrl.tasks import (
     Task,
     build_task,
     extract_answer,
+    extract_any_answer,
 )
 
 SMALL = dict(n_train=400, n_eval=40)
@@ -277,6 +278,31 @@ def test_extract_answer_table(text: str, expected: str | None) -> None:
 @pytest.mark.parametrize("bad", [None, 12, b"#### 12", ["#### 12"]])
 def test_extract_answer_non_str(bad: object) -> None:
     assert extract_answer(bad) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (" 3 + 5 = 8. #### 8", "8"),
+    (" 3 + 5 = 8. The answer is 8.", "8"),
+    (" the ANSWER IS -3 apples", "-3"),
+    (" The answer is 5. #### 6", "5"),  # the first answer committed to, whatever its style
+    (" #### 6 The answer is 5.", "6"),
+    (" 3 + 5 = 8.", None),  # no marker: the last equation is not read as an answer
+    (" The answer is x.", None),
+    (" The answer is 12abc", None),  # same number rules as extract_answer
+])
+def test_extract_any_answer_reads_either_style(text: str, expected: str | None) -> None:
+    assert extract_any_answer(text) == expected
+
+
+def test_answer_correct_ignores_the_format_the_reward_checks() -> None:
+    task = ArithmeticTask(ArithmeticConfig(**SMALL))
+    problem = task.problems("eval")[0]
+    body = problem.solution.rsplit(" ####", 1)[0]
+    alt = f"{body} The answer is {problem.answer}."
+    assert task.reward(alt, problem) == 0.0 and task.answer_correct(alt, problem)
+    assert task.reward(problem.solution, problem) == 1.0 and task.answer_correct(problem.solution, problem)
+    wrong = f"{body} The answer is {int(problem.answer) + 1}."
+    assert not task.answer_correct(wrong, problem)
 
 
 NORMALIZED = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?")

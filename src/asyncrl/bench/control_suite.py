@@ -3,23 +3,24 @@
 Cells are env × arm × buffer capacity × seed, each one ``python -m asyncrl.control`` process writing
 ``<out>/runs/<cell>/{metrics.jsonl,summary.json}``. A cell whose summary.json exists is skipped; an
 unfinished cell directory is wiped and rerun. ``jobs`` > 1 runs that many cells at once (one torch
-thread each); on a cluster, give every node the same ``--out`` on shared storage and a disjoint
-``--envs`` / ``--methods`` slice, then rerun once without filters to write the combined report.
+thread each); ``ray`` runs each cell as a Ray task (:mod:`asyncrl.bench.executor`). Without Ray, a
+cluster works too: give every node the same ``--out`` on shared storage and a disjoint ``--envs`` /
+``--methods`` slice, then rerun once without filters to write the combined report.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
 from rich.console import Console
 
+from asyncrl.bench.executor import run_cells
 from asyncrl.bench.runner import _write_json, check_cell, fresh_cell_dir, host_info, load_run
 from asyncrl.bench.suites import Cell, _overrides
 from asyncrl.control.arms import ARMS
@@ -90,8 +91,9 @@ def run_control_cell(cell: Cell, runs_dir: Path) -> Path:
 
 
 def run_control_suite(cells: list[Cell], out_dir: Path, *, quick: bool, command: str, jobs: int = 1,
-                      console: Console | None = None) -> dict:
-    """Run every unfinished cell (``jobs`` at a time), then write results.json and the report."""
+                      ray: bool = False, console: Console | None = None) -> dict:
+    """Run every unfinished cell (``jobs`` at a time, or as Ray tasks), then write results.json and
+    the report."""
     from asyncrl.bench.control_report import write_control_report
 
     if jobs < 1:
@@ -103,16 +105,13 @@ def run_control_suite(cells: list[Cell], out_dir: Path, *, quick: bool, command:
     if len(todo) < len(cells):
         console.print(f"[dim]{len(cells) - len(todo)} of {len(cells)} cells already finished in {out_dir}[/dim]")
 
-    def one(cell: Cell) -> None:
-        started = time.perf_counter()
-        summary = json.loads((run_control_cell(cell, runs_dir) / "summary.json").read_text())
+    def done(cell: Cell, run_dir: Path) -> None:
+        summary = json.loads((run_dir / "summary.json").read_text())
         score = summary.get("final_score")
         console.print(f"  ✓ {cell.name:<36} final return {'n/a' if score is None else f'{score:9.1f}'}"
-                      f"   {summary['env_steps_per_s']:6.0f} steps/s   ({time.perf_counter() - started:.0f} s)")
+                      f"   {summary['env_steps_per_s']:6.0f} steps/s")
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait on the cell processes
-        for future in [pool.submit(one, cell) for cell in todo]:
-            future.result()
+    run_cells(todo, functools.partial(run_control_cell, runs_dir=runs_dir), jobs=jobs, ray=ray, on_done=done)
     results = {"suite": "control", "quick": quick, "command": command,
                "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                "host": host_info(), "runs": [load_run(c, runs_dir / c.name) for c in cells]}

@@ -27,8 +27,8 @@ import numpy as np
 
 from . import figures as F
 from . import wording as W
-from .stats import (aggregate_methods, bootstrap_ci, group_by_method, ordered, run_value, seed_stat,
-                    wall_time_key)
+from .atlas_report import COLLAPSE_MARGIN, build_atlas
+from .stats import aggregate_methods, group_by_method, run_value, wall_time_key
 from .stats import as_float as _num
 
 __all__ = ["COLLAPSE_MARGIN", "md_to_html", "write_report"]
@@ -36,10 +36,6 @@ __all__ = ["COLLAPSE_MARGIN", "md_to_html", "write_report"]
 # Display order of the methods each suite is expected to contain; unknown methods go last.
 METHOD_ORDER = {"a3po": ("sync", "async-recompute", "async-loglinear"),
                 "peer-trl": ("trl-grpo", "asyncrl-sync", "asyncrl-async-loglinear")}
-# atlas: a cell "collapsed" if its final eval reward ends more than this below where it started
-# (absolute reward units). 0.02 is above seed-to-seed eval noise of the tiny-model suites but
-# far below any real learning signal.
-COLLAPSE_MARGIN = 0.02
 CI_CAPTION = ("Cells: mean ± half-width of the 95% percentile-bootstrap CI of the mean over "
               "seeds (n = number of seeds); n/a = not logged.")
 
@@ -182,105 +178,6 @@ def _devices(results: Mapping[str, Any]) -> str | None:
     return ", ".join(names) or None
 
 
-def _k_key(run: Mapping[str, Any]) -> Any:
-    """The exact lag K of an atlas run (params.K), "n/a" when absent."""
-    k = (run.get("params") or {}).get("K")
-    return "n/a" if k is None else k
-
-
-def _collapse_reasons(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Why an atlas cell counts as collapsed (empty list = healthy).
-
-    A cell collapsed if its mean final eval reward < mean initial eval reward - COLLAPSE_MARGIN,
-    or if any seed logged a non-finite `loss` or `skipped_updates` > 0 on some step. A `loss`
-    key holding null counts as non-finite: results.json is strict JSON, so the runner writes the
-    NaN losses of metrics.jsonl as null; only an absent key means "not logged"."""
-    reasons = []
-    final = bootstrap_ci([run_value(r, "final_eval_reward") for r in runs])[0]
-    initial = bootstrap_ci([run_value(r, "initial_eval_reward") for r in runs])[0]
-    if final < initial - COLLAPSE_MARGIN:  # False when either is NaN
-        reasons.append(f"final eval reward fell more than {COLLAPSE_MARGIN} below initial")
-    recs = [rec for r in runs for rec in r.get("metrics") or []]
-    if any("loss" in rec and not math.isfinite(_num(rec["loss"])) for rec in recs):
-        reasons.append("non-finite loss")
-    if any(_num(rec.get("skipped_updates")) > 0 for rec in recs):
-        reasons.append("skipped updates")
-    return reasons
-
-
-def _clip_or_mask(run: Mapping[str, Any]) -> float:
-    """Mean over steps of clipped_tokens + masked_token_frac (a missing half counts as 0)."""
-    per_step = []
-    for rec in run.get("metrics") or []:
-        pair = [_num(rec.get("clipped_tokens")), _num(rec.get("masked_token_frac"))]
-        if any(math.isfinite(v) for v in pair):
-            per_step.append(sum(v for v in pair if math.isfinite(v)))
-    return float(np.mean(per_step)) if per_step else math.nan
-
-
-def _atlas_grid(runs: Sequence[Mapping[str, Any]]) -> tuple[list[str], list, dict, list]:
-    """Aggregate atlas runs per (loss, K) cell.
-
-    Takes the run dicts; returns (losses in display order, sorted Ks, grid, collapsed) where
-    grid = {loss: {str(K): cell stats}} (cells never run are absent) and collapsed lists the
-    [loss, K] pairs flagged by _collapse_reasons."""
-    losses = ordered([str(r.get("method")) for r in runs])
-    # Numeric Ks sort numerically; a missing K ("n/a") goes last.
-    ks = sorted({_k_key(r) for r in runs}, key=lambda k: (isinstance(k, str), _num(k), str(k)))
-    grid: dict[str, dict[str, dict]] = {m: {} for m in losses}
-    collapsed = []
-    for m in losses:
-        for k in ks:
-            cell = [r for r in runs if str(r.get("method")) == m and _k_key(r) == k]
-            if not cell:
-                continue
-            reasons = _collapse_reasons(cell)
-            grid[m][str(k)] = {
-                "n": len(cell),
-                "final_eval_reward": seed_stat([run_value(r, "final_eval_reward") for r in cell]),
-                "initial_eval_reward": seed_stat([run_value(r, "initial_eval_reward") for r in cell]),
-                "clip_or_mask_frac": seed_stat([_clip_or_mask(r) for r in cell]),
-                "ess_frac": seed_stat([run_value(r, "ess_frac") for r in cell]),
-                "collapsed": bool(reasons), "collapse_reasons": reasons}
-            if reasons:
-                collapsed.append([m, k])
-    return losses, ks, grid, collapsed
-
-
-def _build_atlas(results: Mapping[str, Any], fig_dir: Path, methods: dict
-                 ) -> tuple[dict, str, FigureList]:
-    """Atlas suite: (loss, K) grid of final reward, clip/mask fraction, ESS and collapse flags.
-
-    Takes results.json, the figure folder and the per-method stats (unused: the grid is the
-    headline); returns (summary entries, Markdown table, figures)."""
-    losses, ks, grid, collapsed = _atlas_grid(results.get("runs") or [])
-
-    def matrix(key: str) -> list[list[float]]:
-        """(loss, K) matrix of a cell stat's mean; NaN for cells never run."""
-        return [[_num(grid[m].get(str(k), {}).get(key, {}).get("mean")) for k in ks] for m in losses]
-
-    marks = [[bool(grid[m].get(str(k), {}).get("collapsed")) for k in ks] for m in losses]
-    common = dict(row_labels=losses, col_labels=[str(k) for k in ks], xlabel="K (exact lag)",
-                  ylabel="loss", marked=marks)
-    F.heatmap(fig_dir / "fig1_final_reward_heatmap.png", matrix("final_eval_reward"),
-              title="Final eval reward", cbar_label="final eval reward", **common)
-    F.heatmap(fig_dir / "fig2_ess_heatmap.png", matrix("ess_frac"),
-              title="Effective sample size fraction", cbar_label="ESS / N", **common)
-    mark = f"× / ✗ = collapsed (final < initial − {COLLAPSE_MARGIN}, non-finite loss, or skipped updates)"
-    figs = [("fig1_final_reward_heatmap.png", f"Mean final eval reward over seeds per (loss, K); {mark}."),
-            ("fig2_ess_heatmap.png", f"Mean ESS fraction per (loss, K); {mark}.")]
-
-    def cell_text(m: str, k: Any) -> str:
-        """Table cell: final reward `mean ± half-width`, ✗ if collapsed, — if never run."""
-        cell = grid[m].get(str(k))
-        return "—" if cell is None else _pm(cell["final_eval_reward"]) + (" ✗" if cell["collapsed"] else "")
-
-    table = _md_table(["Loss \\ K"] + [str(k) for k in ks], [[m] + [cell_text(m, k) for k in ks] for m in losses],
-                      "Final eval reward. " + CI_CAPTION + f" {mark}; — = cell not run.")
-    extra = {"Ks": ks, "collapse_margin": COLLAPSE_MARGIN, "grid": grid, "collapsed": collapsed}
-    return extra, table, figs
-
-
 def _build_peer_trl(results: Mapping[str, Any], fig_dir: Path, methods: dict
                     ) -> tuple[dict, str, FigureList]:
     """Peer comparison with TRL GRPO: throughput ratios and eval-reward delta.
@@ -309,7 +206,7 @@ def _build_peer_trl(results: Mapping[str, Any], fig_dir: Path, methods: dict
     return extra, _method_table(methods, groups, cols, CI_CAPTION), figs
 
 
-_BUILDERS: dict[str, Builder] = {"a3po": _build_a3po, "atlas": _build_atlas, "peer-trl": _build_peer_trl}
+_BUILDERS: dict[str, Builder] = {"a3po": _build_a3po, "atlas": build_atlas, "peer-trl": _build_peer_trl}
 
 
 def _jsonable(obj: Any) -> Any:

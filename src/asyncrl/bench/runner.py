@@ -14,6 +14,7 @@ in-process (:func:`asyncrl.runtime.train`) to skip ~5 s of imports each.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -21,7 +22,6 @@ import platform
 import shutil
 import subprocess
 import sys
-import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
@@ -146,8 +146,11 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def run_suite(suite: str, cells: list[Cell], out_dir: Path, *, quick: bool, command: str,
-              in_process: bool = False, console: Console | None = None) -> dict:
-    """Run every unfinished cell, then write results.json and the report; returns summary.json's dict."""
+              in_process: bool = False, jobs: int = 1, ray: bool = False,
+              console: Console | None = None) -> dict:
+    """Run every unfinished cell (in this process, ``jobs`` subprocesses at a time, or as Ray tasks:
+    :mod:`asyncrl.bench.executor`), then write results.json and the report; returns summary.json's dict."""
+    from asyncrl.bench.executor import run_cells
     from asyncrl.bench.report import write_report
 
     console = console or Console(stderr=True)
@@ -158,17 +161,22 @@ def run_suite(suite: str, cells: list[Cell], out_dir: Path, *, quick: bool, comm
         console.print(f"[dim]{len(cells) - len(todo)} of {len(cells)} cells already finished in {out_dir}[/dim]")
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
+    serial = jobs == 1 and not ray
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task(suite, total=len(todo))
-        for cell in todo:
+
+        def one(cell: Cell) -> Path:  # serial runs name the cell now running
             progress.update(task, description=f"{suite}: {cell.name}")
-            started = time.perf_counter()
-            run_dir = run_cell(cell, runs_dir, in_process=in_process)
+            return run_cell(cell, runs_dir, in_process=in_process)
+
+        def done(cell: Cell, run_dir: Path) -> None:
             s = json.loads((run_dir / "summary.json").read_text())
             console.print(f"  ✓ {cell.name:<34} eval {_fmt(s.get('initial_eval_reward'))} → "
-                          f"{_fmt(s.get('final_eval_reward'))}   train wall {_fmt(s.get('train_wall_s'), 1)} s"
-                          f"   ({time.perf_counter() - started:.0f} s)")
+                          f"{_fmt(s.get('final_eval_reward'))}   train wall {_fmt(s.get('train_wall_s'), 1)} s")
             progress.advance(task)
+
+        run_cells(todo, one if serial else functools.partial(run_cell, runs_dir=runs_dir), jobs=jobs, ray=ray,
+                  on_done=done)
     results = {"suite": suite, "quick": quick, "command": command,
                "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                "host": host_info(), "runs": [load_run(c, runs_dir / c.name) for c in cells]}

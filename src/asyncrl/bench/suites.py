@@ -41,8 +41,22 @@ ATLAS_LOSSES: dict[str, dict[str, object]] = {
     "ppo_kl": {"loss.name": "ppo_kl", "trainer.prox": "none"},
     "spo": {"loss.name": "spo", "trainer.prox": "none"},
 }
+# Two more rows of the same table: plain importance-weighted REINFORCE (TIS in its bypass form with
+# a cap above e^20, the bound on any log-weight: ρ·A·∇ℓ, nothing truncated), and decoupled PPO with the exact proximal
+# policy recomputed by an extra forward pass (the baseline A-3PO approximates).
+ATLAS_LOSSES["is_reinforce"] = {"loss.name": "tis", "trainer.prox": "none", "loss.params.cap": 1e9}
+ATLAS_LOSSES["recompute"] = {"loss.name": "decoupled", "trainer.prox": "recompute"}
 ATLAS_KS = (0, 1, 2, 4, 8, 16)
 ATLAS_QUICK_KS = (0, 2, 8)
+# The atlas's other two kinds of staleness, for the arms where they tell most (uncorrected, exact,
+# approximate, VACO):
+# - "buffer": each batch's behavior policy drawn uniformly from the last N versions (VACO's setup);
+# - "forward": K = 0 but M minibatch updates per batch, so the m-th update sees data m - 1 updates
+#   old (VACO's forward lag).
+ATLAS_ROWS = ("lag", "buffer", "forward")
+ATLAS_ROW_LOSSES = ("ppo", "is_reinforce", "recompute", "decoupled", "vaco")
+ATLAS_BUFFERS = (4, 8, 16)
+ATLAS_MINIBATCHES = (1, 16)  # with the config's own (4 in the presets), which the lag row's K = 0 holds
 
 PEER_METHODS: dict[str, dict[str, object]] = {
     "trl-grpo": {"run.mode": "sync"},  # run by asyncrl.bench.peer_trl (TRL decides the rest)
@@ -101,10 +115,11 @@ def _params(switches: dict[str, object], **extra) -> dict:
 
 def build_cells(suite: str, *, quick: bool = False, seeds: int | None = None,
                 methods: list[str] | None = None, ks: list[int] | None = None,
-                extra: list[str] | None = None, config: str | None = None) -> list[Cell]:
+                extra: list[str] | None = None, config: str | None = None,
+                rows: list[str] | None = None) -> list[Cell]:
     """The cells of ``suite``, in run order (seed-major, so a partial run covers every method).
 
-    methods / ks filter the suite's matrix (unknown names raise ValueError); extra overrides apply
+    methods / ks / rows (atlas) filter the suite's matrix (unknown names raise ValueError); extra overrides apply
     to every cell last, so they win; ``config`` is a YAML file every cell starts from (the suite's
     switches and ``extra`` override it).
     """
@@ -123,18 +138,47 @@ def build_cells(suite: str, *, quick: bool = False, seeds: int | None = None,
     cells = []
     for seed in range(n_seeds):
         if suite == "atlas":
-            for k in ks if ks is not None else (ATLAS_QUICK_KS if quick else ATLAS_KS):
-                if k < 0:
-                    raise ValueError(f"--ks: K must be >= 0, got {k}")
-                for method in chosen:
-                    switches = {"run.mode": "simulated", **table[method], "async.lag": k}
-                    cells.append(Cell(f"{method}-k{k}-s{seed}", method, seed, "train",
-                                      _overrides(base, switches, {"run.seed": seed}) + tail,
-                                      _params(table[method], K=k, mode="simulated"), config))
+            cells += _atlas_cells(chosen, seed, ks if ks is not None else (ATLAS_QUICK_KS if quick else ATLAS_KS),
+                                  rows if rows is not None else (("lag",) if quick else ATLAS_ROWS), base, tail,
+                                  config)
         else:
             for method in chosen:
                 runner = "trl" if method == "trl-grpo" else "train"
                 cells.append(Cell(f"{method}-s{seed}", method, seed, runner,
                                   _overrides(base, table[method], {"run.seed": seed}) + tail,
                                   _params(table[method]), config))
+    return cells
+
+
+def _atlas_cells(methods: list[str], seed: int, ks, rows, base: dict, tail: tuple, config: str | None
+                 ) -> list[Cell]:
+    """One seed's atlas cells: the lag row (every method × K), then the buffer and forward-lag rows
+    (their methods among ``methods``)."""
+    unknown = [r for r in rows if r not in ATLAS_ROWS]
+    if unknown:
+        raise ValueError(f"--rows: unknown {', '.join(unknown)} (known: {', '.join(ATLAS_ROWS)})")
+    cells = []
+
+    def add(name: str, method: str, switches: dict, **params) -> None:
+        switches = {"run.mode": "simulated", **ATLAS_LOSSES[method], **switches}
+        cells.append(Cell(f"{name}-s{seed}", method, seed, "train",
+                          _overrides(base, switches, {"run.seed": seed}) + tail,
+                          _params(ATLAS_LOSSES[method], mode="simulated", **params), config))
+
+    if "lag" in rows:
+        for k in ks:
+            if k < 0:
+                raise ValueError(f"--ks: K must be >= 0, got {k}")
+            for method in methods:
+                add(f"{method}-k{k}", method, {"async.lag": k}, row="lag", K=k)
+    row_methods = [m for m in methods if m in ATLAS_ROW_LOSSES]
+    if "buffer" in rows:
+        for n in ATLAS_BUFFERS:
+            for method in row_methods:
+                add(f"{method}-buf{n}", method, {"async.policy_buffer": n}, row="buffer", N=n)
+    if "forward" in rows:
+        for m in ATLAS_MINIBATCHES:
+            for method in row_methods:
+                add(f"{method}-mb{m}", method, {"async.lag": 0, "trainer.n_minibatches": m}, row="forward",
+                    M=m)
     return cells

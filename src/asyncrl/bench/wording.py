@@ -145,21 +145,30 @@ def headline_peer_trl(summary: Mapping[str, Any], methods: Mapping[str, Any]) ->
 
 
 def headline_atlas(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> list[str]:
-    grid = summary.get("grid") or {}
-    cells = [(loss, k, cell) for loss, row in grid.items() for k, cell in row.items()]
-    if not cells:
-        return ["No (loss, K) cell finished."]
-    collapsed = [c for c in cells if c[2].get("collapsed")]
-    best = max(cells, key=lambda c: as_float(c[2]["final_eval_reward"].get("mean"))
-               if math.isfinite(as_float(c[2]["final_eval_reward"].get("mean"))) else -math.inf)
-    stat = best[2]["final_eval_reward"]
-    half = (as_float(stat.get("ci_high")) - as_float(stat.get("ci_low"))) / 2
-    first = (f"{len(collapsed)} of {len(cells)} (loss, K) cells collapsed; the best final eval reward is "
-             f"{best[0]} at K = {best[1]}: {mean_pm(as_float(stat.get('mean')), half)} ({best[2]['n']} seeds).")
-    healthy = [loss for loss, row in grid.items() if not any(c.get("collapsed") for c in row.values())]
-    verdict = (f"Verdict: healthy at every K tried: {', '.join(healthy)}." if healthy
-               else "Verdict: every loss collapsed at some K.")
-    return [first, verdict]
+    """Sync's gain, which losses end below sync at the largest K (CI of the gap excludes 0) or
+    collapse, and how far each loss holds within ``near_sync`` of sync."""
+    lag = (summary.get("rows") or {}).get("lag")
+    if not lag or not lag.get("grid"):
+        return ["No cell of the lag row finished."]
+    grid, ks = lag["grid"], lag["cols"]
+    lines = []
+    sync = grid.get("ppo", {}).get("0")
+    if sync:
+        start, end = as_float(sync["initial_eval_reward"]["mean"]), as_float(sync["final_eval_reward"]["mean"])
+        acc = as_float(sync["final_eval_answer_acc"]["mean"])
+        lines.append(f"Sync (ppo at K = 0, {sync['n']} seeds) goes from {number(start)} to {number(end)} eval reward "
+                     f"({points(100 * (end - start))})" + (f"; answer accuracy ends at {number(acc)}." if
+                                                           math.isfinite(acc) else "."))
+    k = ks[-1]
+    below = [(m, row[str(k)]) for m, row in grid.items() if str(k) in row and row[str(k)].get("below_sync")]
+    broke = ", ".join(f"{m} ({as_float(c['gap_vs_sync']['mean']) * 100:+.1f})" for m, c in below) or "none"
+    collapsed = [m for m, row in grid.items() if row.get(str(k), {}).get("collapsed")]
+    lines.append(f"At K = {k}, below sync beyond the seed spread: {broke}; collapsed: {', '.join(collapsed) or 'none'}.")
+    holds = summary.get("holds_to_k") or {}
+    near = 100 * as_float(summary.get("near_sync"))
+    lines.append(f"Largest K within {near:.0f} points of sync (at it and every smaller K): " + ", ".join(
+        f"{m} {'none' if h is None else h}" for m, h in holds.items()) + ".")
+    return lines
 
 
 HEADLINES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], list[str]]] = {

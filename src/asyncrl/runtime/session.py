@@ -10,6 +10,7 @@ ever recorded twice."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import resource
@@ -45,9 +46,15 @@ def resolve_policy_dir(cfg: Config, log=print) -> Path:
     if cfg.policy.model_path:
         return Path(cfg.policy.model_path)
     path = pretrained_dir(cfg)
-    if not is_complete(path):
-        log(f"warm start not cached; running `asyncrl pretrain` ({cfg.pretrain.steps} steps) → {path}")
-        pretrain(cfg)
+    if is_complete(path):
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # runs started together (bench --jobs) wait for one warm start instead of each building it
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not is_complete(path):
+            log(f"warm start not cached; running `asyncrl pretrain` ({cfg.pretrain.steps} steps) → {path}")
+            pretrain(cfg)
     return path
 
 
@@ -101,6 +108,8 @@ class Session:
     progress: TrainProgress
     started: float = field(default_factory=time.time)
     eval_history: list[tuple[int, float]] = field(default_factory=list)
+    # eval_answer_acc per evaluation (tasks that can judge an answer whatever its format)
+    answer_acc_history: list[tuple[int, float]] = field(default_factory=list)
     eval_time_s: float = 0.0  # evaluation seconds after step 0 (excluded from train_wall_s)
     ledger: Ledger | None = None
     resume: Resume | None = None  # the checkpoint this run continues from
@@ -167,6 +176,7 @@ class Session:
 
     def _restore(self, state: dict) -> None:
         self.eval_history = [(int(s), float(a)) for s, a in state["eval_history"]]
+        self.answer_acc_history = [(int(s), float(a)) for s, a in state.get("answer_acc_history", [])]
         self.eval_time_s = float(state["eval_time_s"])
         self.started = time.time() - float(state["elapsed_s"])  # wall time continues the run's
         self.train_wall_prior_s = float(state["train_wall_s"])
@@ -175,7 +185,8 @@ class Session:
         set_global_rng_state(self.resume.trainer_state["global_rng"])
 
     def state_dict(self) -> dict:
-        return {"eval_history": [[s, a] for s, a in self.eval_history], "eval_time_s": self.eval_time_s,
+        return {"eval_history": [[s, a] for s, a in self.eval_history],
+                "answer_acc_history": [[s, a] for s, a in self.answer_acc_history], "eval_time_s": self.eval_time_s,
                 "elapsed_s": self.elapsed_s(), "train_wall_s": self.train_wall_s(),
                 "ess_monitor": self.monitor.state_dict()}
 
@@ -197,6 +208,8 @@ class Session:
                                          rewards=self.rewards)
         acc = self.last_eval["eval_reward"]
         self.eval_history.append((step, acc))
+        if "eval_answer_acc" in self.last_eval:
+            self.answer_acc_history.append((step, self.last_eval["eval_answer_acc"]))
         if step > 0:
             self.eval_time_s += time.perf_counter() - t0
         else:  # before training: its own row, so curves start where the policy started
@@ -290,6 +303,8 @@ class Session:
             "initial_eval_reward": self.eval_history[0][1] if self.eval_history else None,
             "final_eval_reward": self.eval_history[-1][1] if self.eval_history else None,
             "eval_history": self.eval_history,
+            "initial_eval_answer_acc": self.answer_acc_history[0][1] if self.answer_acc_history else None,
+            "final_eval_answer_acc": self.answer_acc_history[-1][1] if self.answer_acc_history else None,
             "wall_time_s": time.time() - self.started,
             # ru_maxrss is in KiB on Linux; children = rollout worker processes (largest one)
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from asyncrl.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
-from asyncrl.tasks.base import Problem, Task, extract_answer
+from asyncrl.tasks.base import Problem, Task, extract_answer, extract_any_answer
 from asyncrl.tasks.datasets import DatasetConfig, GSM8KTask, MathTask
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "build_task",
     "check_registry",
     "extract_answer",
+    "extract_any_answer",
 ]
 
 TASKS: dict[str, Callable[[Any], Task]] = {"arithmetic": ArithmeticTask, "gsm8k": GSM8KTask, "math": MathTask}

@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from asyncrl.config_loader import setting
-from asyncrl.tasks.base import Problem, extract_answer
+from asyncrl.tasks.base import Problem, extract_answer, extract_any_answer
 
 __all__ = ["ArithmeticConfig", "ArithmeticTask", "EVAL_BUCKETS", "SPLITS"]
 
@@ -152,6 +152,12 @@ class ArithmeticTask:
         """1.0 iff the first ``####`` answer of ``completion`` equals ``problem.answer``."""
         answer = extract_answer(completion)
         return 1.0 if answer is not None and answer == getattr(problem, "answer", None) else 0.0
+
+    def answer_correct(self, completion: str, problem: Problem) -> bool:
+        """Whether ``completion``'s first answer, in either style (``#### 8`` or "The answer is 8"),
+        is right: accuracy with the answer format factored out (``eval_answer_acc``)."""
+        answer = extract_any_answer(completion)
+        return answer is not None and answer == getattr(problem, "answer", None)
 
     def corpus(self, n: int) -> Iterator[str]:
         """Yield ``n`` ``prompt + solution`` strings from the TRAIN split only, cycling if needed.

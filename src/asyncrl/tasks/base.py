@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ANSWER_MARKER", "MAX_ANSWER_DIGITS", "Problem", "Task", "extract_answer"]
+__all__ = ["ANSWER_MARKER", "MAX_ANSWER_DIGITS", "Problem", "Task", "extract_answer", "extract_any_answer"]
 
 ANSWER_MARKER = "####"
+_ANY_MARKER = re.compile(r"####|answer is", re.IGNORECASE)
 
 # Answers longer than this are treated as malformed: no task here has such answers, and a
 # bound keeps the parser O(1) after the marker however much a policy babbles.
@@ -105,7 +106,26 @@ def extract_answer(text: str) -> str | None:
     start = text.find(ANSWER_MARKER)
     if start < 0:
         return None
-    rest = text[start + len(ANSWER_MARKER) :].lstrip(" \t\r\n\f\v")[:_WINDOW]
+    return _number_at(text, start + len(ANSWER_MARKER))
+
+
+def extract_any_answer(text: str) -> str | None:
+    """The number after the first answer marker of *any* style: ``####`` or "answer is" (any case).
+
+    A format-agnostic reading of what a completion answers: the embedded task's warm start writes
+    some solutions as "... The answer is 8." which the reward (``####`` only) rejects. Scoring
+    with this as well separates learning the arithmetic from learning the answer format. The
+    number is parsed and normalized exactly as :func:`extract_answer` does; never raises.
+    """
+    if not isinstance(text, str):
+        return None
+    match = _ANY_MARKER.search(text)
+    return None if match is None else _number_at(text, match.end())
+
+
+def _number_at(text: str, pos: int) -> str | None:
+    """The normalized number starting at ``text[pos:]`` after whitespace (rules: extract_answer)."""
+    rest = text[pos:].lstrip(" \t\r\n\f\v")[:_WINDOW]
     match = _NUMBER.match(rest)
     if match is None:
         return None

@@ -1,0 +1,255 @@
+"""The staleness atlas's report: per (loss, K) cell the final reward against sync, time to a target
+reward, clipped/filtered tokens, importance-weight extremes, ESS and a collapse flag; heatmaps;
+the policy-buffer and forward-lag rows; and the verdict per loss.
+
+Definitions (docs/benchmarks.md says the same in prose):
+
+- **sync**: ``ppo`` at K = 0 of the lag row (on-policy PPO-clip, i.e. sync GRPO). Every gap is
+  cell − sync in eval-reward points, with a bootstrap CI over both arms' seeds.
+- **below sync**: the gap's CI lies entirely below 0.
+- **collapsed**: the mean final eval reward ends more than ``COLLAPSE_MARGIN`` below the mean initial
+  one, or some step had a non-finite loss or a skipped update.
+- **target**: the train reward halfway between sync's start (mean of its first 5 steps) and its end
+  (mean of its last 10); a run reaches it at the first step whose 5-step mean train reward is at or
+  above it. Steps to target is the mean over the seeds that reach it, with how many did.
+- **holds to K**: the largest K such that the loss is within ``NEAR_SYNC`` points of sync at that K
+  and every smaller K of the lag row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import figures as F
+from . import wording as W
+from .stats import as_float as _num
+from .stats import bootstrap_ci, diff_ci, finite, ordered, run_value, seed_stat
+
+COLLAPSE_MARGIN = 0.02  # above the seed-to-seed eval noise of the tiny-model suites, far below learning
+NEAR_SYNC = 0.03  # "stays within 3 points of sync"
+SYNC = ("ppo", 0)  # the reference cell: on-policy PPO-clip
+TARGET_START, TARGET_END, TARGET_SMOOTH = 5, 10, 5
+ROW_AXES = {"lag": ("K", "K (exact lag)"), "buffer": ("N", "N (policy buffer capacity)"),
+            "forward": ("M", "M (minibatch updates per batch, K = 0)")}
+
+
+def _row(run: Mapping[str, Any]) -> str:
+    return (run.get("params") or {}).get("row", "lag")
+
+
+def _col(run: Mapping[str, Any]) -> Any:
+    key = ROW_AXES[_row(run)][0] if _row(run) in ROW_AXES else "K"
+    value = (run.get("params") or {}).get(key)
+    return "n/a" if value is None else value
+
+
+def _cells(runs: Sequence[Mapping[str, Any]], row: str) -> dict[tuple[str, Any], list]:
+    """{(loss, column value): runs} of one row."""
+    cells: dict[tuple[str, Any], list] = {}
+    for run in runs:
+        if _row(run) == row:
+            cells.setdefault((str(run.get("method")), _col(run)), []).append(run)
+    return cells
+
+
+def collapse_reasons(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Why a cell counts as collapsed (empty = healthy). A ``loss`` of null counts as non-finite:
+    results.json writes NaN as null; only an absent key means "not logged"."""
+    reasons = []
+    final = bootstrap_ci([run_value(r, "final_eval_reward") for r in runs])[0]
+    initial = bootstrap_ci([run_value(r, "initial_eval_reward") for r in runs])[0]
+    if final < initial - COLLAPSE_MARGIN:  # False when either is NaN
+        reasons.append(f"final eval reward fell more than {COLLAPSE_MARGIN} below initial")
+    recs = [rec for r in runs for rec in r.get("metrics") or []]
+    if any("loss" in rec and not math.isfinite(_num(rec["loss"])) for rec in recs):
+        reasons.append("non-finite loss")
+    if any(_num(rec.get("skipped_updates")) > 0 for rec in recs):
+        reasons.append("skipped updates")
+    return reasons
+
+
+def clip_or_mask(run: Mapping[str, Any]) -> float:
+    """Mean over steps of clipped_tokens + masked_token_frac (a missing half counts as 0)."""
+    per_step = []
+    for rec in run.get("metrics") or []:
+        pair = [_num(rec.get("clipped_tokens")), _num(rec.get("masked_token_frac"))]
+        if any(math.isfinite(v) for v in pair):
+            per_step.append(sum(v for v in pair if math.isfinite(v)))
+    return float(np.mean(per_step)) if per_step else math.nan
+
+
+def _extreme(run: Mapping[str, Any], key: str, pick) -> float:
+    values = finite(_num(rec.get(key)) for rec in run.get("metrics") or [])
+    return float(pick(values)) if values.size else math.nan
+
+
+def _train_rewards(run: Mapping[str, Any]) -> np.ndarray:
+    return np.array([_num(rec.get("reward_mean")) for rec in run.get("metrics") or [] if "reward_mean" in rec])
+
+
+def target_reward(sync_runs: Sequence[Mapping[str, Any]]) -> float:
+    """Halfway from sync's starting train reward to its final one (NaN without sync runs)."""
+    starts, ends = [], []
+    for run in sync_runs:
+        rewards = finite(_train_rewards(run))
+        if rewards.size >= TARGET_END:
+            starts.append(rewards[:TARGET_START].mean())
+            ends.append(rewards[-TARGET_END:].mean())
+    return float((np.mean(starts) + np.mean(ends)) / 2) if starts else math.nan
+
+
+def steps_to(run: Mapping[str, Any], target: float) -> float:
+    """First step whose TARGET_SMOOTH-step mean train reward reaches ``target``; NaN if never."""
+    rewards = _train_rewards(run)
+    if not math.isfinite(target) or rewards.size < TARGET_SMOOTH:
+        return math.nan
+    smooth = np.convolve(rewards, np.ones(TARGET_SMOOTH) / TARGET_SMOOTH, mode="valid")
+    hit = np.nonzero(smooth >= target)[0]
+    return float(hit[0] + TARGET_SMOOTH) if hit.size else math.nan
+
+
+def cell_stats(runs: Sequence[Mapping[str, Any]], sync_runs: Sequence[Mapping[str, Any]], target: float) -> dict:
+    """Every statistic of one (loss, column) cell over its seeds."""
+    final = [run_value(r, "final_eval_reward") for r in runs]
+    gap = diff_ci(final, [run_value(r, "final_eval_reward") for r in sync_runs])
+    reached = finite([steps_to(r, target) for r in runs])
+    reasons = collapse_reasons(runs)
+    return {
+        "n": len(runs),
+        "final_eval_reward": seed_stat(final),
+        "initial_eval_reward": seed_stat([run_value(r, "initial_eval_reward") for r in runs]),
+        "final_eval_answer_acc": seed_stat([run_value(r, "final_eval_answer_acc") for r in runs]),
+        "gap_vs_sync": {"mean": gap[0], "ci_low": gap[1], "ci_high": gap[2]},
+        "below_sync": bool(gap[2] < 0),
+        "steps_to_target": float(reached.mean()) if reached.size else math.nan,
+        "reached_target": int(reached.size),
+        "clip_or_mask_frac": seed_stat([clip_or_mask(r) for r in runs]),
+        "importance_weight_max": seed_stat([_extreme(r, "importance_weight_max", np.max) for r in runs]),
+        "importance_weight_min": seed_stat([_extreme(r, "importance_weight_min", np.min) for r in runs]),
+        "ess_frac": seed_stat([run_value(r, "ess_frac") for r in runs]),
+        "collapsed": bool(reasons), "collapse_reasons": reasons,
+    }
+
+
+def holds_to(row: Mapping[str, Mapping[str, Any]], ks: Sequence[Any]) -> Any:
+    """The largest K up to which a loss stays within NEAR_SYNC of sync at every K run (None: not even
+    its smallest K)."""
+    last = None
+    for k in ks:
+        cell = row.get(str(k))
+        if cell is None:
+            continue
+        if not _num(cell["gap_vs_sync"]["mean"]) >= -NEAR_SYNC:
+            break
+        last = k
+    return last
+
+
+def atlas_grids(runs: Sequence[Mapping[str, Any]]) -> dict:
+    """{row: {"losses", "cols", "grid": {loss: {str(col): cell stats}}}}, the sync reference, the target."""
+    sync_runs = _cells(runs, "lag").get(SYNC, [])
+    target = target_reward(sync_runs)
+    rows = {}
+    for row in ROW_AXES:
+        cells = _cells(runs, row)
+        if not cells:
+            continue
+        losses = ordered([m for m, _ in cells])
+        cols = sorted({c for _, c in cells}, key=lambda c: (isinstance(c, str), _num(c), str(c)))
+        grid = {m: {str(c): cell_stats(cells[(m, c)], sync_runs, target) for c in cols if (m, c) in cells}
+                for m in losses}
+        rows[row] = {"losses": losses, "cols": cols, "grid": grid}
+    return {"rows": rows, "sync_n": len(sync_runs), "target_train_reward": target}
+
+
+def _matrix(block: Mapping[str, Any], key: str, field: str = "mean") -> list[list[float]]:
+    return [[_num((block["grid"][m].get(str(c), {}).get(key) or {}).get(field)) for c in block["cols"]]
+            for m in block["losses"]]
+
+
+def _cell_text(cell: Mapping[str, Any] | None) -> str:
+    """Final reward `mean ± half-width`, the gap to sync, ✗ if collapsed, — if never run."""
+    if cell is None:
+        return "—"
+    stat, gap = cell["final_eval_reward"], cell["gap_vs_sync"]
+    mean, low, high = (_num(stat[k]) for k in ("mean", "ci_low", "ci_high"))
+    text = W.mean_pm(mean, (high - low) / 2)
+    if math.isfinite(_num(gap["mean"])):
+        text += f" ({100 * _num(gap['mean']):+.1f}{'*' if cell['below_sync'] else ''})"
+    return text + (" ✗" if cell["collapsed"] else "")
+
+
+def _table(block: Mapping[str, Any], head: str) -> str:
+    header = [f"Loss \\ {head}"] + [str(c) for c in block["cols"]]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join([m] + [_cell_text(block["grid"][m].get(str(c))) for c in block["cols"]]) + " |"
+              for m in block["losses"]]
+    return "\n".join(lines) + "\n"
+
+
+def _diagnostics_table(block: Mapping[str, Any]) -> str:
+    """Lag row at its largest K: the diagnostics that say why a loss held or broke."""
+    k = block["cols"][-1]
+    header = ["Loss", "steps to target (reached)", "clipped/filtered tokens", "max weight", "min weight",
+              "ESS", "answer acc"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for m in block["losses"]:
+        c = block["grid"][m].get(str(k))
+        if c is None:
+            continue
+        steps = _num(c["steps_to_target"])
+        lines.append("| " + " | ".join([
+            m, f"{steps:.0f} ({c['reached_target']}/{c['n']})" if math.isfinite(steps) else f"— (0/{c['n']})",
+            W.number(_num(c["clip_or_mask_frac"]["mean"])), W.number(_num(c["importance_weight_max"]["mean"])),
+            W.number(_num(c["importance_weight_min"]["mean"])), W.number(_num(c["ess_frac"]["mean"])),
+            W.number(_num(c["final_eval_answer_acc"]["mean"]))]) + " |")
+    return f"Diagnostics at K = {k} (means over seeds; weights are each run's extreme over steps):\n\n" + \
+        "\n".join(lines) + "\n"
+
+
+def _figures(fig_dir: Path, rows: Mapping[str, Any]) -> list[tuple[str, str]]:
+    figs = []
+    specs = [("final_eval_reward", "mean", "Final eval reward", "final eval reward", "{:.2f}"),
+             ("gap_vs_sync", "mean", "Final eval reward − sync", "points below / above sync", "{:+.2f}"),
+             ("final_eval_answer_acc", "mean", "Final answer accuracy (any answer format)", "accuracy", "{:.2f}"),
+             ("clip_or_mask_frac", "mean", "Clipped or filtered token fraction", "fraction", "{:.2f}"),
+             ("ess_frac", "mean", "Effective sample size fraction", "ESS / N", "{:.2f}")]
+    mark = f"× = collapsed (final < initial − {COLLAPSE_MARGIN}, non-finite loss, or skipped updates)"
+    for row, block in rows.items():
+        marks = [[bool(block["grid"][m].get(str(c), {}).get("collapsed")) for c in block["cols"]]
+                 for m in block["losses"]]
+        for i, (key, field, title, cbar, fmt) in enumerate(specs if row == "lag" else specs[:2], start=1):
+            name = f"{row}_{i}_{key}.png"
+            F.heatmap(fig_dir / name, _matrix(block, key, field), block["losses"], [str(c) for c in block["cols"]],
+                      title=f"{title} ({row} row)", xlabel=ROW_AXES[row][1], ylabel="loss",
+                      cbar_label=cbar, marked=marks, fmt=fmt)
+            figs.append((name, f"{title} per (loss, {ROW_AXES[row][0]}), mean over seeds; {mark}."))
+    return figs
+
+
+def build_atlas(results: Mapping[str, Any], fig_dir: Path, methods: dict) -> tuple[dict, str, list]:
+    """(summary entries, Markdown, figures) of an atlas results.json."""
+    grids = atlas_grids(results.get("runs") or [])
+    rows = grids["rows"]
+    parts = []
+    caption = ("Cells: final eval reward, mean ± half-width of the 95% bootstrap CI over seeds, then "
+               "(gap to sync in points; * = its CI excludes 0); ✗ = collapsed; — = not run.")
+    for row, block in rows.items():
+        parts.append(f"**{row} row** ({ROW_AXES[row][1]})\n\n" + _table(block, ROW_AXES[row][0]))
+    if "lag" in rows:
+        parts.append(_diagnostics_table(rows["lag"]))
+        holds = {m: holds_to(rows["lag"]["grid"][m], rows["lag"]["cols"]) for m in rows["lag"]["losses"]}
+    else:
+        holds = {}
+    target = grids["target_train_reward"]
+    parts.append(caption + (f" Target train reward: {target:.3f}." if math.isfinite(target) else ""))
+    collapsed = [[row, m, c] for row, b in rows.items() for m in b["losses"] for c in b["cols"]
+                 if b["grid"][m].get(str(c), {}).get("collapsed")]
+    extra = {"rows": rows, "target_train_reward": target, "sync_n": grids["sync_n"], "holds_to_k": holds,
+             "near_sync": NEAR_SYNC, "collapse_margin": COLLAPSE_MARGIN, "collapsed": collapsed}
+    return extra, "\n".join(parts), _figures(fig_dir, rows)
