@@ -58,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", help="output directory (default: runs/bench/<suite>[-quick])")
     bench.add_argument("--methods", help="comma-separated subset of the suite's methods / losses")
     bench.add_argument("--ks", help="atlas: comma-separated lags K (default 0,1,2,4,8,16; --quick 0,2,8); "
+                                    "a3po: run the async methods at W = K for each K (default: W = 1); "
                                     "control: policy buffer capacities (default 1,4,8,16; --quick 1,4)")
     bench.add_argument("--rows", help="atlas: comma-separated rows: lag (every loss × K), buffer (policy buffer "
                                       "of N past versions), forward (M minibatch updates per batch); "
@@ -205,10 +206,12 @@ def _bench(args) -> int:
 
     try:
         ks = _ks(args)
-        if ks is not None and args.suite != "atlas":
-            raise ValueError(f"--ks: only the atlas suite has lags K (suite: {args.suite})")
+        if ks is not None and args.suite not in ("atlas", "a3po"):
+            raise ValueError(f"--ks: only the atlas and a3po suites take K (suite: {args.suite})")
         if args.rows is not None and args.suite != "atlas":
             raise ValueError(f"--rows: only the atlas suite has rows (suite: {args.suite})")
+        if args.jobs < 1:
+            raise ValueError(f"--jobs: must be >= 1, got {args.jobs}")
         cells = build_cells(args.suite, quick=args.quick, seeds=args.seeds,
                             methods=_csv(args.methods, str, "--methods"), ks=ks, extra=args.overrides,
                             config=args.config, rows=_csv(args.rows, str, "--rows"))
@@ -223,9 +226,6 @@ def _bench(args) -> int:
             print(cell.name, " ".join(cell_argv(cell, out / "runs")))
         return 0
     command = "asyncrl " + shlex.join(args.argv)
-    if args.jobs < 1:
-        print(f"asyncrl: --jobs: must be >= 1, got {args.jobs}", file=sys.stderr)
-        return 2
     serial = args.jobs == 1 and not args.ray  # only a serial suite can run cells in this process
     return _run_reported(lambda: run_suite(args.suite, cells, out, quick=args.quick, command=command,
                                            in_process=serial and (args.in_process or args.suite == "atlas"),

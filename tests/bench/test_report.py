@@ -261,3 +261,30 @@ def test_method_line_figure_draws_every_seed(tmp_path, monkeypatch):
     assert len(lines) == 8
     thin = [line for line in lines if line.get_linewidth() < 1.0]
     assert sorted(float(line.get_ydata()[0]) for line in thin) == pytest.approx([0.1, 0.1, 1.1, 1.1, 2.1, 2.1])
+
+
+def test_a3po_staleness_variant_reports_the_approximation_error(tmp_path):
+    """`bench a3po --ks 4`: per K, A-3PO against recompute, and its error binned by staleness."""
+    runs = []
+    for seed in range(2):
+        runs.append(_run("sync", seed, train_wall=100, final=0.60, prox=0.0))
+        runs.append(_run("async-recompute-k4", seed, train_wall=80, final=0.56, prox=0.1))
+        ll = _run("async-loglinear-k4", seed, train_wall=50, final=0.52, prox=0.001)
+        for rec, stale, err in zip(ll["metrics"], (1.2, 2.4, 3.6, 3.9), (0.01, 0.02, 0.03, 0.05)):
+            rec.update(staleness_token_mean=stale, prox_abs_err_mean=err + 0.01 * seed, prox_abs_err_max=1.0)
+        runs.append(ll)
+    summary = write_report(tmp_path, _results("a3po", runs))
+    _check_outputs(tmp_path, summary, n_figures=7)
+    k4 = summary["by_k"]["4"]
+    assert k4["eval_gap_loglinear_minus_recompute"] == pytest.approx(-4.0)
+    assert k4["speedup_vs_recompute"] == pytest.approx(80 / 50) and k4["speedup_vs_sync"] == pytest.approx(2.0)
+    assert k4["realized_staleness"] == pytest.approx((1.2 + 2.4 + 3.6 + 3.9) / 4)
+    assert k4["prox_abs_err_mean"] == pytest.approx(0.0275 + 0.005)
+    from asyncrl.bench.report import _error_curves
+
+    x, mean, low, high = _error_curves({"ll": [r for r in runs if r["method"] == "async-loglinear-k4"]})["ll"]
+    # bins 1, 2, 4 (3.6 and 3.9 round to 4: their errors average); seeds differ by 0.01
+    np.testing.assert_allclose(x, [1, 2, 4])
+    np.testing.assert_allclose(mean, [0.015, 0.025, 0.045])
+    np.testing.assert_allclose(high - low, [0.01, 0.01, 0.01])
+    assert "Realized staleness" in (tmp_path / "table.md").read_text()

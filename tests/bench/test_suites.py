@@ -96,3 +96,16 @@ def test_peer_suite_runs_trl_cell_with_its_own_runner():
     cells = build_cells("peer-trl", quick=True)
     assert [(c.method, c.runner) for c in cells] == [
         ("trl-grpo", "trl"), ("asyncrl-sync", "train"), ("asyncrl-async-loglinear", "train")]
+
+
+def test_a3po_at_staleness_k_runs_async_methods_at_w_equals_k_and_logs_the_error():
+    cells = build_cells("a3po", seeds=1, ks=[4, 8])
+    assert [c.name for c in cells] == ["sync-s0", "async-recompute-k4-s0", "async-recompute-k8-s0",
+                                       "async-loglinear-k4-s0", "async-loglinear-k8-s0"]
+    ll8 = load_config(None, list(cells[-1].overrides))
+    assert (ll8.async_.max_staleness, ll8.async_.max_ahead, ll8.trainer.prox) == (8, 8, "loglinear")
+    assert ll8.trainer.prox_error and cells[-1].method == "async-loglinear-k8"
+    rec4 = load_config(None, list(cells[1].overrides))
+    assert (rec4.async_.max_ahead, rec4.trainer.prox, rec4.trainer.prox_error) == (4, "recompute", False)
+    with pytest.raises(ValueError, match="need K >= 1"):
+        build_cells("a3po", ks=[0])

@@ -160,7 +160,60 @@ def _build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
             ("clipped_tokens", "Clipped tokens (%)", 100), ("entropy", "Entropy"), ("ess_frac", "ESS (%)", 100)]
     table = _method_table(methods, groups, cols,
                           CI_CAPTION + " IW/clipped/entropy/ESS are per-run means over steps.")
+    stale = _stale_summary(methods)
+    if stale:  # the --ks variant: A-3PO against recompute at each look-ahead W = K
+        extra["by_k"] = stale
+        stale_cols = [("staleness_token_mean", "Realized staleness"),
+                      ("prox_abs_err_mean", "|ℓ_prox − ℓ_approx| mean"), ("prox_abs_err_max", "… max")]
+        table += "\n" + _method_table(methods, groups, stale_cols, "Per-run means over steps (the max column: "
+                                       "the mean over steps of each step's largest token error).")
+        F.line_band_figure(fig_dir / "fig7_prox_error_vs_staleness.png", {"": _error_curves(groups)},
+                           title="A-3PO's proximal log-prob error vs staleness", xlabel="staleness of the step's "
+                           "tokens (mean, rounded)", ylabel="mean |ℓ_prox − ℓ_approx| per token", colors=colors)
+        figs.append(("fig7_prox_error_vs_staleness.png", "Mean absolute error of the log-linear proximal "
+                     "log-probs against the recomputed ones, per step, binned by the step's mean token "
+                     "staleness; line = mean over seeds, band = min/max over seeds."))
     return extra, table, figs
+
+
+def _stale_summary(methods: Mapping[str, Any]) -> dict:
+    """Per K of the a3po ``--ks`` variant (methods async-<prox>-k<K>): A-3PO against recompute and sync."""
+    out = {}
+    for m in methods:
+        match = re.fullmatch(r"async-loglinear-k(\d+)", m)
+        if not match:
+            continue
+        rec = f"async-recompute-k{match.group(1)}"
+        out[match.group(1)] = {
+            "realized_staleness": _finite(_mean(methods, m, "staleness_token_mean")),
+            "prox_abs_err_mean": _finite(_mean(methods, m, "prox_abs_err_mean")),
+            "eval_gap_loglinear_minus_recompute": _points_gap(methods, m, rec, "final_eval_reward"),
+            "eval_gap_loglinear_minus_sync": _points_gap(methods, m, "sync", "final_eval_reward"),
+            "speedup_vs_recompute": _mratio(methods, rec, m, "train_wall_s"),
+            "speedup_vs_sync": _mratio(methods, "sync", m, "train_wall_s")}
+    return out
+
+
+def _error_curves(groups: Mapping[str, list]) -> dict:
+    """{method: (staleness bins, mean error, min, max)} over the runs that logged prox_abs_err_mean."""
+    curves = {}
+    for method, runs in groups.items():
+        per_run = []
+        for run in runs:
+            bins: dict[int, list[float]] = {}
+            for rec in run.get("metrics") or []:
+                err, stale = _num(rec.get("prox_abs_err_mean")), _num(rec.get("staleness_token_mean"))
+                if math.isfinite(err) and math.isfinite(stale):
+                    bins.setdefault(round(stale), []).append(err)
+            if bins:
+                per_run.append({b: float(np.mean(v)) for b, v in bins.items()})
+        if not per_run:
+            continue
+        xs = sorted({b for r in per_run for b in r})
+        cols = [[r[b] for r in per_run if b in r] for b in xs]
+        curves[method] = (np.array(xs, float), np.array([np.mean(c) for c in cols]),
+                          np.array([min(c) for c in cols]), np.array([max(c) for c in cols]))
+    return curves
 
 
 def _finite(value: float) -> float | None:

@@ -30,10 +30,10 @@ wall_time_key = "wall_time"
 SUMMARY_METRICS = ("final_eval_reward", "initial_eval_reward", "train_wall_s", "wall_time_s",
                    "time_per_step_s", "gen_time_per_step_s", "train_time_per_step_s",
                    "prox_time_per_step_s", "samples_per_s", "weight_publish_per_step_s",
-                   "weight_pull_per_step_s", "gen_tokens_per_s")
+                   "weight_pull_per_step_s", "gen_tokens_per_s", "final_eval_answer_acc")
 # Per-step metrics: each run contributes its mean over steps, then runs are aggregated.
 STEP_METRICS = ("importance_weight_max", "importance_weight_min", "clipped_tokens", "entropy",
-                "ess_frac")
+                "ess_frac", "staleness_token_mean", "prox_abs_err_mean", "prox_abs_err_max")
 
 # Upper bound on the number of floats materialised at once by the vectorised bootstrap
 # (rows x n_boot x n); keeps memory around 32 MB however long the curves are.

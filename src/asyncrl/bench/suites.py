@@ -119,6 +119,8 @@ def build_cells(suite: str, *, quick: bool = False, seeds: int | None = None,
                 rows: list[str] | None = None) -> list[Cell]:
     """The cells of ``suite``, in run order (seed-major, so a partial run covers every method).
 
+    With ``ks``, the a3po suite runs its async methods at look-ahead W = K = each given K, A-3PO
+    also logging its error against the exact proximal log-probs (``trainer.prox_error``).
     methods / ks / rows (atlas) filter the suite's matrix (unknown names raise ValueError); extra overrides apply
     to every cell last, so they win; ``config`` is a YAML file every cell starts from (the suite's
     switches and ``extra`` override it).
@@ -141,6 +143,8 @@ def build_cells(suite: str, *, quick: bool = False, seeds: int | None = None,
             cells += _atlas_cells(chosen, seed, ks if ks is not None else (ATLAS_QUICK_KS if quick else ATLAS_KS),
                                   rows if rows is not None else (("lag",) if quick else ATLAS_ROWS), base, tail,
                                   config)
+        elif suite == "a3po" and ks is not None:
+            cells += _a3po_stale_cells(chosen, seed, ks, base, tail, config)
         else:
             for method in chosen:
                 runner = "trl" if method == "trl-grpo" else "train"
@@ -181,4 +185,27 @@ def _atlas_cells(methods: list[str], seed: int, ks, rows, base: dict, tail: tupl
             for method in row_methods:
                 add(f"{method}-mb{m}", method, {"async.lag": 0, "trainer.n_minibatches": m}, row="forward",
                     M=m)
+    return cells
+
+
+def _a3po_stale_cells(methods: list[str], seed: int, ks, base: dict, tail: tuple, config: str | None
+                      ) -> list[Cell]:
+    """The a3po suite where the approximation is exercised: data arrive about K versions stale
+    (W = K), not 1, so the log-linear proximal policy differs from the behavior policy."""
+    cells = []
+    for k in ks:
+        if k < 1:
+            raise ValueError(f"--ks: the a3po suite's async runs need K >= 1, got {k}")
+    for method in methods:
+        if method == "sync":
+            cells.append(Cell(f"sync-s{seed}", "sync", seed, "train",
+                              _overrides(base, A3PO_METHODS["sync"], {"run.seed": seed}) + tail,
+                              _params(A3PO_METHODS["sync"]), config))
+            continue
+        for k in ks:
+            switches = {**A3PO_METHODS[method], "async.max_staleness": k, "async.max_ahead": k}
+            if switches["trainer.prox"] == "loglinear":
+                switches["trainer.prox_error"] = True
+            cells.append(Cell(f"{method}-k{k}-s{seed}", f"{method}-k{k}", seed, "train",
+                              _overrides(base, switches, {"run.seed": seed}) + tail, _params(switches), config))
     return cells
