@@ -103,7 +103,7 @@ def _pretrain(cfg) -> int:
     from asyncrl.progress import TrainProgress
 
     with TrainProgress(cfg.pretrain.steps, "pretrain", enabled=cfg.run.progress) as progress:
-        path = pretrain(cfg, on_step=lambda step, loss: progress.update(step + 1, reward=loss))
+        path = pretrain(cfg, on_step=lambda step, loss: progress.update(step + 1, sft_loss=loss))
     print((path / "pretrain_summary.json").read_text())
     print(f"saved: {path}")
     return 0

@@ -36,6 +36,8 @@ def cache_key(cfg: Config) -> str:
         "task": dataclasses.asdict(cfg.task),
         "pretrain": dataclasses.asdict(cfg.pretrain),
     }
+    if not cfg.pretrain.shortcut_frac:  # added later: warm starts built before it keep their key
+        del payload["pretrain"]["shortcut_frac"]
     device = cfg.policy.device.split(":")[0]
     if device != "cpu":  # other kernels, other weights; the CPU key stays what it always was
         payload["device"] = device
@@ -53,23 +55,31 @@ def is_complete(path: Path) -> bool:
 ALT_STYLE = " The answer is {answer}."
 
 
-def demonstration(problem: Problem, alt_style: bool) -> str:
+def demonstration(problem: Problem, alt_style: bool, shortcut: bool = False) -> str:
     """The worked solution, optionally in the alternative answer style that the GSM8K-style reward
-    does not accept ("... = 8. The answer is 8." instead of "... = 8. #### 8")."""
-    if not alt_style or "####" not in problem.solution:
+    does not accept ("... = 8. The answer is 8." instead of "... = 8. #### 8"), and optionally cut
+    short: a multi-step solution that stops after its first operation and answers that result
+    (" 7 + 5 = 12. #### 12" for " 7 + 5 = 12. 12 - 7 = 5. #### 5"), a reasoning error in the
+    reward's own format."""
+    if "####" not in problem.solution:
         return problem.solution
-    body = problem.solution.rsplit(" ####", 1)[0]
-    return body + ALT_STYLE.format(answer=problem.answer)
+    body, answer = problem.solution.rsplit(" ####", 1)[0], problem.answer
+    steps = body.split(". ")
+    if shortcut and len(steps) > 1:
+        body = steps[0] + "."
+        answer = body.rsplit("= ", 1)[1].rstrip(".")
+    return body + (ALT_STYLE.format(answer=answer) if alt_style else f" #### {answer}")
 
 
-def sft_batch(tokenizer, problems: list[Problem], alt_style: list[bool] | None = None
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def sft_batch(tokenizer, problems: list[Problem], alt_style: list[bool] | None = None,
+              shortcut: list[bool] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded (ids [B, L], attention [B, L], labels [B, L]) with the loss on the solution only."""
     rows, label_rows = [], []
     alt_style = alt_style or [False] * len(problems)
-    for p, alt in zip(problems, alt_style):
+    shortcut = shortcut or [False] * len(problems)
+    for p, alt, short in zip(problems, alt_style, shortcut):
         prompt = tokenizer(p.prompt)["input_ids"]
-        solution = demonstration(p, alt)
+        solution = demonstration(p, alt, short)
         full = prompt + tokenizer(solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         rows.append(full)
         label_rows.append([-100] * len(prompt) + full[len(prompt):])
@@ -116,6 +126,7 @@ def _pretrain(cfg: Config, on_step: Callable[[int, float], None] | None) -> Path
     opt = torch.optim.AdamW(model.parameters(), lr=pc.lr, weight_decay=pc.weight_decay, betas=(0.9, 0.95))
     rng = random.Random(pc.seed)
     style_rng = random.Random(pc.seed + 1)
+    shortcut_rng = random.Random(pc.seed + 2)  # its own stream: the other draws do not depend on it
     order: list[Problem] = []
     model.train()
     loss_value = float("nan")
@@ -124,7 +135,8 @@ def _pretrain(cfg: Config, on_step: Callable[[int, float], None] | None) -> Path
             order += rng.sample(train, len(train))
         chunk, order = order[: pc.batch_size], order[pc.batch_size:]
         alt = [style_rng.random() < pc.alt_style_frac for _ in chunk]
-        ids, attn, labels = (t.to(device) for t in sft_batch(tokenizer, chunk, alt))
+        short = [shortcut_rng.random() < pc.shortcut_frac for _ in chunk]
+        ids, attn, labels = (t.to(device) for t in sft_batch(tokenizer, chunk, alt, short))
         for group in opt.param_groups:
             group["lr"] = lr_at(step, pc)
         loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss

@@ -33,6 +33,7 @@ def step_fields(record: dict, batch_size: int | None = None) -> list[tuple[str, 
         if value is not None:
             out.append((label, fmt.format(value)))
 
+    add("sft loss", "sft_loss", "{:.3f}")  # the warm start's
     add("reward", "reward_mean", "{:.3f}")
     add("eval", "eval_reward", "{:.3f}")
     mean, top = _num(record, "staleness_token_mean"), _num(record, "staleness_token_max")
@@ -94,11 +95,11 @@ class TrainProgress:
 
     def update(self, step: int, reward: float | None = None, eval_acc: float | None = None,
                tokens_per_s: float | None = None, ess: float | None = None, ess_warning: bool = False,
-               elapsed_s: float | None = None) -> None:
+               elapsed_s: float | None = None, sft_loss: float | None = None) -> None:
         """A step from named values (the warm start and the TRL peer report through this);
         ``elapsed_s``: the run's clock, so step 0 and later steps count from the same start."""
         record = {"reward_mean": reward, "eval_reward": eval_acc, "throughput_tokens_per_s": tokens_per_s,
-                  "ess_frac": ess, "elapsed_s": elapsed_s}
+                  "ess_frac": ess, "elapsed_s": elapsed_s, "sft_loss": sft_loss}
         self.step(step, record, ess_warning)
 
     def _plain(self, line: str) -> None:

@@ -24,6 +24,8 @@ def test_step_fields_hand_worked():
         ("reward", "0.531"), ("eval", "0.470"), ("stale", "1.2/3"), ("wait", "0.41s"), ("dropped", "2"),
         ("samples/s", "32.0"), ("tok/s", "1,234"), ("ess", "0.91")]
     assert step_fields({"reward_mean": None, "eval_reward": float("nan")}) == []
+    # the warm start reports its SFT loss under its own name, not as a reward
+    assert step_fields({"sft_loss": 2.5, "reward_mean": None}) == [("sft loss", "2.500")]
 
 
 def test_plain_lines_outside_a_terminal():

@@ -105,6 +105,9 @@ class PretrainConfig:
     # the warm start then uses both styles, and the GSM8K-style reward accepts only one (see README)
     alt_style_frac: float = setting(
         0.5, 'fraction of demonstrations ending "The answer is N." instead of "#### N"')
+    # the staleness testbed's warm start: what RL must fix is then the answer itself, not its format
+    shortcut_frac: float = setting(
+        0.0, "fraction of multi-step demonstrations that stop after the first operation (a wrong answer)")
     # the warm start runs alone, before any worker exists: use both cores
     torch_threads: int = setting(2, "torch threads of the warm start")
 
@@ -113,8 +116,9 @@ class PretrainConfig:
             raise ValueError("steps: must be >= 0")
         if self.torch_threads < 1:
             raise ValueError("torch_threads: must be >= 1")
-        if not 0 <= self.alt_style_frac <= 1:
-            raise ValueError("alt_style_frac: must be in [0, 1]")
+        for name in ("alt_style_frac", "shortcut_frac"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name}: must be in [0, 1]")
         if self.batch_size < 1:
             raise ValueError("batch_size: must be >= 1")
         if not 0 < self.lr < 1:
