@@ -50,7 +50,8 @@ def resolve_policy_dir(cfg: Config, log=print) -> Path:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     # runs started together (bench --jobs) wait for one warm start instead of each building it
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
+    # hidden, so that it never looks like a warm start itself (tiny-* in the cache are models)
+    with open(path.with_name(f".{path.name}.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not is_complete(path):
             log(f"warm start not cached; running `asyncrl pretrain` ({cfg.pretrain.steps} steps) → {path}")
