@@ -53,6 +53,16 @@ def test_eval_metrics_names_and_greedy(tiny_policy):
     assert again["eval_greedy_acc"] == metrics["eval_greedy_acc"]
 
 
+def test_eval_answer_acc_is_the_tasks_own_judgement(tiny_policy, monkeypatch):
+    """eval_answer_acc counts what the task's answer_correct accepts, not what the reward pays."""
+    model, tok, task = tiny_policy
+    cfg = load_config(None, ["eval.samples=2", "rollout.max_new_tokens=4"])
+    problems = task.problems("eval")[:3]
+    monkeypatch.setattr(task, "answer_correct", lambda text, problem: problem is problems[0])
+    metrics, _ = eval_metrics(model, tok, task, problems, cfg)
+    assert metrics["eval_answer_acc"] == pytest.approx(1 / 3) and metrics["eval_reward"] == 0.0
+
+
 @pytest.fixture(scope="module")
 def policy_dir(tiny_policy, tmp_path_factory):
     """The tiny random policy as a local HF directory (policy.model_path): no warm start needed."""

@@ -185,11 +185,9 @@ def _cell_text(cell: Mapping[str, Any] | None) -> str:
 
 
 def _table(block: Mapping[str, Any], head: str) -> str:
-    header = [f"Loss \\ {head}"] + [str(c) for c in block["cols"]]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join([m] + [_cell_text(block["grid"][m].get(str(c))) for c in block["cols"]]) + " |"
-              for m in block["losses"]]
-    return "\n".join(lines) + "\n"
+    return W.md_table([f"Loss \\ {head}"] + [str(c) for c in block["cols"]],
+                      [[m] + [_cell_text(block["grid"][m].get(str(c))) for c in block["cols"]]
+                       for m in block["losses"]])
 
 
 def _diagnostics_table(block: Mapping[str, Any]) -> str:
@@ -197,19 +195,18 @@ def _diagnostics_table(block: Mapping[str, Any]) -> str:
     k = block["cols"][-1]
     header = ["Loss", "steps to target (reached)", "clipped/filtered tokens", "max weight", "min weight",
               "ESS", "answer acc"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    rows = []
     for m in block["losses"]:
         c = block["grid"][m].get(str(k))
         if c is None:
             continue
         steps = _num(c["steps_to_target"])
-        lines.append("| " + " | ".join([
-            m, f"{steps:.0f} ({c['reached_target']}/{c['n']})" if math.isfinite(steps) else f"— (0/{c['n']})",
-            W.number(_num(c["clip_or_mask_frac"]["mean"])), W.number(_num(c["importance_weight_max"]["mean"])),
-            W.number(_num(c["importance_weight_min"]["mean"])), W.number(_num(c["ess_frac"]["mean"])),
-            W.number(_num(c["final_eval_answer_acc"]["mean"]))]) + " |")
-    return f"Diagnostics at K = {k} (means over seeds; weights are each run's extreme over steps):\n\n" + \
-        "\n".join(lines) + "\n"
+        rows.append([m, f"{steps:.0f} ({c['reached_target']}/{c['n']})" if math.isfinite(steps) else f"— (0/{c['n']})",
+                     *(W.number(_num(c[key]["mean"])) for key in ("clip_or_mask_frac", "importance_weight_max",
+                                                                  "importance_weight_min", "ess_frac",
+                                                                  "final_eval_answer_acc"))])
+    return (f"Diagnostics at K = {k} (means over seeds; weights are each run's extreme over steps):\n\n"
+            + W.md_table(header, rows))
 
 
 def _figures(fig_dir: Path, rows: Mapping[str, Any]) -> list[tuple[str, str]]:

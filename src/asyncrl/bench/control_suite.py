@@ -96,8 +96,6 @@ def run_control_suite(cells: list[Cell], out_dir: Path, *, quick: bool, command:
     the report."""
     from asyncrl.bench.control_report import write_control_report
 
-    if jobs < 1:
-        raise ValueError("--jobs: must be >= 1")
     console = console or Console(stderr=True)
     runs_dir = out_dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)

@@ -9,15 +9,16 @@ Every cell is a self-contained unit (its own subprocess, its own run directory, 
   The output directory must be on storage that every node sees (the tasks write their run
   directories there and the driver reads them back for the report).
 
-A failed cell raises its BenchError after the cells already started have finished, so a rerun
-resumes from every cell that did finish.
+A failed cell raises its BenchError: with ``jobs`` after the cells already running have finished
+(none starts after it), on Ray at once, cancelling the rest. A rerun resumes from every cell that
+finished.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TypeVar
 
@@ -42,9 +43,7 @@ def run_cells(cells: Sequence[Cell], run_one: Callable[[Cell], Path], *, jobs: i
 
 
 def _run_threads(cells, run_one, done, jobs: int) -> None:
-    from concurrent.futures import FIRST_COMPLETED, wait
-
-    errors = []
+    error = None
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait on the cell processes
         pending = {pool.submit(run_one, cell): cell for cell in cells}
         while pending:
@@ -52,14 +51,14 @@ def _run_threads(cells, run_one, done, jobs: int) -> None:
             for future in finished:
                 cell = pending.pop(future)
                 if future.exception() is not None:
-                    errors.append(future.exception())
+                    error = error or future.exception()
                     for other in pending:  # no new cells after a failure; running ones finish
                         other.cancel()
                     continue
                 done(cell, future.result())
             pending = {f: c for f, c in pending.items() if not f.cancelled()}
-    if errors:
-        raise errors[0]
+    if error is not None:
+        raise error
 
 
 def _run_on_ray(cells, run_one, done) -> None:
@@ -75,19 +74,16 @@ def _run_on_ray(cells, run_one, done) -> None:
     try:
         task = ray.remote(num_cpus=1)(run_one)
         refs = {task.remote(cell): cell for cell in cells}
-        errors = []
         while refs:
             ready, _ = ray.wait(list(refs), num_returns=1)
             cell = refs.pop(ready[0])
             try:
-                done(cell, ray.get(ready[0]))
+                run_dir = ray.get(ready[0])
             except Exception as err:  # a RayTaskError wraps the cell's BenchError
-                errors.append(getattr(err, "cause", None) or err)
-                for ref in refs:
+                for ref in refs:  # queued and running cells stop; a rerun starts those over
                     ray.cancel(ref)
-                refs = {}
-        if errors:
-            raise errors[0]
+                raise (getattr(err, "cause", None) or err) from None
+            done(cell, run_dir)
     finally:
         if owns:
             ray.shutdown()

@@ -69,9 +69,7 @@ def _seed_points(groups: Mapping[str, list], methods: Mapping[str, Any], metric:
 
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]], caption: str) -> str:
     """A GitHub-style Markdown table followed by a caption paragraph."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n\n" + caption + "\n"
+    return W.md_table(header, rows) + "\n" + caption + "\n"
 
 
 BAND = "mean over seeds, band = 95% bootstrap CI (min/max where only one seed has the step)"

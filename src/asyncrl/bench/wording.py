@@ -9,7 +9,7 @@ units, and a verdict line says what the numbers mean.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .stats import as_float
@@ -73,6 +73,13 @@ HEADLINE_LABELS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "eval_reward_delta_vs_trl": ("eval reward, asyncrl A-3PO minus TRL GRPO", points),
     "collapse_margin": ("collapse margin (eval reward drop)", number),
 }
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub-style Markdown table, ending in a newline."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
 
 
 def headline_items(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
