@@ -72,10 +72,12 @@ QUICK = {
     "peer-trl": {**QUICK_COMMON, "trainer.steps": 3},
 }
 # Full runs: the paper-style comparison at the default 200 steps; the atlas and the TRL peer are
-# shorter so that the whole matrix fits in an afternoon on a laptop.
+# shorter so that the whole matrix fits in an afternoon on a laptop. These are defaults under a
+# --config file: a key the file sets (the staleness testbed's 60 steps) wins over them. Cells that
+# share a seed share their step-0 evaluation (eval.cache_initial).
 FULL = {
-    "a3po": {},
-    "atlas": {"trainer.steps": 100, "eval.every": 0},
+    "a3po": {"eval.cache_initial": True},
+    "atlas": {"trainer.steps": 100, "eval.every": 0, "eval.cache_initial": True},
     "peer-trl": {"trainer.steps": 100, "eval.every": 25},
 }
 DEFAULT_SEEDS = {"a3po": 3, "atlas": 3, "peer-trl": 1}
@@ -135,7 +137,7 @@ def build_cells(suite: str, *, quick: bool = False, seeds: int | None = None,
     n_seeds = seeds if seeds is not None else (QUICK_SEEDS if quick else DEFAULT_SEEDS)[suite]
     if n_seeds < 1:
         raise ValueError("--seeds: must be >= 1")
-    base = (QUICK if quick else FULL)[suite]
+    base = _under_config((QUICK if quick else FULL)[suite], config, quick)
     tail = tuple(extra or ())
     cells = []
     for seed in range(n_seeds):
@@ -152,6 +154,27 @@ def build_cells(suite: str, *, quick: bool = False, seeds: int | None = None,
                                   _overrides(base, table[method], {"run.seed": seed}) + tail,
                                   _params(table[method]), config))
     return cells
+
+
+def _under_config(base: dict[str, object], config: str | None, quick: bool) -> dict[str, object]:
+    """The full suite's defaults without the keys ``config`` sets (the file's choice wins); --quick
+    keeps all of its own, which exist to make the run short."""
+    if config is None or quick:
+        return base
+    from asyncrl.config_loader import read_yaml
+    from asyncrl.presets import resolve_config_path
+
+    data = read_yaml(resolve_config_path(config))
+
+    def is_set(key: str) -> bool:
+        node: object = data
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        return True
+
+    return {key: value for key, value in base.items() if not is_set(key)}
 
 
 def _atlas_cells(methods: list[str], seed: int, ks, rows, base: dict, tail: tuple, config: str | None

@@ -159,6 +159,10 @@ class EvalConfig:
     # unbiased pass@k over the samples (a sample passes with reward >= 1); each k <= samples
     pass_k: list[int] = setting(help="k values of the unbiased pass@k (each <= samples)", factory=lambda: [1])
     greedy: bool = setting(False, "also one temperature-0 answer per problem: eval_greedy_acc")
+    # benchmark cells share a warm start and seed: their step-0 evaluations are one computation
+    cache_initial: bool = setting(
+        False, "reuse the evaluation before training of an identical start (weights, problems, eval "
+               "settings, seed) from policy.cache_dir/initial-eval")
     # per-problem file: prompt, answer, completions, rewards, pass@k flags
     outputs: str | None = setting(
         None, "asyncrl eval: directory for eval.json and problems.jsonl; null = print only")

@@ -32,6 +32,7 @@ from asyncrl.policy.model import check_device, load_policy_for, set_deterministi
 from asyncrl.pretrain import is_complete, pretrain, pretrained_dir
 from asyncrl.progress import TrainProgress
 from asyncrl.rewards import RewardSet
+from asyncrl.runtime import eval_cache
 from asyncrl.runtime.completions import CompletionLog
 from asyncrl.runtime.preflight import check_task, check_writable
 from asyncrl.runtime.resume import Resume, find_resume
@@ -205,8 +206,11 @@ class Session:
     def evaluate(self, step: int) -> float:
         """Evaluate now; returns ``eval_reward`` (every eval metric, pass@k too: :attr:`last_eval`)."""
         t0 = time.perf_counter()
-        self.last_eval, _ = eval_metrics(self.model, self.tokenizer, self.task, self.eval_problems, self.cfg,
-                                         rewards=self.rewards)
+        if step == 0 and self.cfg.eval.cache_initial:
+            self.last_eval = self._initial_eval_cached()
+        else:
+            self.last_eval, _ = eval_metrics(self.model, self.tokenizer, self.task, self.eval_problems, self.cfg,
+                                             rewards=self.rewards)
         acc = self.last_eval["eval_reward"]
         self.eval_history.append((step, acc))
         if "eval_answer_acc" in self.last_eval:
@@ -216,6 +220,17 @@ class Session:
         else:  # before training: its own row, so curves start where the policy started
             self.metrics.write(0, {**self.last_eval, "elapsed_s": self.elapsed_s()})
         return acc
+
+    def _initial_eval_cached(self) -> dict[str, float]:
+        """The step-0 metrics from the cache (eval.cache_initial), computed and stored on a miss."""
+        path = eval_cache.cache_path(self.cfg, eval_cache.initial_eval_key(self.cfg, self.model, self.eval_problems))
+        cached = eval_cache.load(path)
+        if cached is not None:
+            return cached
+        metrics, _ = eval_metrics(self.model, self.tokenizer, self.task, self.eval_problems, self.cfg,
+                                  rewards=self.rewards)
+        eval_cache.store(path, metrics)
+        return metrics
 
     def elapsed_s(self) -> float:
         """Seconds on the run's clock: since the session opened (a resumed run's continues)."""
