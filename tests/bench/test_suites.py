@@ -77,6 +77,21 @@ def test_extra_overrides_win_and_filters_apply():
     assert load_config(None, list(cells[0].overrides)).trainer.steps == 2
 
 
+def test_full_suite_defaults_yield_to_the_config_file(tmp_path):
+    def resolved(config, quick=False):
+        [cell] = build_cells("atlas", quick=quick, seeds=1, methods=["ppo"], ks=[0], rows=["lag"],
+                              config=config)
+        return load_config(config, list(cell.overrides))
+
+    assert resolved(None).trainer.steps == 100  # the suite's default
+    assert resolved("staleness-testbed").trainer.steps == 60  # the preset sets it: the preset wins
+    assert resolved("staleness-testbed").eval.cache_initial  # a default the preset leaves alone
+    assert resolved("staleness-testbed", quick=True).trainer.steps == 8  # --quick keeps its own
+    own = tmp_path / "own.yaml"
+    own.write_text("eval:\n  cache_initial: false\n")
+    assert not resolved(str(own)).eval.cache_initial and resolved(str(own)).trainer.steps == 100
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"methods": ["nope"]}, "unknown nope"),
     ({"seeds": 0}, "seeds"),
