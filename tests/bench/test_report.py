@@ -140,6 +140,9 @@ def test_atlas_report(tmp_path):
     assert lag["grid"]["decoupled"]["0"]["gap_vs_sync"]["mean"] == pytest.approx(-0.01)
     assert lag["grid"]["decoupled"]["0"]["below_sync"] is False
     assert summary["holds_to_k"] == {"ppo": 0, "decoupled": 4, "tis": None}
+    # against its own K = 0: tis learns less than sync on fresh data (so "none" above) but is judged
+    # here on what K = 4 takes from it (25 points)
+    assert summary["holds_own_to_k"] == {"ppo": 0, "decoupled": 4, "tis": 0}
     # train reward 0.3 + 0.05·step (+0.01·seed) over 4 steps: too short for the 10-step window
     assert summary["target_train_reward"] is None
     table = (tmp_path / "table.md").read_text()
@@ -147,6 +150,7 @@ def test_atlas_report(tmp_path):
     assert "**buffer row**" in table and "| ppo | 0.550 ± 0.000 (-6.0*) |" in table
     assert "At K = 4, below sync beyond the seed spread: decoupled (-2.0), ppo (-30.0), tis (-36.0)" in table
     assert "within 3 points of sync (at it and every smaller K): decoupled 4, ppo 0, tis none." in table
+    assert "within 3 points of the same loss at K = 0: decoupled 4, ppo 0, tis 0." in table
 
 
 def test_atlas_target_and_steps_to_it():

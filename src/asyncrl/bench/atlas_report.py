@@ -13,7 +13,8 @@ Definitions (docs/benchmarks.md says the same in prose):
   (mean of its last 10); a run reaches it at the first step whose 5-step mean train reward is at or
   above it. Steps to target is the mean over the seeds that reach it, with how many did.
 - **holds to K**: the largest K such that the loss is within ``NEAR_SYNC`` points of sync at that K
-  and every smaller K of the lag row.
+  and every smaller K of the lag row; **holds its own to K**: the same against the loss's own
+  K = 0 cell (what staleness costs it, apart from how well it learns on fresh data).
 """
 
 from __future__ import annotations
@@ -136,15 +137,21 @@ def cell_stats(runs: Sequence[Mapping[str, Any]], sync_runs: Sequence[Mapping[st
     }
 
 
-def holds_to(row: Mapping[str, Mapping[str, Any]], ks: Sequence[Any]) -> Any:
+def holds_to(row: Mapping[str, Mapping[str, Any]], ks: Sequence[Any], own: bool = False) -> Any:
     """The largest K up to which a loss stays within NEAR_SYNC of sync at every K run (None: not even
-    its smallest K)."""
+    its smallest K). ``own``: of the loss's own first K instead of sync, so a loss that learns less
+    than PPO even on fresh data is judged on what staleness takes from it."""
     last = None
+    first = next((row[str(k)] for k in ks if str(k) in row), None)
     for k in ks:
         cell = row.get(str(k))
         if cell is None:
             continue
-        if not _num(cell["gap_vs_sync"]["mean"]) >= -NEAR_SYNC:
+        if own:
+            gap = _num(cell["final_eval_reward"]["mean"]) - _num(first["final_eval_reward"]["mean"])
+        else:
+            gap = _num(cell["gap_vs_sync"]["mean"])
+        if not gap >= -NEAR_SYNC:
             break
         last = k
     return last
@@ -241,12 +248,15 @@ def build_atlas(results: Mapping[str, Any], fig_dir: Path, methods: dict) -> tup
     if "lag" in rows:
         parts.append(_diagnostics_table(rows["lag"]))
         holds = {m: holds_to(rows["lag"]["grid"][m], rows["lag"]["cols"]) for m in rows["lag"]["losses"]}
+        holds_own = {m: holds_to(rows["lag"]["grid"][m], rows["lag"]["cols"], own=True)
+                     for m in rows["lag"]["losses"]}
     else:
-        holds = {}
+        holds, holds_own = {}, {}
     target = grids["target_train_reward"]
     parts.append(caption + (f" Target train reward: {target:.3f}." if math.isfinite(target) else ""))
     collapsed = [[row, m, c] for row, b in rows.items() for m in b["losses"] for c in b["cols"]
                  if b["grid"][m].get(str(c), {}).get("collapsed")]
     extra = {"rows": rows, "target_train_reward": target, "sync_n": grids["sync_n"], "holds_to_k": holds,
+             "holds_own_to_k": holds_own,
              "near_sync": NEAR_SYNC, "collapse_margin": COLLAPSE_MARGIN, "collapsed": collapsed}
     return extra, "\n".join(parts), _figures(fig_dir, rows)

@@ -175,6 +175,10 @@ def headline_atlas(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> li
     near = 100 * as_float(summary.get("near_sync"))
     lines.append(f"Largest K within {near:.0f} points of sync (at it and every smaller K): " + ", ".join(
         f"{m} {'none' if h is None else h}" for m, h in holds.items()) + ".")
+    own = summary.get("holds_own_to_k") or {}
+    if own:
+        lines.append(f"Largest K within {near:.0f} points of the same loss at K = 0: " + ", ".join(
+            f"{m} {'none' if h is None else h}" for m, h in own.items()) + ".")
     return lines
 
 
