@@ -73,6 +73,26 @@ class Trainer:
                                        batch.completion_mask, temperature=self.temperature,
                                        with_entropy=with_entropy)
 
+    def _prox_setup(self, batch: Batch, sizes: list[int]):
+        """Per minibatch, what the proximal policy needs before the updates: the exact log-probs
+        (recompute, or trainer.prox_error's measurement on this step) or A-3PO's fused plan.
+        Returns (exact parts, recomputed prox parts, loglinear plans, measured?, prox s, measurement s)."""
+        cfg = self.cfg
+        exact_parts, prox_parts, prox_plans, error_time = None, None, None, 0.0
+        measure = (cfg.prox_error and cfg.prox not in ("none", "recompute")
+                   and self.version % cfg.prox_error_every == 0)
+        t0 = time.perf_counter()
+        if cfg.prox == "recompute" or measure:
+            with torch.no_grad():
+                exact_parts = self.logprobs(batch)[0].split(sizes)
+            prox_parts = exact_parts if cfg.prox == "recompute" else None
+            if measure:  # the measurement is not the approximation's cost
+                error_time, t0 = time.perf_counter() - t0, time.perf_counter()
+        elif cfg.prox == "loglinear":  # versions are fixed for the step: plan once, one fused op per minibatch
+            base, weights = loglinear_plan(batch.behav_logp, batch.versions, self.version)
+            prox_plans = list(zip(base.split(sizes), weights.split(sizes)))
+        return exact_parts, prox_parts, prox_plans, measure, time.perf_counter() - t0, error_time
+
     def step(self, batch: Batch) -> dict[str, float]:
         """Train on ``batch`` (any number of versions behind) and advance the version by one."""
         cfg = self.cfg
@@ -85,17 +105,7 @@ class Trainer:
         batch = batch.select(perm)  # minibatch order: minibatch i is a contiguous block of rows (views)
         sizes = [len(index) for index in perm.chunk(cfg.n_minibatches)]
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        prox_parts, prox_plans, prox_time = None, None, 0.0
-        t0 = time.perf_counter()
-        exact_parts = None  # trainer.prox_error: the exact proximal log-probs beside an approximation
-        if cfg.prox == "recompute" or (cfg.prox_error and cfg.prox != "none"):
-            with torch.no_grad():
-                exact_parts = self.logprobs(batch)[0].split(sizes)
-            prox_parts = exact_parts if cfg.prox == "recompute" else None
-        elif cfg.prox == "loglinear":  # versions are fixed for the step: plan once, one fused op per minibatch
-            base, weights = loglinear_plan(batch.behav_logp, batch.versions, self.version)
-            prox_plans = list(zip(base.split(sizes), weights.split(sizes)))
-        prox_time += time.perf_counter() - t0
+        exact_parts, prox_parts, prox_plans, measure, prox_time, error_time = self._prox_setup(batch, sizes)
         stats: dict[str, list[float]] = defaultdict(list)
         for i, (start, size) in enumerate(zip(starts, sizes)):
             mb = batch.rows(start, start + size)
@@ -112,8 +122,9 @@ class Trainer:
                 prox_logp = approximate_prox_logp(cfg.prox, mb.behav_logp, logp.detach(), mb.versions,
                                                   self.version)
                 prox_time += time.perf_counter() - t0
-            if exact_parts is not None and cfg.prox != "recompute":
-                for key, value in prox_error_stats(exact_parts[i], prox_logp, mb.completion_mask).items():
+            if measure:
+                for key, value in prox_error_stats(exact_parts[i], prox_logp, mb.completion_mask,
+                                                   self.version - mb.versions).items():
                     stats[key].append(value)
             loss, loss_stats = policy_loss(
                 self.loss.name, logp, mb.behav_logp, mb.advantages, mb.completion_mask,
@@ -150,6 +161,8 @@ class Trainer:
         out["lr_effective"] = step_lr * out["lr_scale"]
         out.update(_advantage_stats(batch))
         out["prox_time_s"] = prox_time
+        if measure:
+            out["prox_error_time_s"] = error_time
         out["train_time_s"] = time.perf_counter() - started
         return out
 
@@ -236,9 +249,17 @@ def _advantage_stats(batch: Batch) -> dict[str, float]:
             "frac_zero_adv_groups": zero / max(1, len(groups))}
 
 
-def prox_error_stats(exact_logp: torch.Tensor, approx_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """Mean and max over valid tokens of |exact − approximate| proximal log-prob; all [B, T]."""
+def prox_error_stats(exact_logp: torch.Tensor, approx_logp: torch.Tensor, mask: torch.Tensor,
+                     staleness: torch.Tensor | None = None) -> dict[str, float]:
+    """Mean and max over valid tokens of |exact − approximate| proximal log-prob; all [B, T].
+    With ``staleness`` ([B, T] versions behind), also the mean per staleness value present:
+    ``prox_abs_err_stale<s>``, the curve of how the error grows with staleness."""
     if not mask.any():
         return {"prox_abs_err_mean": math.nan, "prox_abs_err_max": math.nan}
-    err = (exact_logp.detach() - approx_logp.detach()).abs()[mask]
-    return {"prox_abs_err_mean": err.mean().item(), "prox_abs_err_max": err.max().item()}
+    err = (exact_logp.detach() - approx_logp.detach()).abs()
+    out = {"prox_abs_err_mean": err[mask].mean().item(), "prox_abs_err_max": err[mask].max().item()}
+    if staleness is not None:
+        stale = staleness[mask]
+        for s in stale.unique().tolist():
+            out[f"prox_abs_err_stale{s}"] = err[mask][stale == s].mean().item()
+    return out

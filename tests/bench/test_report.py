@@ -295,3 +295,12 @@ def test_a3po_staleness_variant_reports_the_approximation_error(tmp_path):
     np.testing.assert_allclose(mean, [0.015, 0.025, 0.045])
     np.testing.assert_allclose(high - low, [0.01, 0.01, 0.01])
     assert "Realized staleness" in (tmp_path / "table.md").read_text()
+    # per-token bins (prox_abs_err_stale<s>) take the place of the step's mean when logged
+    for run in runs:
+        if run["method"] == "async-loglinear-k4":
+            run["metrics"][0].update(prox_abs_err_stale0=0.0, prox_abs_err_stale3=0.3)
+            run["metrics"][1].update(prox_abs_err_stale3=0.1, prox_abs_err_stale5=float("nan"))
+    x, mean, _, _ = _error_curves({"ll": [r for r in runs if r["method"] == "async-loglinear-k4"]})["ll"]
+    # step 0: 0 and 3 from its bins; step 1: 3 (the NaN bin dropped); steps 2-3: their step means at 4
+    np.testing.assert_allclose(x, [0, 3, 4])
+    np.testing.assert_allclose(mean, [0.0, 0.2, 0.045])

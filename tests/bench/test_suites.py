@@ -120,6 +120,7 @@ def test_a3po_at_staleness_k_runs_async_methods_at_w_equals_k_and_logs_the_error
     ll8 = load_config(None, list(cells[-1].overrides))
     assert (ll8.async_.max_staleness, ll8.async_.max_ahead, ll8.trainer.prox) == (8, 8, "loglinear")
     assert ll8.trainer.prox_error and cells[-1].method == "async-loglinear-k8"
+    assert ll8.trainer.prox_error_every == 10
     rec4 = load_config(None, list(cells[1].overrides))
     assert (rec4.async_.max_ahead, rec4.trainer.prox, rec4.trainer.prox_error) == (4, "recompute", False)
     with pytest.raises(ValueError, match="need K >= 1"):

@@ -73,6 +73,13 @@ def test_prox_error_stats_hand_worked():
                                                                     "prox_abs_err_max": 0.5}
     empty = trainer_module.prox_error_stats(exact, approx, torch.zeros_like(mask))
     assert all(math.isnan(v) for v in empty.values())
+    # per staleness: tokens 2 versions behind err 0.5 and 0.0 (mean 0.25); the 3-behind token is padding
+    stale = torch.tensor([[2, 2, 3]])
+    assert trainer_module.prox_error_stats(exact, approx, mask, stale) == {
+        "prox_abs_err_mean": 0.25, "prox_abs_err_max": 0.5, "prox_abs_err_stale2": 0.25}
+    stale = torch.tensor([[1, 4, 4]])
+    assert trainer_module.prox_error_stats(exact, approx, mask, stale) == {
+        "prox_abs_err_mean": 0.25, "prox_abs_err_max": 0.5, "prox_abs_err_stale1": 0.5, "prox_abs_err_stale4": 0.0}
 
 
 def test_prox_error_measures_without_changing_the_update(setup):
@@ -93,3 +100,15 @@ def test_prox_error_measures_without_changing_the_update(setup):
     stats = results[True][0]
     assert "prox_abs_err_mean" not in results[False][0]
     assert 0 < stats["prox_abs_err_mean"] <= stats["prox_abs_err_max"] < 10
+    assert stats["prox_abs_err_stale2"] == pytest.approx(stats["prox_abs_err_mean"])  # every token 2 behind
+    assert stats["prox_error_time_s"] > 0 and "prox_error_time_s" not in results[False][0]
+
+
+def test_prox_error_every_n_measures_only_on_multiples_of_n(setup):
+    model, batch = setup
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3, prox="loglinear", prox_error=True,
+                                           prox_error_every=3), LossConfig())
+    measured = [("prox_abs_err_mean" in trainer.step(batch.select(torch.arange(len(batch))))) for _ in range(7)]
+    model.load_state_dict(start)
+    assert measured == [True, False, False, True, False, False, True]  # versions 0, 3, 6

@@ -166,11 +166,11 @@ def _build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
         table += "\n" + _method_table(methods, groups, stale_cols, "Per-run means over steps (the max column: "
                                        "the mean over steps of each step's largest token error).")
         F.line_band_figure(fig_dir / "fig7_prox_error_vs_staleness.png", {"": _error_curves(groups)},
-                           title="A-3PO's proximal log-prob error vs staleness", xlabel="staleness of the step's "
-                           "tokens (mean, rounded)", ylabel="mean |ℓ_prox − ℓ_approx| per token", colors=colors)
+                           title="A-3PO's proximal log-prob error vs staleness", xlabel="token staleness "
+                           "(versions behind)", ylabel="mean |ℓ_prox − ℓ_approx| per token", colors=colors)
         figs.append(("fig7_prox_error_vs_staleness.png", "Mean absolute error of the log-linear proximal "
-                     "log-probs against the recomputed ones, per step, binned by the step's mean token "
-                     "staleness; line = mean over seeds, band = min/max over seeds."))
+                     "log-probs against the recomputed ones, by how many versions behind each token is (mean "
+                     "over the measured steps); line = mean over seeds, band = min/max over seeds."))
     return extra, table, figs
 
 
@@ -192,6 +192,9 @@ def _stale_summary(methods: Mapping[str, Any]) -> dict:
     return out
 
 
+_STALE_ERR = "prox_abs_err_stale"  # + s: the step's mean error over tokens s versions behind
+
+
 def _error_curves(groups: Mapping[str, list]) -> dict:
     """{method: (staleness bins, mean error, min, max)} over the runs that logged prox_abs_err_mean."""
     curves = {}
@@ -200,9 +203,14 @@ def _error_curves(groups: Mapping[str, list]) -> dict:
         for run in runs:
             bins: dict[int, list[float]] = {}
             for rec in run.get("metrics") or []:
-                err, stale = _num(rec.get("prox_abs_err_mean")), _num(rec.get("staleness_token_mean"))
-                if math.isfinite(err) and math.isfinite(stale):
-                    bins.setdefault(round(stale), []).append(err)
+                per_token = {int(k[len(_STALE_ERR):]): _num(v) for k, v in rec.items() if k.startswith(_STALE_ERR)}
+                if not per_token:  # older runs: the step's mean error at its mean staleness
+                    per_token = {round(_num(rec.get("staleness_token_mean", math.nan))):
+                                 _num(rec.get("prox_abs_err_mean"))} \
+                        if math.isfinite(_num(rec.get("staleness_token_mean"))) else {}
+                for stale, err in per_token.items():
+                    if math.isfinite(err):
+                        bins.setdefault(stale, []).append(err)
             if bins:
                 per_run.append({b: float(np.mean(v)) for b, v in bins.items()})
         if not per_run:

@@ -104,6 +104,9 @@ class TrainerConfig:
     prox_error: bool = setting(
         False, "also compute the exact proximal log-probs (one extra forward pass per step, as recompute) "
                "and log the approximation's error |exact - approx| per token: prox_abs_err_{mean,max}")
+    prox_error_every: int = setting(
+        1, "with prox_error: measure on steps whose version is a multiple of N only, so a timed run "
+           "pays about 1/N of the extra pass")
     # master weights and the optimizer stay in policy.dtype; bfloat16 is the usual GPU setting
     autocast: Literal["none", "bfloat16", "float16"] = setting(
         "none", "mixed precision: forward passes under torch.autocast in this dtype; none = full")
@@ -127,6 +130,8 @@ class TrainerConfig:
             raise ValueError("lr: must be in (0, 1)")
         if self.grad_clip <= 0:
             raise ValueError("grad_clip: must be > 0")
+        if self.prox_error_every < 1:
+            raise ValueError("prox_error_every: must be >= 1")
         if self.weight_decay < 0:
             raise ValueError("weight_decay: must be >= 0")
         if self.n_minibatches < 1:
