@@ -113,7 +113,6 @@ def test_split_loglinear_path_equals_approximate_prox_logp():
     behav, logp = -3 * torch.rand(6, 9, generator=g), -3 * torch.rand(6, 9, generator=g)
     versions = torch.randint(-1, 7, (6, 9), generator=g)
     base, weights = loglinear_plan(behav, versions, 7)
-    rows = torch.tensor([4, 0, 2])
     reference = approximate_prox_logp("loglinear", behav, logp, versions, 7)
     generated = versions >= 0  # the hot path only promises the A-3PO value on generated tokens
     torch.testing.assert_close(apply_loglinear(base, logp, weights)[generated], reference[generated],

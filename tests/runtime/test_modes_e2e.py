@@ -3,10 +3,8 @@ async with staleness, and a killed rollout worker."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
