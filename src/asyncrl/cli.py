@@ -73,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--in-process", action="store_true",
                        help="run asyncrl cells in this process (faster start-up; default for atlas)")
     bench.add_argument("--list", action="store_true", help="print the cells and exit")
+    bench.add_argument("--report-only", action="store_true",
+                       help="run no cell: write the report from the cells already finished in --out "
+                            "(a partial report says how many)")
     bench.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="applied to every cell")
     return parser
 
@@ -178,7 +181,7 @@ def _bench_control(args) -> int:
             print(cell.name, shlex.join(cell_command(cell, out / "runs")))
         return 0
     return _run_reported(lambda: run_control_suite(cells, out, quick=args.quick, jobs=args.jobs, ray=args.ray,
-                                                   command="asyncrl " + shlex.join(args.argv)), out)
+                                                   report_only=args.report_only, command=_redo(args)), out)
 
 
 def _run_reported(run, out) -> int:
@@ -225,11 +228,15 @@ def _bench(args) -> int:
         for cell in cells:
             print(cell.name, " ".join(cell_argv(cell, out / "runs")))
         return 0
-    command = "asyncrl " + shlex.join(args.argv)
     serial = args.jobs == 1 and not args.ray  # only a serial suite can run cells in this process
-    return _run_reported(lambda: run_suite(args.suite, cells, out, quick=args.quick, command=command,
+    return _run_reported(lambda: run_suite(args.suite, cells, out, quick=args.quick, command=_redo(args),
                                            in_process=serial and (args.in_process or args.suite == "atlas"),
-                                           jobs=args.jobs, ray=args.ray), out)
+                                           jobs=args.jobs, ray=args.ray, report_only=args.report_only), out)
+
+
+def _redo(args) -> str:
+    """The command a report records: the one that runs the suite (a --report-only rebuild records the run)."""
+    return "asyncrl " + shlex.join(a for a in args.argv if a != "--report-only")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,6 +71,17 @@ def test_atlas_quick_subset(tmp_path, cache):
     lag = summary["rows"]["lag"]
     assert lag["cols"] == [0, 2] and set(lag["grid"]) == {"decoupled", "m2po"} and set(summary["rows"]) == {"lag"}
     assert summary["holds_to_k"] == {"decoupled": None, "m2po": None}  # no ppo at K = 0: no sync to be near
+    # --report-only over a larger matrix: runs nothing, reports the 4 finished cells of 6, says so
+    wider = ("atlas", "--quick", "--methods", "decoupled,m2po,ppo", "--ks", "0,2", "--out", "out")
+    proc = bench(tmp_path, cache, *wider, "--report-only", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "out" / "runs").iterdir()) == \
+        ["decoupled-k0-s0", "decoupled-k2-s0", "m2po-k0-s0", "m2po-k2-s0"]
+    partial = check_report(tmp_path / "out", 4)
+    assert partial["cells_total"] == 6 and partial["headline"][0].startswith("Partial: 4 of 6 cells")
+    assert "--report-only" not in json.loads((tmp_path / "out" / "results.json").read_text())["command"]
+    proc = bench(tmp_path, cache, *wider[:-1], "elsewhere", "--report-only", timeout=120)
+    assert proc.returncode == 1 and "no cell of this suite has finished" in proc.stderr
 
 
 def test_bad_cell_config_is_refused_before_anything_runs(tmp_path, cache):

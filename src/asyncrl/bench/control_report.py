@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from asyncrl.bench import figures as F
+from asyncrl.bench import wording as W
 from asyncrl.bench.control_stats import N_BOOT, iqm, iqm_ci, min_max_normalise, normalised_curve, performance_profile
 from asyncrl.bench.report import _jsonable, _render_html, _write_atomic
 
@@ -162,13 +163,15 @@ def write_control_report(out_dir: Path, results: dict) -> dict:
     arms = _arms(runs)
     capacities = sorted({r["capacity"] for r in rows})
     agg = aggregate(rows, arms, capacities)
-    table_md = _tables(agg, rows, arms, capacities)
+    table_md = "".join(f"{line}\n\n" for line in W.partial_line(len(runs), results.get("cells_total"))) + \
+        _tables(agg, rows, arms, capacities)
     figures = _figures(fig_dir, agg, rows, arms, capacities) if rows else []
     headline = {f"{arm}_iqm_N{cap}": agg[arm][cap]["iqm_final"][0] for arm in arms
                 for cap in {capacities[0], capacities[-1]}} if capacities else {}
     summary = _jsonable({"suite": "control", "quick": bool(results.get("quick", False)),
                          "command": results.get("command"), "created_at": results.get("created_at"),
                          "host": results.get("host"), "n_runs": len(runs),
+                         "cells_total": results.get("cells_total", len(runs)),
                          "env_ranges": {env: list(r) for env, r in sorted(_env_ranges(runs).items())},
                          "aggregate": {arm: {str(c): v for c, v in caps.items()} for arm, caps in agg.items()},
                          **headline})

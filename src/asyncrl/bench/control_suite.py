@@ -15,13 +15,12 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 from rich.console import Console
 
 from asyncrl.bench.executor import run_cells
-from asyncrl.bench.runner import _write_json, check_cell, fresh_cell_dir, host_info, load_run
+from asyncrl.bench.runner import check_cell, collect_results, fresh_cell_dir, pending_cells
 from asyncrl.bench.suites import Cell, _overrides
 from asyncrl.control.arms import ARMS
 from asyncrl.control.config import KNOWN_ENVS, MUJOCO_ENVS, make_config, parse_overrides
@@ -91,17 +90,16 @@ def run_control_cell(cell: Cell, runs_dir: Path) -> Path:
 
 
 def run_control_suite(cells: list[Cell], out_dir: Path, *, quick: bool, command: str, jobs: int = 1,
-                      ray: bool = False, console: Console | None = None) -> dict:
+                      ray: bool = False, report_only: bool = False, console: Console | None = None) -> dict:
     """Run every unfinished cell (``jobs`` at a time, or as Ray tasks), then write results.json and
-    the report."""
+    the report; ``report_only``: run nothing, report on the finished cells."""
     from asyncrl.bench.control_report import write_control_report
 
     console = console or Console(stderr=True)
-    runs_dir = out_dir / "runs"
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    todo = [c for c in cells if not (runs_dir / c.name / "summary.json").exists()]
-    if len(todo) < len(cells):
-        console.print(f"[dim]{len(cells) - len(todo)} of {len(cells)} cells already finished in {out_dir}[/dim]")
+    if report_only:
+        return write_control_report(out_dir, collect_results("control", cells, out_dir, quick=quick,
+                                                             command=command))
+    todo = pending_cells(cells, out_dir, console)
 
     def done(cell: Cell, run_dir: Path) -> None:
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -109,9 +107,5 @@ def run_control_suite(cells: list[Cell], out_dir: Path, *, quick: bool, command:
         console.print(f"  ✓ {cell.name:<36} final return {'n/a' if score is None else f'{score:9.1f}'}"
                       f"   {summary['env_steps_per_s']:6.0f} steps/s")
 
-    run_cells(todo, functools.partial(run_control_cell, runs_dir=runs_dir), jobs=jobs, ray=ray, on_done=done)
-    results = {"suite": "control", "quick": quick, "command": command,
-               "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-               "host": host_info(), "runs": [load_run(c, runs_dir / c.name) for c in cells]}
-    _write_json(out_dir / "results.json", results)
-    return write_control_report(out_dir, results)
+    run_cells(todo, functools.partial(run_control_cell, runs_dir=out_dir / "runs"), jobs=jobs, ray=ray, on_done=done)
+    return write_control_report(out_dir, collect_results("control", cells, out_dir, quick=quick, command=command))

@@ -28,7 +28,7 @@ import numpy as np
 from . import figures as F
 from . import wording as W
 from .atlas_report import COLLAPSE_MARGIN, build_atlas
-from .stats import aggregate_methods, group_by_method, run_value, wall_time_key
+from .stats import aggregate_methods, diff_ci, group_by_method, run_value, wall_time_key
 from .stats import as_float as _num
 
 __all__ = ["COLLAPSE_MARGIN", "md_to_html", "write_report"]
@@ -158,7 +158,7 @@ def _build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
             ("clipped_tokens", "Clipped tokens (%)", 100), ("entropy", "Entropy"), ("ess_frac", "ESS (%)", 100)]
     table = _method_table(methods, groups, cols,
                           CI_CAPTION + " IW/clipped/entropy/ESS are per-run means over steps.")
-    stale = _stale_summary(methods)
+    stale = _stale_summary(methods, groups)
     if stale:  # the --ks variant: A-3PO against recompute at each look-ahead W = K
         extra["by_k"] = stale
         stale_cols = [("staleness_token_mean", "Realized staleness"),
@@ -174,22 +174,38 @@ def _build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
     return extra, table, figs
 
 
-def _stale_summary(methods: Mapping[str, Any]) -> dict:
-    """Per K of the a3po ``--ks`` variant (methods async-<prox>-k<K>): A-3PO against recompute and sync."""
+def _stale_summary(methods: Mapping[str, Any], groups: Mapping[str, list]) -> dict:
+    """Per K of the a3po ``--ks`` variant (methods async-<prox>-k<K>): A-3PO against recompute and
+    sync (reward gaps in points with a bootstrap CI over both arms' seeds), speed-ups, and how far
+    its proximal log-probs are from the exact ones (mean over measured tokens, and at the stalest
+    token bin measured)."""
     out = {}
+    curves = _error_curves(groups)
     for m in methods:
         match = re.fullmatch(r"async-loglinear-k(\d+)", m)
         if not match:
             continue
         rec = f"async-recompute-k{match.group(1)}"
+        xs, errs = curves.get(m, ((), ()))[:2]
         out[match.group(1)] = {
             "realized_staleness": _finite(_mean(methods, m, "staleness_token_mean")),
             "prox_abs_err_mean": _finite(_mean(methods, m, "prox_abs_err_mean")),
-            "eval_gap_loglinear_minus_recompute": _points_gap(methods, m, rec, "final_eval_reward"),
-            "eval_gap_loglinear_minus_sync": _points_gap(methods, m, "sync", "final_eval_reward"),
+            "prox_abs_err_at_max_staleness": _finite(float(errs[-1])) if len(xs) else None,
+            "max_measured_staleness": int(xs[-1]) if len(xs) else None,
+            "eval_gap_loglinear_minus_recompute": _gap_ci(groups, m, rec),
+            "eval_gap_loglinear_minus_sync": _gap_ci(groups, m, "sync"),
             "speedup_vs_recompute": _mratio(methods, rec, m, "train_wall_s"),
             "speedup_vs_sync": _mratio(methods, "sync", m, "train_wall_s")}
     return out
+
+
+def _gap_ci(groups: Mapping[str, list], a: str, b: str) -> dict | None:
+    """{mean, ci_low, ci_high} of final eval reward a − b in points over the two arms' seeds."""
+    if a not in groups or b not in groups:
+        return None
+    gap = diff_ci([run_value(r, "final_eval_reward") for r in groups[a]],
+                  [run_value(r, "final_eval_reward") for r in groups[b]])
+    return None if not math.isfinite(gap[0]) else dict(zip(("mean", "ci_low", "ci_high"), (100 * g for g in gap)))
 
 
 _STALE_ERR = "prox_abs_err_stale"  # + s: the step's mean error over tokens s versions behind
@@ -371,8 +387,10 @@ def write_report(out_dir: Path, results: dict) -> dict:
     extra, table_md, figures = _BUILDERS[suite](results, fig_dir, methods)
     summary = _jsonable({"suite": suite, "quick": bool(results.get("quick", False)),
                          "command": results.get("command"), "created_at": results.get("created_at"),
-                         "host": results.get("host"), "n_runs": len(runs), "methods": methods, **extra})
-    summary["headline"] = W.HEADLINES[suite](summary, methods) if suite in W.HEADLINES else []
+                         "host": results.get("host"), "n_runs": len(runs),
+                         "cells_total": results.get("cells_total", len(runs)), "methods": methods, **extra})
+    summary["headline"] = W.partial_line(len(runs), results.get("cells_total")) + \
+        (W.HEADLINES[suite](summary, methods) if suite in W.HEADLINES else [])
     # allow_nan=False: _jsonable already mapped NaN to null; fail loudly if anything slipped by.
     _write_atomic(out_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
     words = "".join(f"{line}\n\n" for line in summary["headline"])

@@ -145,20 +145,45 @@ def _write_json(path: Path, data: dict) -> None:
     tmp.rename(path)
 
 
-def run_suite(suite: str, cells: list[Cell], out_dir: Path, *, quick: bool, command: str,
-              in_process: bool = False, jobs: int = 1, ray: bool = False,
-              console: Console | None = None) -> dict:
-    """Run every unfinished cell (in this process, ``jobs`` subprocesses at a time, or as Ray tasks:
-    :mod:`asyncrl.bench.executor`), then write results.json and the report; returns summary.json's dict."""
-    from asyncrl.bench.executor import run_cells
-    from asyncrl.bench.report import write_report
+def collect_results(suite: str, cells: list, out_dir: Path, *, quick: bool, command: str) -> dict:
+    """results.json's dict from the cells that finished (``cells_total`` counts all of them, so a
+    report can say it is partial); written to ``out_dir``. BenchError when none has finished."""
+    runs_dir = out_dir / "runs"
+    finished = [c for c in cells if (runs_dir / c.name / "summary.json").exists()]
+    if not finished:
+        raise BenchError(f"no cell of this suite has finished in {out_dir}: nothing to report")
+    results = {"suite": suite, "quick": quick, "command": command,
+               "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "host": host_info(), "cells_total": len(cells),
+               "runs": [load_run(c, runs_dir / c.name) for c in finished]}
+    _write_json(out_dir / "results.json", results)
+    return results
 
-    console = console or Console(stderr=True)
+
+def pending_cells(cells: list, out_dir: Path, console: Console) -> list:
+    """The cells without a ``summary.json`` under ``out_dir/runs`` (saying how many are done)."""
     runs_dir = out_dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     todo = [c for c in cells if not (runs_dir / c.name / "summary.json").exists()]
     if len(todo) < len(cells):
         console.print(f"[dim]{len(cells) - len(todo)} of {len(cells)} cells already finished in {out_dir}[/dim]")
+    return todo
+
+
+def run_suite(suite: str, cells: list[Cell], out_dir: Path, *, quick: bool, command: str,
+              in_process: bool = False, jobs: int = 1, ray: bool = False, report_only: bool = False,
+              console: Console | None = None) -> dict:
+    """Run every unfinished cell (in this process, ``jobs`` subprocesses at a time, or as Ray tasks:
+    :mod:`asyncrl.bench.executor`), then write results.json and the report; returns summary.json's dict.
+    ``report_only``: run nothing, report on the cells that have finished (a partial report says so)."""
+    from asyncrl.bench.executor import run_cells
+    from asyncrl.bench.report import write_report
+
+    console = console or Console(stderr=True)
+    runs_dir = out_dir / "runs"
+    if report_only:
+        return write_report(out_dir, collect_results(suite, cells, out_dir, quick=quick, command=command))
+    todo = pending_cells(cells, out_dir, console)
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
     serial = jobs == 1 and not ray
@@ -177,11 +202,7 @@ def run_suite(suite: str, cells: list[Cell], out_dir: Path, *, quick: bool, comm
 
         run_cells(todo, one if serial else functools.partial(run_cell, runs_dir=runs_dir), jobs=jobs, ray=ray,
                   on_done=done)
-    results = {"suite": suite, "quick": quick, "command": command,
-               "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-               "host": host_info(), "runs": [load_run(c, runs_dir / c.name) for c in cells]}
-    _write_json(out_dir / "results.json", results)
-    return write_report(out_dir, results)
+    return write_report(out_dir, collect_results(suite, cells, out_dir, quick=quick, command=command))
 
 
 def _fmt(value, digits: int = 3) -> str:

@@ -123,7 +123,46 @@ def _compare(methods, a: str, b: str, b_name: str) -> tuple[str, str]:
     return (f"{abs(gap):.1f} points {side} {b_name}" if round(abs(gap), 1) else f"level with {b_name}"), noise
 
 
+def partial_line(n_runs: int, cells_total: int | None) -> list[str]:
+    """A report on some of a suite's cells says so first (empty when every cell finished)."""
+    if cells_total is None or n_runs >= cells_total:
+        return []
+    return [f"Partial: {n_runs} of {cells_total} cells have finished; rerun the same command (without "
+            f"--report-only) to run the rest."]
+
+
+def _gap_words(gap: Mapping[str, Any] | None, name: str) -> str:
+    """"4.0 points below async recompute [−6.1, −1.9]" (the bracket: 95 % CI of the gap)."""
+    if not gap:
+        return f"no comparison with {name}"
+    mean, low, high = (as_float(gap.get(k)) for k in ("mean", "ci_low", "ci_high"))
+    side = "above" if mean > 0 else "below"
+    return f"{abs(mean):.1f} points {side} {name} [{low:+.1f}, {high:+.1f}]".replace("-", "−")
+
+
+def headline_a3po_by_k(by_k: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One sentence per look-ahead K (``bench a3po --ks``), then a verdict on A-3PO against recompute."""
+    lines, behind = [], []
+    for k, row in sorted(by_k.items(), key=lambda kv: int(kv[0])):
+        rec_gap = row.get("eval_gap_loglinear_minus_recompute")
+        if rec_gap and as_float(rec_gap.get("ci_high")) < 0:
+            behind.append(k)
+        err = (f"; its proximal log-probs are off the exact ones by {number(row.get('prox_abs_err_mean'))} per "
+               f"token on average, {number(row.get('prox_abs_err_at_max_staleness'))} at staleness "
+               f"{row.get('max_measured_staleness')}" if row.get("max_measured_staleness") is not None else "")
+        lines.append(f"At look-ahead W = K = {k} (realized staleness {number(row.get('realized_staleness'))}): "
+                     f"A-3PO ends {_gap_words(rec_gap, 'async recompute')} and "
+                     f"{_gap_words(row.get('eval_gap_loglinear_minus_sync'), 'sync')}, training "
+                     f"{ratio(row.get('speedup_vs_recompute'))} as fast as recompute and "
+                     f"{ratio(row.get('speedup_vs_sync'))} as fast as sync{err}.")
+    verdict = (f"Verdict: A-3PO ends below recompute beyond the seed spread at K = {', '.join(behind)}."
+               if behind else "Verdict: A-3PO is not below recompute beyond the seed spread at any K run.")
+    return [*lines, verdict]
+
+
 def headline_a3po(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> list[str]:
+    if summary.get("by_k"):
+        return headline_a3po_by_k(summary["by_k"])
     ll, sync = "async-loglinear", "sync"
     if ll not in methods or sync not in methods:
         return ["A-3PO or sync is missing from these runs: no comparison."]
