@@ -119,7 +119,7 @@ def test_atlas_report(tmp_path):
         runs.append(_run("tis", seed, train_wall=10, final=0.25, initial=0.3, params={"K": 4}))
         runs.append(_run("ppo", seed, train_wall=10, final=0.55, params={"N": 8, "row": "buffer"}))
     summary = write_report(tmp_path, _results("atlas", runs))
-    _check_outputs(tmp_path, summary, n_figures=5 + 2)  # five lag-row heatmaps, two for the buffer row
+    _check_outputs(tmp_path, summary, n_figures=7 + 2)  # seven lag-row heatmaps, two for the buffer row
     lag = summary["rows"]["lag"]
     assert lag["cols"] == [0, 4] and summary["rows"]["buffer"]["cols"] == [8]
     # ppo at K = 4 ends 30 points below sync but above where it started: degraded, not collapsed
@@ -151,6 +151,15 @@ def test_atlas_report(tmp_path):
     assert "At K = 4, below sync beyond the seed spread: decoupled (-2.0), ppo (-30.0), tis (-36.0)" in table
     assert "within 3 points of sync (at it and every smaller K): decoupled 4, ppo 0, tis none." in table
     assert "within 3 points of the same loss at K = 0: decoupled 4, ppo 0, tis 0." in table
+    assert table.count("Diagnostics at K =") == 1 and "Diagnostics at K = 4" in table  # no K >= 8: the largest
+    from asyncrl.bench.atlas_report import _matrix
+
+    # the weight heatmap shows log10 of each cell's mean maximum (1.3 here); a missing cell stays NaN
+    logw = _matrix(lag, "importance_weight_max", "mean", math.log10)
+    assert logw[0][0] == pytest.approx(math.log10(1.3))
+    grid = {"losses": ["a"], "cols": [8, 16], "grid": {"a": {"8": {"steps_to_target": 12.0}}}}
+    steps = _matrix(grid, "steps_to_target", None)
+    assert steps[0][0] == 12.0 and math.isnan(steps[0][1])
 
 
 def test_atlas_target_and_steps_to_it():
@@ -311,3 +320,16 @@ def test_a3po_staleness_variant_reports_the_approximation_error(tmp_path):
     # step 0: 0 and 3 from its bins; step 1: 3 (the NaN bin dropped); steps 2-3: their step means at 4
     np.testing.assert_allclose(x, [0, 3, 4])
     np.testing.assert_allclose(mean, [0.0, 0.2, 0.045])
+
+
+def test_atlas_diagnostics_for_every_k_from_8():
+    from asyncrl.bench.atlas_report import _diagnostics_tables
+
+    stat = {"mean": 0.5, "ci_low": 0.5, "ci_high": 0.5, "n": 1}
+    cell = {"n": 1, "steps_to_target": math.nan, "reached_target": 0, **{key: stat for key in (
+        "clip_or_mask_frac", "importance_weight_max", "importance_weight_min", "ess_frac", "final_eval_answer_acc")}}
+    block = {"losses": ["ppo"], "cols": [0, 4, 8, 16], "grid": {"ppo": {str(k): cell for k in (0, 4, 8, 16)}}}
+    text = _diagnostics_tables(block)
+    assert [line.split(" (")[0] for line in text.splitlines() if line.startswith("Diagnostics")] == [
+        "Diagnostics at K = 8", "Diagnostics at K = 16"]
+    assert "| ppo | — (0/1) |" in text

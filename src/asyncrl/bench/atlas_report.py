@@ -174,9 +174,14 @@ def atlas_grids(runs: Sequence[Mapping[str, Any]]) -> dict:
     return {"rows": rows, "sync_n": len(sync_runs), "target_train_reward": target}
 
 
-def _matrix(block: Mapping[str, Any], key: str, field: str = "mean") -> list[list[float]]:
-    return [[_num((block["grid"][m].get(str(c), {}).get(key) or {}).get(field)) for c in block["cols"]]
-            for m in block["losses"]]
+def _matrix(block: Mapping[str, Any], key: str, field: str | None = "mean", transform=None) -> list[list[float]]:
+    """One value per (loss, column): ``cell[key][field]`` (``cell[key]`` when field is None), NaN if absent."""
+    def value(cell: Mapping[str, Any]) -> float:
+        entry = cell.get(key)
+        x = _num(entry if field is None else (entry or {}).get(field))
+        return transform(x) if transform is not None and math.isfinite(x) and x > 0 else x
+
+    return [[value(block["grid"][m].get(str(c), {})) for c in block["cols"]] for m in block["losses"]]
 
 
 def _cell_text(cell: Mapping[str, Any] | None) -> str:
@@ -197,9 +202,16 @@ def _table(block: Mapping[str, Any], head: str) -> str:
                        for m in block["losses"]])
 
 
-def _diagnostics_table(block: Mapping[str, Any]) -> str:
-    """Lag row at its largest K: the diagnostics that say why a loss held or broke."""
-    k = block["cols"][-1]
+DIAGNOSE_FROM_K = 8  # the diagnostics tables: every K from here up (the largest alone if none reaches it)
+
+
+def _diagnostics_tables(block: Mapping[str, Any]) -> str:
+    high = [k for k in block["cols"] if _num(k) >= DIAGNOSE_FROM_K] or block["cols"][-1:]
+    return "\n".join(_diagnostics_table(block, k) for k in high)
+
+
+def _diagnostics_table(block: Mapping[str, Any], k: Any) -> str:
+    """Lag row at one K: the diagnostics that say why a loss held or broke."""
     header = ["Loss", "steps to target (reached)", "clipped/filtered tokens", "max weight", "min weight",
               "ESS", "answer acc"]
     rows = []
@@ -222,14 +234,19 @@ def _figures(fig_dir: Path, rows: Mapping[str, Any]) -> list[tuple[str, str]]:
              ("gap_vs_sync", "mean", "Final eval reward − sync", "points below / above sync", "{:+.2f}"),
              ("final_eval_answer_acc", "mean", "Final answer accuracy (any answer format)", "accuracy", "{:.2f}"),
              ("clip_or_mask_frac", "mean", "Clipped or filtered token fraction", "fraction", "{:.2f}"),
-             ("ess_frac", "mean", "Effective sample size fraction", "ESS / N", "{:.2f}")]
+             ("ess_frac", "mean", "Effective sample size fraction", "ESS / N", "{:.2f}"),
+             ("steps_to_target", None, "Steps to the target train reward (n/a: not reached)", "steps", "{:.0f}"),
+             ("importance_weight_max", "mean", "Largest importance weight, log10 (mean over seeds of each "
+              "run's maximum)", "log10 weight", "{:.1f}")]
+    transforms = {"importance_weight_max": math.log10}
     mark = f"× = collapsed (final < initial − {COLLAPSE_MARGIN}, non-finite loss, or skipped updates)"
     for row, block in rows.items():
         marks = [[bool(block["grid"][m].get(str(c), {}).get("collapsed")) for c in block["cols"]]
                  for m in block["losses"]]
         for i, (key, field, title, cbar, fmt) in enumerate(specs if row == "lag" else specs[:2], start=1):
             name = f"{row}_{i}_{key}.png"
-            F.heatmap(fig_dir / name, _matrix(block, key, field), block["losses"], [str(c) for c in block["cols"]],
+            F.heatmap(fig_dir / name, _matrix(block, key, field, transforms.get(key)), block["losses"],
+                      [str(c) for c in block["cols"]],
                       title=f"{title} ({row} row)", xlabel=ROW_AXES[row][1], ylabel="loss",
                       cbar_label=cbar, marked=marks, fmt=fmt)
             figs.append((name, f"{title} per (loss, {ROW_AXES[row][0]}), mean over seeds; {mark}."))
@@ -246,7 +263,7 @@ def build_atlas(results: Mapping[str, Any], fig_dir: Path, methods: dict) -> tup
     for row, block in rows.items():
         parts.append(f"**{row} row** ({ROW_AXES[row][1]})\n\n" + _table(block, ROW_AXES[row][0]))
     if "lag" in rows:
-        parts.append(_diagnostics_table(rows["lag"]))
+        parts.append(_diagnostics_tables(rows["lag"]))
         holds = {m: holds_to(rows["lag"]["grid"][m], rows["lag"]["cols"]) for m in rows["lag"]["losses"]}
         holds_own = {m: holds_to(rows["lag"]["grid"][m], rows["lag"]["cols"], own=True)
                      for m in rows["lag"]["losses"]}
