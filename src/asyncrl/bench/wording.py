@@ -202,7 +202,7 @@ def headline_atlas(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> li
     if sync:
         start, end = as_float(sync["initial_eval_reward"]["mean"]), as_float(sync["final_eval_reward"]["mean"])
         acc = as_float(sync["final_eval_answer_acc"]["mean"])
-        lines.append(f"Sync (ppo at K = 0, {sync['n']} seeds) goes from {number(start)} to {number(end)} eval reward "
+        lines.append(f"Sync (ppo at K = 0, {sync['n']} seed{'s' if sync['n'] != 1 else ''}) goes from {number(start)} to {number(end)} eval reward "
                      f"({points(100 * (end - start))})" + (f"; answer accuracy ends at {number(acc)}." if
                                                            math.isfinite(acc) else "."))
     k = ks[-1]
