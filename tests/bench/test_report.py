@@ -156,6 +156,8 @@ def test_atlas_report(tmp_path):
 
     # the weight heatmap shows log10 of each cell's mean maximum (1.3 here); a missing cell stays NaN
     logw = _matrix(lag, "importance_weight_max", "mean", math.log10)
+    gaps = _matrix(lag, "gap_vs_sync", "mean", lambda x: 100 * x)  # in points
+    assert gaps[lag["losses"].index("ppo")][1] == pytest.approx(-30.0)  # ppo at K = 4
     assert logw[0][0] == pytest.approx(math.log10(1.3))
     grid = {"losses": ["a"], "cols": [8, 16], "grid": {"a": {"8": {"steps_to_target": 12.0}}}}
     steps = _matrix(grid, "steps_to_target", None)

@@ -179,7 +179,7 @@ def _matrix(block: Mapping[str, Any], key: str, field: str | None = "mean", tran
     def value(cell: Mapping[str, Any]) -> float:
         entry = cell.get(key)
         x = _num(entry if field is None else (entry or {}).get(field))
-        return transform(x) if transform is not None and math.isfinite(x) and x > 0 else x
+        return transform(x) if transform is not None and math.isfinite(x) else x
 
     return [[value(block["grid"][m].get(str(c), {})) for c in block["cols"]] for m in block["losses"]]
 
@@ -231,14 +231,15 @@ def _diagnostics_table(block: Mapping[str, Any], k: Any) -> str:
 def _figures(fig_dir: Path, rows: Mapping[str, Any]) -> list[tuple[str, str]]:
     figs = []
     specs = [("final_eval_reward", "mean", "Final eval reward", "final eval reward", "{:.2f}"),
-             ("gap_vs_sync", "mean", "Final eval reward − sync", "points below / above sync", "{:+.2f}"),
+             ("gap_vs_sync", "mean", "Final eval reward − sync", "points (cell − sync)", "{:+.1f}"),
              ("final_eval_answer_acc", "mean", "Final answer accuracy (any answer format)", "accuracy", "{:.2f}"),
              ("clip_or_mask_frac", "mean", "Clipped or filtered token fraction", "fraction", "{:.2f}"),
              ("ess_frac", "mean", "Effective sample size fraction", "ESS / N", "{:.2f}"),
              ("steps_to_target", None, "Steps to the target train reward (n/a: not reached)", "steps", "{:.0f}"),
-             ("importance_weight_max", "mean", "Largest importance weight, log10 (mean over seeds of each "
-              "run's maximum)", "log10 weight", "{:.1f}")]
-    transforms = {"importance_weight_max": math.log10}
+             ("importance_weight_max", "mean", "Largest importance weight (log10)", "log10 of the mean over "
+              "seeds of each run's maximum", "{:.1f}")]
+    transforms = {"importance_weight_max": lambda x: math.log10(x) if x > 0 else math.nan,
+                  "gap_vs_sync": lambda x: 100 * x}
     mark = f"× = collapsed (final < initial − {COLLAPSE_MARGIN}, non-finite loss, or skipped updates)"
     for row, block in rows.items():
         marks = [[bool(block["grid"][m].get(str(c), {}).get("collapsed")) for c in block["cols"]]
