@@ -77,7 +77,7 @@ QUICK = {
 }
 # Full runs: the paper-style comparison at the default 200 steps; the atlas and the TRL peer are
 # shorter so that the whole matrix fits in an afternoon on a laptop. These are defaults under a
-# --config file: a key the file sets (the staleness testbed's 60 steps) wins over them. Cells that
+# --config file: a key the file sets (the staleness testbed's steps) wins over them. Cells that
 # share a seed share their step-0 evaluation (eval.cache_initial).
 FULL = {
     "a3po": {"eval.cache_initial": True},
