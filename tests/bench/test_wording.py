@@ -2,7 +2,7 @@
 
 import math
 
-from asyncrl.bench.wording import decimals, headline_a3po, headline_items, mean_pm, number, seconds
+from asyncrl.bench.wording import decimals, headline_a3po, headline_items, mean_pm, number, seconds, seeds
 
 
 def _stat(mean, half, n=3):
@@ -17,6 +17,7 @@ def test_numbers_are_fixed_point_with_three_significant_digits():
     assert mean_pm(2.64, 0.086) == "2.64 ± 0.09"
     assert "e-" not in mean_pm(0.00264, 8.6e-05) and mean_pm(0.00264, 8.6e-05) == "0.00264 ± 0.00009"
     assert seconds(0.00264) == "2.64 ms" and seconds(13.24) == "13.2 s"
+    assert seeds(1) == "1 seed" and seeds(3) == "3 seeds"
 
 
 def test_a3po_headline_in_words_with_a_verdict():

@@ -20,7 +20,7 @@ Definitions (docs/benchmarks.md says the same in prose):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +174,8 @@ def atlas_grids(runs: Sequence[Mapping[str, Any]]) -> dict:
     return {"rows": rows, "sync_n": len(sync_runs), "target_train_reward": target}
 
 
-def _matrix(block: Mapping[str, Any], key: str, field: str | None = "mean", transform=None) -> list[list[float]]:
+def _matrix(block: Mapping[str, Any], key: str, field: str | None = "mean",
+            transform: Callable[[float], float] | None = None) -> list[list[float]]:
     """One value per (loss, column): ``cell[key][field]`` (``cell[key]`` when field is None), NaN if absent."""
     def value(cell: Mapping[str, Any]) -> float:
         entry = cell.get(key)

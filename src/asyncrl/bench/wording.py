@@ -53,6 +53,11 @@ def ratio(x: Any) -> str:
     return "n/a" if not math.isfinite(x) else f"{number(x)}×"
 
 
+def seeds(n: int) -> str:
+    """"1 seed", "3 seeds"."""
+    return f"{n} seed{'' if n == 1 else 's'}"
+
+
 def points(x: Any) -> str:
     """A reward difference already in points (×100)."""
     x = as_float(x)
@@ -102,7 +107,7 @@ def _reward_phrase(methods, method: str) -> str:
         return "no final eval reward"
     d = decimals(mean)
     spread = f"± {half:.{d}f}, " if math.isfinite(half) else ""
-    return f"eval reward {mean:.{d}f} ({spread}{n} seed{'s' if n != 1 else ''})"
+    return f"eval reward {mean:.{d}f} ({spread}{seeds(n)})"
 
 
 def _overlap(methods, a: str, b: str, metric: str) -> bool:
@@ -202,7 +207,7 @@ def headline_atlas(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> li
     if sync:
         start, end = as_float(sync["initial_eval_reward"]["mean"]), as_float(sync["final_eval_reward"]["mean"])
         acc = as_float(sync["final_eval_answer_acc"]["mean"])
-        lines.append(f"Sync (ppo at K = 0, {sync['n']} seed{'s' if sync['n'] != 1 else ''}) goes from {number(start)} to {number(end)} eval reward "
+        lines.append(f"Sync (ppo at K = 0, {seeds(sync['n'])}) goes from {number(start)} to {number(end)} eval reward "
                      f"({points(100 * (end - start))})" + (f"; answer accuracy ends at {number(acc)}." if
                                                            math.isfinite(acc) else "."))
     k = ks[-1]
