@@ -49,9 +49,10 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--out", metavar="DIR", help="write DIR/eval.json and DIR/problems.jsonl "
                                                           "(per-problem completions); same as eval.outputs=DIR")
         cmd.add_argument("overrides", nargs="*", metavar="dotted.key=value")
-    bench = sub.add_parser("bench", help="run a benchmark suite (a3po | atlas | peer-trl | control) and write "
-                                         "its report")
-    bench.add_argument("suite", choices=("a3po", "atlas", "peer-trl", "control"))
+    from asyncrl.bench.suites import suite_names
+
+    bench = sub.add_parser("bench", help=f"run a benchmark suite ({' | '.join(suite_names())}) and write its report")
+    bench.add_argument("suite", choices=suite_names())
     bench.add_argument("--quick", action="store_true", help="the few-minute variant (smoke test)")
     bench.add_argument("--config", help="YAML config or preset every cell starts from (e.g. gpu-embedded)")
     bench.add_argument("--seeds", type=int, help="seeds per cell (default: 3; peer-trl 1; --quick 1)")
@@ -73,9 +74,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--in-process", action="store_true",
                        help="run asyncrl cells in this process (faster start-up; default for atlas)")
     bench.add_argument("--list", action="store_true", help="print the cells and exit")
+    bench.add_argument("--runs-dir", metavar="DIR",
+                       help="where each cell's run directory goes (default: OUT/runs); the study in --out "
+                            "keeps only summaries and one per-step table")
     bench.add_argument("--report-only", action="store_true",
-                       help="run no cell: write the report from the cells already finished in --out "
-                            "(a partial report says how many)")
+                       help="run no cell: write the report from the cells already finished in the runs "
+                            "directory (a partial report says how many), else re-render the study stored "
+                            "in --out (results.json + steps.csv.gz, e.g. a committed folder)")
     bench.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="applied to every cell")
     return parser
 
@@ -160,30 +165,6 @@ def _ks(args) -> list[int] | None:
         raise ValueError(f"--ks: expected comma-separated integers, got {args.ks!r}") from None
 
 
-def _bench_control(args) -> int:
-    from pathlib import Path
-
-    from asyncrl.bench.control_suite import build_control_cells, cell_command, run_control_suite
-
-    try:
-        capacities = _ks(args)
-        cells = build_control_cells(quick=args.quick, seeds=args.seeds, capacities=capacities,
-                                    arms=_csv(args.methods, str, "--methods"), envs=_csv(args.envs, str, "--envs"),
-                                    extra=args.overrides)
-        if args.jobs < 1:
-            raise ValueError(f"--jobs: must be >= 1, got {args.jobs}")
-    except ValueError as err:
-        print(f"asyncrl: {err}", file=sys.stderr)
-        return 2
-    out = Path(args.out or f"runs/bench/control{'-quick' if args.quick else ''}")
-    if args.list:
-        for cell in cells:
-            print(cell.name, shlex.join(cell_command(cell, out / "runs")))
-        return 0
-    return _run_reported(lambda: run_control_suite(cells, out, quick=args.quick, jobs=args.jobs, ray=args.ray,
-                                                   report_only=args.report_only, command=_redo(args)), out)
-
-
 def _run_reported(run, out) -> int:
     """Run a suite; print its scalar summary and the report's path (exit 0), or its error (exit 1)."""
     from asyncrl.bench.runner import BenchError
@@ -201,37 +182,33 @@ def _run_reported(run, out) -> int:
 def _bench(args) -> int:
     from pathlib import Path
 
-    if args.suite == "control":
-        return _bench_control(args)
+    from asyncrl.bench.runner import cell_command, run_suite
+    from asyncrl.bench.suites import CellRequest, build_cells, get_suite
 
-    from asyncrl.bench.runner import cell_argv, run_suite
-    from asyncrl.bench.suites import build_cells
-
+    suite = get_suite(args.suite)
     try:
-        ks = _ks(args)
-        if ks is not None and args.suite not in ("atlas", "a3po"):
-            raise ValueError(f"--ks: only the atlas and a3po suites take K (suite: {args.suite})")
-        if args.rows is not None and args.suite != "atlas":
-            raise ValueError(f"--rows: only the atlas suite has rows (suite: {args.suite})")
         if args.jobs < 1:
             raise ValueError(f"--jobs: must be >= 1, got {args.jobs}")
-        cells = build_cells(args.suite, quick=args.quick, seeds=args.seeds,
-                            methods=_csv(args.methods, str, "--methods"), ks=ks, extra=args.overrides,
-                            config=args.config, rows=_csv(args.rows, str, "--rows"))
-        for cell in cells:  # validate every cell's config before running anything
-            load_config(cell.config, list(cell.overrides))
+        request = CellRequest(quick=args.quick, seeds=args.seeds, methods=_csv(args.methods, str, "--methods"),
+                              ks=_ks(args), rows=_csv(args.rows, str, "--rows"), envs=_csv(args.envs, str, "--envs"),
+                              extra=tuple(args.overrides), config=args.config)
+        cells = build_cells(suite.name, request)
+        if suite.validate is not None:  # every cell's config, before running anything
+            suite.validate(cells)
     except (ValueError, ConfigError) as err:
         print(f"asyncrl: {err}", file=sys.stderr)
         return 2
-    out = Path(args.out or f"runs/bench/{args.suite}{'-quick' if args.quick else ''}")
+    out = Path(args.out or f"runs/bench/{suite.name}{'-quick' if args.quick else ''}")
+    runs_dir = Path(args.runs_dir) if args.runs_dir else out / "runs"
     if args.list:
         for cell in cells:
-            print(cell.name, " ".join(cell_argv(cell, out / "runs")))
+            print(cell.name, shlex.join(cell_command(cell, runs_dir)))
         return 0
     serial = args.jobs == 1 and not args.ray  # only a serial suite can run cells in this process
-    return _run_reported(lambda: run_suite(args.suite, cells, out, quick=args.quick, command=_redo(args),
-                                           in_process=serial and (args.in_process or args.suite == "atlas"),
-                                           jobs=args.jobs, ray=args.ray, report_only=args.report_only), out)
+    in_process = serial and (args.in_process or suite.in_process)
+    return _run_reported(lambda: run_suite(suite, cells, out, runs_dir=runs_dir, quick=args.quick, command=_redo(args),
+                                           in_process=in_process, jobs=args.jobs, ray=args.ray,
+                                           report_only=args.report_only), out)
 
 
 def _redo(args) -> str:

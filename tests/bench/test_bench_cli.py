@@ -3,6 +3,7 @@ resumability: a second invocation skips finished cells and only rebuilds the rep
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -12,6 +13,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "foundation"))
 from test_e2e_train import TINY  # noqa: E402
+
+from asyncrl.bench.study import load_study  # noqa: E402
 
 # the suite sets run.mode per method: drop the tiny config's mode; one step of two is enough to
 # exercise every metric and figure
@@ -32,7 +35,8 @@ def bench(tmp_path: Path, cache: str, *args: str, timeout: int = 600) -> subproc
 
 
 def check_report(out: Path, n_runs: int) -> dict:
-    results = json.loads((out / "results.json").read_text())
+    results = load_study(out)  # results.json holds summaries; the metrics come from steps.csv.gz
+    assert "metrics" not in json.loads((out / "results.json").read_text())["runs"][0]
     assert len(results["runs"]) == n_runs
     assert all([r["step"] for r in run["metrics"]] == [0, 1, 2] for run in results["runs"])  # 0: eval before
     assert results["command"].startswith("asyncrl bench")
@@ -81,7 +85,15 @@ def test_atlas_quick_subset(tmp_path, cache):
     assert partial["cells_total"] == 6 and partial["headline"][0].startswith("Partial: 4 of 6 cells")
     assert "--report-only" not in json.loads((tmp_path / "out" / "results.json").read_text())["command"]
     proc = bench(tmp_path, cache, *wider[:-1], "elsewhere", "--report-only", timeout=120)
-    assert proc.returncode == 1 and "no cell of this suite has finished" in proc.stderr
+    assert proc.returncode == 1 and "nothing to report" in proc.stderr
+    # the study alone (no run directories, as committed) re-renders the same report
+    before = json.loads((tmp_path / "out" / "summary.json").read_text())
+    shutil.move(tmp_path / "out" / "runs", tmp_path / "elsewhere-runs")
+    (tmp_path / "out" / "summary.json").unlink()
+    proc = bench(tmp_path, cache, *wider, "--report-only", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert after == before
 
 
 def test_bad_cell_config_is_refused_before_anything_runs(tmp_path, cache):

@@ -305,7 +305,7 @@ def test_a3po_staleness_variant_reports_the_approximation_error(tmp_path):
     assert k4["speedup_vs_recompute"] == pytest.approx(80 / 50) and k4["speedup_vs_sync"] == pytest.approx(2.0)
     assert k4["realized_staleness"] == pytest.approx((1.2 + 2.4 + 3.6 + 3.9) / 4)
     assert k4["prox_abs_err_mean"] == pytest.approx(0.0275 + 0.005)
-    from asyncrl.bench.report import _error_curves
+    from asyncrl.bench.a3po_report import _error_curves
 
     x, mean, low, high = _error_curves({"ll": [r for r in runs if r["method"] == "async-loglinear-k4"]})["ll"]
     # bins 1, 2, 4 (3.6 and 3.9 round to 4: their errors average); seeds differ by 0.01

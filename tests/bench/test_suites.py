@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl.bench.suites import (A3PO_METHODS, ATLAS_BUFFERS, ATLAS_KS, ATLAS_LOSSES, ATLAS_MINIBATCHES,
-                                  ATLAS_ROW_LOSSES, build_cells)
+from asyncrl.bench.suite_a3po import A3PO_METHODS
+from asyncrl.bench.suite_atlas import ATLAS_BUFFERS, ATLAS_KS, ATLAS_LOSSES, ATLAS_MINIBATCHES, ATLAS_ROW_LOSSES
+from asyncrl.bench.suites import build_cells
 from asyncrl.config import load_config
 from asyncrl.objectives import LOSSES
 

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from asyncrl.bench.control_suite import build_control_cells
+from asyncrl.bench.study import load_study
+from asyncrl.bench.suites import build_cells
 from asyncrl.cli import main
 
 SMALL = ["--seeds", "1", "--methods", "ppo,vaco", "--ks", "2", "--jobs", "2", "total_steps=512", "num_steps=64"]
@@ -20,7 +21,7 @@ def test_quick_runs_reports_and_resumes(tmp_path, monkeypatch, capsys):
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "out"
-    results = json.loads((out / "results.json").read_text())
+    results = load_study(out)
     assert len(results["runs"]) == 2 and results["suite"] == "control"
     assert all(len(run["metrics"]) == 2 for run in results["runs"])
     summary = json.loads((out / "summary.json").read_text())
@@ -46,11 +47,11 @@ def test_quick_runs_reports_and_resumes(tmp_path, monkeypatch, capsys):
 
 
 def test_quick_matrix_is_cartpole_every_arm_two_capacities():
-    cells = build_control_cells(quick=True)
+    cells = build_cells("control", quick=True)
     assert {c.params["env"] for c in cells} == {"CartPole-v1"}
     assert {c.params["arm"] for c in cells} == {"ppo", "ppo_kl", "spo", "impala", "vaco"}
     assert {c.params["capacity"] for c in cells} == {1, 4} and len(cells) == 20
-    full = build_control_cells()
+    full = build_cells("control")
     assert {c.params["capacity"] for c in full} == {1, 4, 8, 16}
     assert {c.params["env"] for c in full} == {"Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5",
                                                 "Humanoid-v5"}

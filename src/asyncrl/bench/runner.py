@@ -1,14 +1,15 @@
-"""Run a suite's cells one at a time (resumable), then assemble ``results.json`` and the report.
+"""Run a suite's cells (resumable), then store the study and write its report.
 
-    <out>/runs/<cell>/          each cell's run directory (summary.json, metrics.jsonl, bench.log)
-    <out>/results.json          every run's summary and per-step metrics
-    <out>/summary.json, table.md, report.html, figures/*.png      (asyncrl.bench.report)
+    <runs>/<cell>/              each cell's run directory (default <out>/runs; not part of the study)
+    <out>/results.json          every run's summary          } the study's data
+    <out>/steps.csv.gz          every run's per-step metrics } (asyncrl.bench.study)
+    <out>/summary.json, table.md, report.html, figures/*.png      (the suite's report)
 
 A cell is finished when its ``summary.json`` exists (runs write it atomically, last); an unfinished
 cell directory left by an interrupted run is wiped and the cell runs again. Cells run as
-subprocesses by default (``python -m asyncrl.runtime``), so every run starts from a fresh
-interpreter (clean RSS figures, a crash cannot take the suite down); short simulated cells can run
-in-process (:func:`asyncrl.runtime.train`) to skip ~5 s of imports each.
+subprocesses by default (every run starts from a fresh interpreter: clean RSS figures, and a crash
+cannot take the suite down); short simulated cells can run in-process
+(:func:`asyncrl.runtime.train`) to skip ~5 s of imports each.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 import os
 import platform
 import shutil
 import subprocess
 import sys
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -30,20 +32,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
     TimeRemainingColumn
 
-from asyncrl.bench.suites import Cell
+from asyncrl.bench.cells import Cell
+from asyncrl.bench.study import StudyError, load_study, write_study_data
+from asyncrl.bench.suites import Suite, get_suite
 
 
 class BenchError(RuntimeError):
     """A cell failed or the output directory is unusable; the message is one line."""
 
 
-def cell_argv(cell: Cell, runs_dir: Path) -> list[str]:
-    """The ``asyncrl`` command-line arguments that run one cell by hand (after the program name)."""
-    common = [*_config_args(cell), *_cell_overrides(cell, runs_dir)]
-    return ["train", *common] if cell.runner == "train" else common
-
-
-def _cell_overrides(cell: Cell, runs_dir: Path) -> list[str]:
+def _asyncrl_args(cell: Cell, runs_dir: Path) -> list[str]:
     return [*cell.overrides, f"run.out_dir={runs_dir}", f"run.name={cell.name}", "run.progress=false"]
 
 
@@ -53,9 +51,32 @@ def _config_args(cell: Cell) -> list[str]:
     return ["--config", str(resolve_config_path(cell.config).resolve())] if cell.config else []
 
 
-def _command(cell: Cell, runs_dir: Path) -> list[str]:
-    module = "asyncrl.runtime" if cell.runner == "train" else "asyncrl.bench.peer_trl"
-    return [sys.executable, "-m", module, *_config_args(cell), *_cell_overrides(cell, runs_dir)]
+@dataclass(frozen=True)
+class CellRunner:
+    """The program that runs one kind of cell: ``python -m module`` with ``args(cell, runs_dir)``."""
+
+    module: str
+    args: Callable[[Cell, Path], list[str]]
+    cli: tuple[str, ...] = ()  # the ``asyncrl`` subcommand that runs it by hand, if there is one
+    env: dict[str, str] = field(default_factory=dict)
+    in_process: bool = False  # can run inside the bench process (asyncrl.runtime.train)
+
+
+RUNNERS: dict[str, CellRunner] = {
+    "train": CellRunner("asyncrl.runtime", lambda c, d: [*_config_args(c), *_asyncrl_args(c, d)], ("train",),
+                        {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}, in_process=True),
+    "trl": CellRunner("asyncrl.bench.peer_trl", lambda c, d: [*_config_args(c), *_asyncrl_args(c, d)],
+                      env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}),
+    "control": CellRunner("asyncrl.control", lambda c, d: [*c.overrides, f"out_dir={d / c.name}"],
+                          env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}),
+}
+
+
+def cell_command(cell: Cell, runs_dir: Path) -> list[str]:
+    """The command that runs one cell by hand: ``asyncrl <subcommand> ...`` where there is one."""
+    runner = RUNNERS[cell.runner]
+    prefix = ["asyncrl", *runner.cli] if runner.cli else [sys.executable, "-m", runner.module]
+    return [*prefix, *runner.args(cell, runs_dir)]
 
 
 def _run_in_process(cell: Cell, runs_dir: Path, log_path: Path) -> int:
@@ -64,7 +85,7 @@ def _run_in_process(cell: Cell, runs_dir: Path, log_path: Path) -> int:
 
     with open(log_path, "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
-            train(load_config(cell.config, _cell_overrides(cell, runs_dir)))
+            train(load_config(cell.config, _asyncrl_args(cell, runs_dir)))
             return 0
         except Exception:  # a crashing cell fails the suite with its log, not the bench process
             traceback.print_exc()
@@ -78,13 +99,14 @@ def run_cell(cell: Cell, runs_dir: Path, *, in_process: bool = False) -> Path:
     if not fresh_cell_dir(run_dir):
         return run_dir
     log_path = run_dir / "bench.log"
-    if in_process and cell.runner == "train":
+    runner = RUNNERS[cell.runner]
+    if in_process and runner.in_process:
         code = _run_in_process(cell, runs_dir, log_path)
     else:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        command = [sys.executable, "-m", runner.module, *runner.args(cell, runs_dir)]
         with open(log_path, "w") as log:
-            code = subprocess.run(_command(cell, runs_dir), stdout=log, stderr=subprocess.STDOUT,
-                                  env=env).returncode
+            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
+                                  env={**os.environ, **runner.env}).returncode
     check_cell(cell.name, run_dir, code, log_path)
     return run_dir
 
@@ -107,19 +129,8 @@ def check_cell(name: str, run_dir: Path, code: int, log_path: Path) -> None:
         raise BenchError(f"cell {name} failed (exit {code}): {tail[0][:300]} — log: {log_path}")
 
 
-def _finite_or_none(value):
-    """JSON has no NaN: non-finite floats become null in results.json."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite_or_none(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite_or_none(v) for v in value]
-    return value
-
-
 def load_run(cell: Cell, run_dir: Path) -> dict:
-    """One entry of results.json: the cell, its summary and its per-step metrics."""
+    """One run of a study: the cell, its summary and its per-step metrics."""
     summary = json.loads((run_dir / "summary.json").read_text())
     metrics_file = run_dir / "metrics.jsonl"
     metrics = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()] \
@@ -139,70 +150,96 @@ def host_info() -> dict:
             "python": platform.python_version(), "torch": torch.__version__, "asyncrl": __version__}
 
 
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_finite_or_none(data), indent=1))
-    tmp.rename(path)
+def _finished(cells: list[Cell], runs_dir: Path) -> list[Cell]:
+    return [c for c in cells if (runs_dir / c.name / "summary.json").exists()]
 
 
-def collect_results(suite: str, cells: list, out_dir: Path, *, quick: bool, command: str) -> dict:
-    """results.json's dict from the cells that finished (``cells_total`` counts all of them, so a
-    report can say it is partial); written to ``out_dir``. BenchError when none has finished."""
-    runs_dir = out_dir / "runs"
-    finished = [c for c in cells if (runs_dir / c.name / "summary.json").exists()]
+def collect_results(suite: str, cells: list[Cell], out_dir: Path, *, quick: bool, command: str,
+                    runs_dir: Path | None = None) -> dict:
+    """The study of the cells that finished in ``runs_dir`` (``cells_total`` counts all of them, so
+    a report can say it is partial), stored in ``out_dir`` (results.json, steps.csv.gz) and returned
+    with every run's metrics. With no finished cell there, the study already stored in ``out_dir``
+    (a committed folder); BenchError when there is neither."""
+    runs_dir = runs_dir or out_dir / "runs"
+    finished = _finished(cells, runs_dir)
     if not finished:
-        raise BenchError(f"no cell of this suite has finished in {out_dir}: nothing to report")
+        return stored_results(suite, out_dir)
     results = {"suite": suite, "quick": quick, "command": command,
                "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                "host": host_info(), "cells_total": len(cells),
                "runs": [load_run(c, runs_dir / c.name) for c in finished]}
-    _write_json(out_dir / "results.json", results)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_study_data(out_dir, results)
     return results
 
 
-def pending_cells(cells: list, out_dir: Path, console: Console) -> list:
-    """The cells without a ``summary.json`` under ``out_dir/runs`` (saying how many are done)."""
-    runs_dir = out_dir / "runs"
+def stored_results(suite: str, out_dir: Path) -> dict:
+    """The study stored in ``out_dir`` (BenchError, one line, when there is none or it is another suite's)."""
+    try:
+        results = load_study(out_dir)
+    except StudyError as err:
+        raise BenchError(str(err)) from None
+    if results.get("suite") != suite:
+        raise BenchError(f"{out_dir}: holds a study of suite {results.get('suite')!r}, not {suite!r}")
+    return results
+
+
+def pending_cells(cells: list[Cell], runs_dir: Path, console: Console) -> list[Cell]:
+    """The cells without a ``summary.json`` under ``runs_dir`` (saying how many are done)."""
     runs_dir.mkdir(parents=True, exist_ok=True)
     todo = [c for c in cells if not (runs_dir / c.name / "summary.json").exists()]
     if len(todo) < len(cells):
-        console.print(f"[dim]{len(cells) - len(todo)} of {len(cells)} cells already finished in {out_dir}[/dim]")
+        console.print(f"[dim]{len(cells) - len(todo)} of {len(cells)} cells already finished in {runs_dir}[/dim]")
     return todo
 
 
-def run_suite(suite: str, cells: list[Cell], out_dir: Path, *, quick: bool, command: str,
-              in_process: bool = False, jobs: int = 1, ray: bool = False, report_only: bool = False,
-              console: Console | None = None) -> dict:
-    """Run every unfinished cell (in this process, ``jobs`` subprocesses at a time, or as Ray tasks:
-    :mod:`asyncrl.bench.executor`), then write results.json and the report; returns summary.json's dict.
-    ``report_only``: run nothing, report on the cells that have finished (a partial report says so)."""
-    from asyncrl.bench.executor import run_cells
+def write_suite_report(out_dir: Path, results: dict) -> dict:
+    """The suite's report for ``results`` (summary.json, table.md, figures, report.html)."""
     from asyncrl.bench.report import write_report
 
+    return write_report(out_dir, results)
+
+
+def _default_line(cell: Cell, s: dict) -> str:
+    return (f"  ✓ {cell.name:<34} eval {_fmt(s.get('initial_eval_reward'))} → "
+            f"{_fmt(s.get('final_eval_reward'))}   train wall {_fmt(s.get('train_wall_s'), 1)} s")
+
+
+def run_suite(suite: Suite | str, cells: list[Cell], out_dir: Path, *, quick: bool, command: str,
+              runs_dir: Path | None = None, in_process: bool = False, jobs: int = 1, ray: bool = False,
+              report_only: bool = False, console: Console | None = None) -> dict:
+    """Run every unfinished cell (in this process, ``jobs`` subprocesses at a time, or as Ray tasks:
+    :mod:`asyncrl.bench.executor`), then store the study and write the report; returns summary.json's
+    dict. ``report_only``: run nothing; report on the cells finished in ``runs_dir`` (a partial
+    report says so), else re-render the study stored in ``out_dir``."""
+    from asyncrl.bench.executor import run_cells
+
+    suite = get_suite(suite) if isinstance(suite, str) else suite
     console = console or Console(stderr=True)
-    runs_dir = out_dir / "runs"
+    runs_dir = runs_dir or out_dir / "runs"
+    collect = functools.partial(collect_results, suite.name, cells, out_dir, quick=quick, command=command,
+                                runs_dir=runs_dir)
     if report_only:
-        return write_report(out_dir, collect_results(suite, cells, out_dir, quick=quick, command=command))
-    todo = pending_cells(cells, out_dir, console)
+        return write_suite_report(out_dir, collect())
+    todo = pending_cells(cells, runs_dir, console)
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
     serial = jobs == 1 and not ray
+    line = suite.done_line or _default_line
     with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task(suite, total=len(todo))
+        task = progress.add_task(suite.name, total=len(todo))
 
         def one(cell: Cell) -> Path:  # serial runs name the cell now running
-            progress.update(task, description=f"{suite}: {cell.name}")
+            progress.update(task, description=f"{suite.name}: {cell.name}")
             return run_cell(cell, runs_dir, in_process=in_process)
 
         def done(cell: Cell, run_dir: Path) -> None:
-            s = json.loads((run_dir / "summary.json").read_text())
-            console.print(f"  ✓ {cell.name:<34} eval {_fmt(s.get('initial_eval_reward'))} → "
-                          f"{_fmt(s.get('final_eval_reward'))}   train wall {_fmt(s.get('train_wall_s'), 1)} s")
+            console.print(line(cell, json.loads((run_dir / "summary.json").read_text())))
             progress.advance(task)
 
         run_cells(todo, one if serial else functools.partial(run_cell, runs_dir=runs_dir), jobs=jobs, ray=ray,
                   on_done=done)
-    return write_report(out_dir, collect_results(suite, cells, out_dir, quick=quick, command=command))
+    return write_suite_report(out_dir, collect())
 
 
 def _fmt(value, digits: int = 3) -> str:

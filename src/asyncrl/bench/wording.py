@@ -224,7 +224,3 @@ def headline_atlas(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> li
         lines.append(f"Largest K within {near:.0f} points of the same loss at K = 0: " + ", ".join(
             f"{m} {'none' if h is None else h}" for m, h in own.items()) + ".")
     return lines
-
-
-HEADLINES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], list[str]]] = {
-    "a3po": headline_a3po, "peer-trl": headline_peer_trl, "atlas": headline_atlas}

@@ -1,0 +1,171 @@
+"""The a3po suite's report: speed-ups against sync and recompute, the ideal overlap, the eval gap,
+the paper-style figures, and with ``--ks`` A-3PO against recompute and sync at each look-ahead
+W = K with the approximation's error by token staleness."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import figures as F
+from .report import CI_CAPTION, FigureList, line_figures, mean, method_table, mratio, points_gap, ratio, seed_points
+from .stats import as_float as _num
+from .stats import diff_ci, group_by_method, run_value, wall_time_key
+
+METHOD_ORDER = ("sync", "async-recompute", "async-loglinear")
+
+# a3po line figures, after the A-3PO paper: (file, {panel title: metric}, x axis, title, y label(s), caption).
+A3PO_LINES = (
+    ("fig2_reward_vs_wall.png", {"": "reward_mean"}, wall_time_key, "Train reward vs training wall time",
+     "train reward", "Train reward vs cumulative step time (x excludes eval time)"),
+    ("fig3_eval_reward.png", {"": "eval_reward"}, "step", "Eval reward vs step", "eval reward",
+     "Eval reward vs step"),
+    ("fig4_entropy.png", {"": "entropy"}, "step", "Entropy vs step", "entropy", "Policy entropy vs step"),
+    ("fig5_importance_weights.png", {"max": "importance_weight_max", "min": "importance_weight_min"}, "step",
+     "Importance weight extremes per step", ["max importance weight", "min importance weight"],
+     "Max and min importance weight per step"),
+    ("fig6_clipped_tokens.png", {"": "clipped_tokens"}, "step", "Clipped-token fraction vs step",
+     "clipped-token fraction", "Fraction of clipped tokens per step"),
+)
+
+
+def build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
+               ) -> tuple[dict, str, FigureList]:
+    """A-3PO suite: speedups vs sync/recompute, overlap ceiling, eval gap, paper-style figures.
+
+    Takes results.json, the figure folder and the aggregated per-method stats; returns
+    (suite-specific summary entries, Markdown table, [(figure file, caption)])."""
+    sync, rec, ll = "sync", "async-recompute", "async-loglinear"
+    t_gen = mean(methods, sync, "gen_time_per_step_s")
+    t_train = mean(methods, sync, "train_time_per_step_s")
+    # Perfect generation/training overlap makes a step cost max(T_gen, T_train) instead of the sum.
+    ideal = ratio(t_gen + t_train, max(t_gen, t_train))
+    speedup = mratio(methods, sync, ll, "train_wall_s")
+    extra = {
+        "speedup_vs_sync": speedup,
+        "speedup_vs_recompute": mratio(methods, rec, ll, "train_wall_s"),
+        "prox_time_ratio": mratio(methods, rec, ll, "prox_time_per_step_s"),
+        "ideal_overlap": ideal,
+        "speedup_fraction_of_ideal": None if speedup is None or ideal is None else ratio(speedup, ideal),
+        "eval_gap_sync_minus_loglinear": points_gap(methods, sync, ll, "final_eval_reward"),
+        # trainer publish + worker pull, per step, of the A-3PO runs (the weight channel's cost)
+        "weight_sync_s_per_step": _weight_sync(methods, ll),
+        "decode_tokens_per_s": {m: _finite(mean(methods, m, "gen_tokens_per_s")) for m in methods},
+        "device": _devices(results),
+        "per_method": {m: {"final_eval_reward_mean": s["final_eval_reward"]["mean"],
+                           "final_eval_reward_ci": [s["final_eval_reward"]["ci_low"],
+                                                    s["final_eval_reward"]["ci_high"]]}
+                       for m, s in methods.items()},
+    }
+    groups = group_by_method(results.get("runs") or [], METHOD_ORDER)
+    colors = F.method_colors(list(groups))
+    F.method_bar_chart(fig_dir / "fig1_prox_time.png", methods, "prox_time_per_step_s", logy=True,
+                       title="Proximal-policy time per step", ylabel="seconds (log scale)", colors=colors,
+                       points=seed_points(groups, methods, "prox_time_per_step_s"))
+    figs = [("fig1_prox_time.png", "Proximal-policy computation time per step (log scale), "
+                                   "error bars = 95% bootstrap CI over seeds, dots = seeds.")]
+    figs += line_figures(fig_dir, groups, A3PO_LINES, colors)
+    cols = [("final_eval_reward", "Final eval reward"), ("train_wall_s", "Train wall (s)"),
+            ("time_per_step_s", "Time/step (s)"), ("prox_time_per_step_s", "Prox time/step (ms)", 1e3),
+            ("importance_weight_max", "IW max"), ("importance_weight_min", "IW min"),
+            ("clipped_tokens", "Clipped tokens (%)", 100), ("entropy", "Entropy"), ("ess_frac", "ESS (%)", 100)]
+    table = method_table(methods, groups, cols,
+                          CI_CAPTION + " IW/clipped/entropy/ESS are per-run means over steps.")
+    stale = _stale_summary(methods, groups)
+    if stale:  # the --ks variant: A-3PO against recompute at each look-ahead W = K
+        extra["by_k"] = stale
+        stale_cols = [("staleness_token_mean", "Realized staleness"),
+                      ("prox_abs_err_mean", "|ℓ_prox − ℓ_approx| mean"), ("prox_abs_err_max", "… max")]
+        table += "\n" + method_table(methods, groups, stale_cols, "Per-run means over steps (the max column: "
+                                       "the mean over steps of each step's largest token error).")
+        F.line_band_figure(fig_dir / "fig7_prox_error_vs_staleness.png", {"": _error_curves(groups)},
+                           title="A-3PO's proximal log-prob error vs staleness", xlabel="token staleness "
+                           "(versions behind)", ylabel="mean |ℓ_prox − ℓ_approx| per token", colors=colors)
+        figs.append(("fig7_prox_error_vs_staleness.png", "Mean absolute error of the log-linear proximal "
+                     "log-probs against the recomputed ones, by how many versions behind each token is (mean "
+                     "over the measured steps); line = mean over seeds, band = min/max over seeds."))
+    return extra, table, figs
+
+
+def _stale_summary(methods: Mapping[str, Any], groups: Mapping[str, list]) -> dict:
+    """Per K of the a3po ``--ks`` variant (methods async-<prox>-k<K>): A-3PO against recompute and
+    sync (reward gaps in points with a bootstrap CI over both arms' seeds), speed-ups, and how far
+    its proximal log-probs are from the exact ones (mean over measured tokens, and at the stalest
+    token bin measured)."""
+    out = {}
+    curves = _error_curves(groups)
+    for m in methods:
+        match = re.fullmatch(r"async-loglinear-k(\d+)", m)
+        if not match:
+            continue
+        rec = f"async-recompute-k{match.group(1)}"
+        xs, errs = curves.get(m, ((), ()))[:2]
+        out[match.group(1)] = {
+            "realized_staleness": _finite(mean(methods, m, "staleness_token_mean")),
+            "prox_abs_err_mean": _finite(mean(methods, m, "prox_abs_err_mean")),
+            "prox_abs_err_at_max_staleness": _finite(float(errs[-1])) if len(xs) else None,
+            "max_measured_staleness": int(xs[-1]) if len(xs) else None,
+            "eval_gap_loglinear_minus_recompute": _gap_ci(groups, m, rec),
+            "eval_gap_loglinear_minus_sync": _gap_ci(groups, m, "sync"),
+            "speedup_vs_recompute": mratio(methods, rec, m, "train_wall_s"),
+            "speedup_vs_sync": mratio(methods, "sync", m, "train_wall_s")}
+    return out
+
+
+def _gap_ci(groups: Mapping[str, list], a: str, b: str) -> dict | None:
+    """{mean, ci_low, ci_high} of final eval reward a − b in points over the two arms' seeds."""
+    if a not in groups or b not in groups:
+        return None
+    gap = diff_ci([run_value(r, "final_eval_reward") for r in groups[a]],
+                  [run_value(r, "final_eval_reward") for r in groups[b]])
+    return None if not math.isfinite(gap[0]) else dict(zip(("mean", "ci_low", "ci_high"), (100 * g for g in gap)))
+
+
+_STALE_ERR = "prox_abs_err_stale"  # + s: the step's mean error over tokens s versions behind
+
+
+def _error_curves(groups: Mapping[str, list]) -> dict:
+    """{method: (staleness bins, mean error, min, max)} over the runs that logged prox_abs_err_mean."""
+    curves = {}
+    for method, runs in groups.items():
+        per_run = []
+        for run in runs:
+            bins: dict[int, list[float]] = {}
+            for rec in run.get("metrics") or []:
+                per_token = {int(k[len(_STALE_ERR):]): _num(v) for k, v in rec.items() if k.startswith(_STALE_ERR)}
+                if not per_token:  # older runs: the step's mean error at its mean staleness
+                    per_token = {round(_num(rec.get("staleness_token_mean", math.nan))):
+                                 _num(rec.get("prox_abs_err_mean"))} \
+                        if math.isfinite(_num(rec.get("staleness_token_mean"))) else {}
+                for stale, err in per_token.items():
+                    if math.isfinite(err):
+                        bins.setdefault(stale, []).append(err)
+            if bins:
+                per_run.append({b: float(np.mean(v)) for b, v in bins.items()})
+        if not per_run:
+            continue
+        xs = sorted({b for r in per_run for b in r})
+        cols = [[r[b] for r in per_run if b in r] for b in xs]
+        curves[method] = (np.array(xs, float), np.array([np.mean(c) for c in cols]),
+                          np.array([min(c) for c in cols]), np.array([max(c) for c in cols]))
+    return curves
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _weight_sync(methods: dict, method: str) -> float | None:
+    total = sum(mean(methods, method, key) for key in ("weight_publish_per_step_s", "weight_pull_per_step_s"))
+    return total if math.isfinite(total) else None
+
+
+def _devices(results: Mapping[str, Any]) -> str | None:
+    """The device(s) the runs trained on, from their summaries ("cpu", or the GPU's name)."""
+    names = sorted({(r.get("summary") or {}).get("device") for r in results.get("runs") or []} - {None})
+    return ", ".join(names) or None
