@@ -1,0 +1,76 @@
+"""The committed studies under benchmarks/results: compact (summaries and one per-step table, no
+run directories), and every one re-renders from its stored data alone to the report that is
+committed, so the numbers quoted in the README are the ones the data give."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from asyncrl.bench import wording as W
+from asyncrl.bench.runner import run_suite
+from asyncrl.bench.study import RESULTS_FILE, STEPS_FILE
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+README = (ROOT / "README.md").read_text()
+STUDIES = sorted(p.parent for p in RESULTS.glob(f"*/{RESULTS_FILE}"))
+STUDY_FILES = {"README.md", "table.md", "summary.json", "report.html", RESULTS_FILE, STEPS_FILE}
+
+
+def test_the_studies_are_compact():
+    tracked = subprocess.run(["git", "ls-files", str(RESULTS)], capture_output=True, text=True, cwd=ROOT)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    files = [ROOT / line for line in tracked.stdout.splitlines()]
+    assert len(files) <= 300
+    assert sum(f.stat().st_size for f in files if f.exists()) <= 15 * 2**20
+    assert not [f for f in files if "/runs/" in str(f)]
+    assert {p.name for p in STUDIES} >= {"2026-11-25-atlas-full", "2026-11-25-a3po-stale", "2026-11-25-control"}
+    for study in STUDIES:
+        assert STUDY_FILES <= {p.name for p in study.iterdir()}, study
+        assert "metrics" not in json.loads((study / RESULTS_FILE).read_text())["runs"][0]
+
+
+@pytest.fixture(scope="module", params=STUDIES, ids=lambda p: p.name)
+def rerendered(request, tmp_path_factory) -> tuple[dict, Path, Path]:
+    """The committed study re-rendered in a scratch folder from its results.json and steps table."""
+    out = tmp_path_factory.mktemp(request.param.name)
+    for name in (RESULTS_FILE, STEPS_FILE):
+        shutil.copy(request.param / name, out / name)
+    suite = json.loads((out / RESULTS_FILE).read_text())["suite"]
+    run_suite(suite, [], out, quick=False, command="", report_only=True)
+    return json.loads((out / "summary.json").read_text()), request.param, out
+
+
+def test_a_study_rerenders_to_the_committed_report(rerendered):
+    summary, study, out = rerendered
+    assert summary == json.loads((study / "summary.json").read_text())
+    assert (out / "table.md").read_text() == (study / "table.md").read_text()
+
+
+def _pm(stat: dict) -> str:
+    return W.mean_pm(stat["mean"], (stat["ci_high"] - stat["ci_low"]) / 2)
+
+
+def _gap(stat: dict) -> str:
+    return f"{100 * stat['mean']:+.1f} [{100 * stat['ci_low']:+.1f}, {100 * stat['ci_high']:+.1f}]".replace("-", "−")
+
+
+def test_readme_numbers_come_from_the_studies(rerendered):
+    summary, study, _ = rerendered
+    if study.name == "2026-11-25-a3po-stale":  # the staleness table's rewards, mean ± CI half-width
+        for method in ("sync", "async-loglinear-k4", "async-recompute-k8"):
+            assert _pm(summary["methods"][method]["final_eval_reward"]) in README, method
+    elif study.name == "2026-11-25-atlas-full":  # A-3PO against sync and against recompute at K = 16
+        lag = summary["rows"]["lag"]["grid"]
+        assert "**A-3PO −20.8 [−27.2, −11.8]**" in (study / "README.md").read_text()
+        assert _gap(lag["decoupled"]["16"]["gap_vs_sync"]) == "−20.8 [−27.2, −11.8]"
+        assert f"{100 * lag['decoupled']['16']['gap_vs_sync']['mean']:.1f}".replace("-", "−") in README
+    elif study.name == "2026-11-25-control":  # PPO-clip's and VACO's IQM at buffer 1 and 8
+        agg = summary["aggregate"]
+        for arm, (n1, n8) in {"ppo": ("0.78", "0.30"), "vaco": ("0.48", "0.64")}.items():
+            assert (f"{agg[arm]['1']['iqm_final'][0]:.2f}", f"{agg[arm]['8']['iqm_final'][0]:.2f}") == (n1, n8)
+            assert f"from {n1} to {n8}" in README, arm
