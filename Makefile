@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet "$(TORCH_PIN)"
-	$(BIN)/pip install --quiet -e ".[dev,ray,peers,lora]" "$(TORCH_PIN)"
+	$(BIN)/pip install --quiet -e ".[dev,ray,peers,lora,control]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(BIN)/asyncrl train
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not gpu"

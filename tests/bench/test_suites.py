@@ -127,3 +127,17 @@ def test_a3po_at_staleness_k_runs_async_methods_at_w_equals_k_and_logs_the_error
     assert (rec4.async_.max_ahead, rec4.trainer.prox, rec4.trainer.prox_error) == (4, "recompute", False)
     with pytest.raises(ValueError, match="need K >= 1"):
         build_cells("a3po", ks=[0])
+
+
+def test_a_newly_registered_loss_joins_the_atlas_with_the_proximal_policy_it_declares(monkeypatch):
+    """The atlas reads its arms from the loss registry: registering a loss is the only edit."""
+    from asyncrl.objectives import registry
+
+    entry = registry.LossEntry(registry._CORES["decoupled"].fn, registry._CORES["decoupled"].params,
+                               reads_prox=registry.PROX_REQUIRED, natural_prox="linear")
+    monkeypatch.setitem(registry._CORES, "my_loss", entry)
+    monkeypatch.setitem(registry.LOSSES, "my_loss", registry._make_loss("my_loss"))
+    cells = build_cells("atlas", quick=True, ks=[4])
+    mine = [c for c in cells if c.method == "my_loss"]
+    assert len(mine) == 1 and "trainer.prox=linear" in mine[0].overrides and "loss.name=my_loss" in mine[0].overrides
+    assert mine[0].params["prox"] == "linear"

@@ -37,6 +37,7 @@ def test_vtrace_estimator_reads_the_learner_logp():
 def test_advantage_estimation_count_per_update(monkeypatch, arm, calls, steps):
     """3 epochs × 4 minibatches = 12 gradient steps, except IMPALA: one pass of 4 steps, each on
     advantages estimated with the learner of that moment."""
+    pytest.importorskip("gymnasium")  # the `control` extra
     seen, stepped = [], []
     real_estimate, real_step = train_module.estimate, train_module.minibatch_step
     monkeypatch.setattr(train_module, "estimate", lambda *a: seen.append(1) or real_estimate(*a))

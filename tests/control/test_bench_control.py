@@ -12,6 +12,8 @@ from asyncrl.bench.study import load_study
 from asyncrl.bench.suites import build_cells
 from asyncrl.cli import main
 
+pytest.importorskip("gymnasium")  # the `control` extra
+
 SMALL = ["--seeds", "1", "--methods", "ppo,vaco", "--ks", "2", "--jobs", "2", "total_steps=512", "num_steps=64"]
 
 

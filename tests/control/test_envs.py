@@ -10,6 +10,8 @@ from asyncrl.control.envs import make_vector_env
 from asyncrl.control.policy_buffer import LiveActors
 from asyncrl.control.rollout import collect
 
+pytest.importorskip("gymnasium")  # the `control` extra
+
 
 def _rollout(cfg, steps):
     torch.manual_seed(0)

@@ -10,12 +10,14 @@ from asyncrl.control.run import final_score
 
 @pytest.mark.slow
 def test_ppo_solves_cartpole():
+    pytest.importorskip("gymnasium")  # the `control` extra
     # CleanRL's ppo.py budget and defaults (500k steps, 4 envs × 128 steps): ~4 min on one core.
     result = train(make_config("CartPole-v1", arm="ppo", seed=0))
     assert final_score(result.history) >= 475
 
 
 def test_ppo_improves_cartpole_quickly():
+    pytest.importorskip("gymnasium")  # the `control` extra
     result = train(make_config("CartPole-v1", arm="ppo", seed=0, total_steps=12288))
     first = result.history[0]["episodic_return"]  # a random policy: ~20
     assert first < 40 and final_score(result.history) > 2 * first

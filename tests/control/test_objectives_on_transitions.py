@@ -26,6 +26,7 @@ def test_ppo_on_transitions_is_cleanrls_clipped_loss():
 
 @pytest.mark.parametrize("arm", sorted(ARMS))
 def test_every_arm_trains_through_the_registry(arm):
+    pytest.importorskip("gymnasium")  # the `control` extra
     result = train(make_config("CartPole-v1", arm=arm, total_steps=1024, num_envs=4, num_steps=64,
                                buffer_capacity=2))
     last = result.history[-1]

@@ -71,6 +71,7 @@ def test_live_pool_acts_with_the_learner_itself():
 
 
 def test_rollout_records_versions_and_behaviour_logp_per_actor():
+    pytest.importorskip("gymnasium")  # the `control` extra
     cfg = make_config("CartPole-v1", num_envs=6)
     torch.manual_seed(0)
     envs = make_vector_env(cfg)

@@ -6,6 +6,8 @@ import pytest
 from asyncrl.control import make_config, train
 from asyncrl.control.policy_buffer import snapshot_equal
 
+pytest.importorskip("gymnasium")  # the `control` extra
+
 SMALL = {"CartPole-v1": {"total_steps": 1024, "num_envs": 4, "num_steps": 64},
          "Hopper-v5": {"total_steps": 1024, "num_envs": 4, "num_steps": 64, "num_minibatches": 4,
                        "update_epochs": 2}}

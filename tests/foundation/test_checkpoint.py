@@ -77,4 +77,8 @@ def test_states_load_weights_only_and_rngs_round_trip(tmp_path, tiny_policy):
 
 def test_global_rng_state_is_weights_only_safe(tmp_path):
     torch.save(global_rng_state(), tmp_path / "rng.pt")
-    torch.load(tmp_path / "rng.pt", weights_only=True)
+    loaded = torch.load(tmp_path / "rng.pt", weights_only=True)
+    expected = (random.random(), np.random.rand(), torch.rand(1))
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    set_global_rng_state(loaded)  # what weights_only loading gave back still restores every generator
+    assert (random.random(), np.random.rand()) == expected[:2] and torch.equal(torch.rand(1), expected[2])

@@ -12,7 +12,6 @@ leaves a truncated PNG behind.
 
 from __future__ import annotations
 
-import io
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -20,18 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from PIL import Image  # a matplotlib dependency: always installed alongside it
+
+from asyncrl.plotting import DPI, new_figure, png_bytes
 
 from .stats import method_curves, wall_time_key
 
 __all__ = ["DPI", "Curve", "bar_chart", "heatmap", "line_band_figure", "method_bar_chart",
            "method_colors", "method_line_figure", "new_figure", "png_bytes"]
 
-DPI = 110
-_SIZE = (6.4, 3.8)  # inches; 704 x 418 px at DPI 110
 # x, mean, low, high, as returned by stats.mean_curve.
 Curve = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 # x, y of one seed's run.
@@ -48,29 +45,7 @@ def method_colors(methods: Sequence[str]) -> dict[str, str]:
     return {m: palette[i % len(palette)] for i, m in enumerate(methods)}
 
 
-def new_figure(ncols: int = 1, height: float = 1.0) -> Figure:
-    """A blank Agg-backed figure, widened for multi-panel layouts; ``height`` scales the default."""
-    fig = Figure(figsize=(_SIZE[0] * (1 if ncols == 1 else 0.8 * ncols), _SIZE[1] * height), dpi=DPI,
-                 layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
 _new_figure = new_figure
-
-
-def png_bytes(fig: Figure, *, palette: bool = False) -> bytes:
-    """``fig`` as PNG bytes; ``palette``: quantised to 256 colours (see :func:`_save`)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    if not palette:
-        return buf.getvalue()
-    buf.seek(0)
-    with Image.open(buf) as img:
-        img = img.convert("RGB").quantize(256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
-        out = io.BytesIO()
-        img.save(out, format="PNG", optimize=True)
-    return out.getvalue()
 
 
 def _save(fig: Figure, path: Path, *, palette: bool = False) -> Path:

@@ -10,29 +10,29 @@ from asyncrl.bench.cells import Cell, check_known, overrides, params
 from asyncrl.bench.suite_a3po import QUICK_COMMON
 from asyncrl.bench.suites import CellRequest, Suite, validate_train_cells
 
-# Each loss with the proximal policy it is meant to run with. decoupled is A-3PO (loglinear, no
-# extra forward pass); the others act on ρ = π_θ/π_behav directly ("none": the coupled / bypass
-# form), which is how they are used on stale data in their papers. opsm's δ has no published
-# default (TRL's example value is used).
-ATLAS_LOSSES: dict[str, dict[str, object]] = {
-    "ppo": {"loss.name": "ppo", "trainer.prox": "none"},
-    "decoupled": {"loss.name": "decoupled", "trainer.prox": "loglinear"},
-    "tis": {"loss.name": "tis", "trainer.prox": "none"},
-    "mis": {"loss.name": "mis", "trainer.prox": "none"},
-    "cispo": {"loss.name": "cispo", "trainer.prox": "none"},
-    "opsm": {"loss.name": "opsm", "trainer.prox": "none", "loss.params.delta": 0.5},
-    "m2po": {"loss.name": "m2po", "trainer.prox": "none"},
-    "gspo": {"loss.name": "gspo", "trainer.prox": "none"},
-    "vaco": {"loss.name": "vaco", "trainer.prox": "none"},
-    "reinforce": {"loss.name": "reinforce", "trainer.prox": "none"},
-    "ppo_kl": {"loss.name": "ppo_kl", "trainer.prox": "none"},
-    "spo": {"loss.name": "spo", "trainer.prox": "none"},
-}
-# Two more rows of the same table: plain importance-weighted REINFORCE (TIS in its bypass form with
-# a cap above e^20, the bound on any log-weight: ρ·A·∇ℓ, nothing truncated), and decoupled PPO with
-# the exact proximal policy recomputed by an extra forward pass (the baseline A-3PO approximates).
-ATLAS_LOSSES["is_reinforce"] = {"loss.name": "tis", "trainer.prox": "none", "loss.params.cap": 1e9}
-ATLAS_LOSSES["recompute"] = {"loss.name": "decoupled", "trainer.prox": "recompute"}
+# The loss parameters the atlas sets beyond a loss's defaults. opsm's δ has no published default
+# (TRL's example value is used).
+ATLAS_PARAMS: dict[str, dict[str, object]] = {"opsm": {"loss.params.delta": 0.5}}
+
+
+def atlas_losses() -> dict[str, dict[str, object]]:
+    """Every registered loss with the proximal policy it declares it is meant to run with
+    (:func:`asyncrl.objectives.natural_prox`): decoupled is A-3PO (loglinear, no extra forward
+    pass); the others act on ρ = π_θ/π_behav directly ("none": the coupled / bypass form), which is
+    how they are used on stale data in their papers. So a new loss joins the atlas when it is
+    registered. Two more arms: plain importance-weighted REINFORCE (TIS in its bypass form with a cap
+    above e^20, the bound on any log-weight: ρ·A·∇ℓ, nothing truncated), and decoupled PPO with the
+    exact proximal policy recomputed by an extra forward pass (the baseline A-3PO approximates)."""
+    from asyncrl.objectives import LOSSES, natural_prox
+
+    arms = {name: {"loss.name": name, "trainer.prox": natural_prox(name), **ATLAS_PARAMS.get(name, {})}
+            for name in LOSSES}
+    arms["is_reinforce"] = {"loss.name": "tis", "trainer.prox": "none", "loss.params.cap": 1e9}
+    arms["recompute"] = {"loss.name": "decoupled", "trainer.prox": "recompute"}
+    return arms
+
+
+ATLAS_LOSSES = atlas_losses()  # the arms at import time (a loss registered later joins the next build)
 ATLAS_KS = (0, 1, 2, 4, 8, 16)
 ATLAS_QUICK_KS = (0, 2, 8)
 # The atlas's other two kinds of staleness, for the arms where they tell most (uncorrected, exact,
@@ -49,18 +49,19 @@ ATLAS_MINIBATCHES = (1, 16)  # with the config's own (4 in the presets), which t
 def _cells(suite: Suite, request: CellRequest, seed: int) -> list[Cell]:
     """One seed's cells: the lag row (every method × K), then the buffer and forward-lag rows
     (their methods among the chosen ones)."""
-    methods = request.methods or list(ATLAS_LOSSES)
-    check_known("--methods", methods, ATLAS_LOSSES)
+    arms = atlas_losses()
+    methods = request.methods or list(arms)
+    check_known("--methods", methods, arms)
     ks = request.ks if request.ks is not None else (ATLAS_QUICK_KS if request.quick else ATLAS_KS)
     rows = request.rows if request.rows is not None else (("lag",) if request.quick else ATLAS_ROWS)
     check_known("--rows", rows, ATLAS_ROWS)
     base, cells = suite.base(request), []
 
     def add(name: str, method: str, switches: dict, **extra) -> None:
-        switches = {"run.mode": "simulated", **ATLAS_LOSSES[method], **switches}
+        switches = {"run.mode": "simulated", **arms[method], **switches}
         cells.append(Cell(f"{name}-s{seed}", method, seed, "train",
                           overrides(base, switches, {"run.seed": seed}) + request.extra,
-                          params(ATLAS_LOSSES[method], mode="simulated", **extra), request.config))
+                          params(arms[method], mode="simulated", **extra), request.config))
 
     if "lag" in rows:
         for k in ks:

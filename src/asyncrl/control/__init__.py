@@ -2,7 +2,8 @@
 
 A CleanRL-style PPO loop whose policy-gradient term comes from ``asyncrl.objectives.policy_loss``
 and whose actors act with policies drawn from a policy buffer of past snapshots (docs/control.md).
-Imports ``asyncrl.objectives`` and nothing of the LLM runtime.
+Imports ``asyncrl.objectives`` and nothing of the LLM runtime. gymnasium and MuJoCo are the optional
+``control`` extra, imported only when envs are built (:mod:`asyncrl.control.extra`).
 """
 
 from asyncrl.control.arms import ARMS, Arm

@@ -8,11 +8,14 @@ Orthogonal init with CleanRL's gains (√2 hidden, 0.01 policy output, 1.0 value
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import gymnasium as gym
 import torch
 from torch import Tensor, nn
 from torch.distributions import Categorical, Distribution, Normal
+
+if TYPE_CHECKING:  # gymnasium is the optional `control` extra (asyncrl.control.extra)
+    import gymnasium as gym
 
 
 def _layer(n_in: int, n_out: int, gain: float = math.sqrt(2)) -> nn.Linear:
@@ -63,7 +66,8 @@ class GaussianHead(nn.Module):
         return dist.entropy().sum(-1)
 
 
-HEADS: dict[type, type[nn.Module]] = {gym.spaces.Discrete: CategoricalHead, gym.spaces.Box: GaussianHead}
+# keyed by the space's class name (gymnasium's Discrete / Box), so the table needs no gymnasium import
+HEADS: dict[str, type[nn.Module]] = {"Discrete": CategoricalHead, "Box": GaussianHead}
 
 
 class Agent(nn.Module):
@@ -71,10 +75,11 @@ class Agent(nn.Module):
 
     def __init__(self, obs_space: gym.spaces.Box, action_space: gym.spaces.Space, hidden: int = 64) -> None:
         super().__init__()
-        if type(action_space) not in HEADS:
+        head = HEADS.get(type(action_space).__name__)
+        if head is None:
             raise ValueError(f"action space {action_space}: only Discrete and Box are supported")
         obs_dim = int(math.prod(obs_space.shape))
-        self.head = HEADS[type(action_space)](action_space)
+        self.head = head(action_space)
         self.actor = _mlp(obs_dim, hidden, self.head.n_out, out_gain=0.01)
         self.critic = _mlp(obs_dim, hidden, 1, out_gain=1.0)
 

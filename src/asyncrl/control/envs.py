@@ -4,16 +4,21 @@ Each actor (env index) is its own wrapped env inside a ``SyncVectorEnv`` with sa
 observation returned at an episode end is already the next episode's first one, so a rollout row is
 a plain sequence of steps with ``done`` flags between episodes (the layout GAE / V-trace expect).
 Episode returns are recorded *before* any reward normalisation, so they are the raw env returns.
+gymnasium is the optional ``control`` extra: it is imported here only when envs are built
+(:mod:`asyncrl.control.extra`).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import gymnasium as gym
 import numpy as np
 
 from asyncrl.control.config import ControlConfig
+from asyncrl.control.extra import require_control_extra
+
+if TYPE_CHECKING:
+    import gymnasium as gym
 
 OBS_CLIP = 10.0
 REWARD_CLIP = 10.0
@@ -22,6 +27,8 @@ REWARD_CLIP = 10.0
 def _wrap_normalized(env: gym.Env, gamma: float) -> gym.Env:
     """CleanRL ppo_continuous_action: clip actions to the box, running-mean/std observation and
     discounted-return normalisation, both clipped to ±10."""
+    import gymnasium as gym
+
     env = gym.wrappers.ClipAction(env)
     env = gym.wrappers.NormalizeObservation(env)
     env = gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -OBS_CLIP, OBS_CLIP), None)
@@ -31,6 +38,8 @@ def _wrap_normalized(env: gym.Env, gamma: float) -> gym.Env:
 
 def _env_factory(cfg: ControlConfig) -> Callable[[], gym.Env]:
     def make() -> gym.Env:
+        import gymnasium as gym
+
         env = gym.make(cfg.env_id)
         env = gym.wrappers.RecordEpisodeStatistics(env)
         if isinstance(env.observation_space, gym.spaces.Dict):
@@ -41,7 +50,11 @@ def _env_factory(cfg: ControlConfig) -> Callable[[], gym.Env]:
 
 
 def make_vector_env(cfg: ControlConfig) -> gym.vector.SyncVectorEnv:
-    """cfg.num_envs wrapped copies of cfg.env_id, stepped in this process."""
+    """cfg.num_envs wrapped copies of cfg.env_id, stepped in this process. Without gymnasium (or
+    MuJoCo, for a MuJoCo env): MissingControlExtra, one line naming the pip command."""
+    require_control_extra([cfg.env_id], cfg.env_id)
+    import gymnasium as gym
+
     return gym.vector.SyncVectorEnv([_env_factory(cfg) for _ in range(cfg.num_envs)],
                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 

@@ -7,13 +7,16 @@ log-prob log μ(a|s) of every sampled action is recorded with it, as an inferenc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from asyncrl.control.envs import finished_episodes
+
+if TYPE_CHECKING:  # gymnasium is the optional `control` extra (asyncrl.control.extra)
+    import gymnasium as gym
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Writes ``DIR/metrics.jsonl`` (one line per iteration) and, last and atomically, ``DIR/summary.json``
 (config, final score, wall time): a run directory with summary.json is a finished run. Bad keys or
-values exit 2 with one line naming the field.
+values, or gymnasium / MuJoCo not installed (the ``control`` extra), exit 2 with one line.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from asyncrl.control.config import ControlConfig, make_config, parse_overrides
+from asyncrl.control.extra import require_control_extra
 from asyncrl.control.train import train
 
 FINAL_FRACTION = 0.1  # the final score averages the episodes of the last 10 % of iterations
@@ -64,6 +65,7 @@ def main(argv: list[str]) -> int:
         if not out:
             raise ValueError("out_dir: required (out_dir=DIR)")
         cfg = make_config(overrides.pop("env_id", "CartPole-v1"), **overrides)
+        require_control_extra([cfg.env_id], cfg.env_id)
     except ValueError as err:
         print(f"asyncrl.control: {err}", file=sys.stderr)
         return 2
