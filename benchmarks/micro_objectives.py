@@ -3,7 +3,7 @@
 Times, on a [B, T] = [256, 1024] batch (float32, 75 % of tokens in the loss mask, staleness 0-3):
   - approximate_prox_logp("loglinear")            (A-3PO's proximal approximation)
   - policy_loss("decoupled", prox_logp=...)       forward only, and forward + backward
-  - policy_loss("decoupled", versions=...)        same, with the loglinear prox computed inside
+  - A-3PO: approximate_prox_logp("loglinear"), then policy_loss("decoupled") on it
 Each row is the median over --repeats runs after --warmup runs. Usage:
 
     .venv/bin/python benchmarks/micro_objectives.py [--batch 256] [--length 1024] [--repeats 30]
@@ -67,13 +67,17 @@ def main() -> None:
             d["logp"].grad = None
 
     with_prox = {"prox_logp": d["prox"]}
-    with_versions = {"versions": d["versions"], "current_version": d["current_version"]}
+    versions = {"versions": d["versions"], "current_version": d["current_version"]}
+
+    def a3po(backward: bool) -> None:  # a trainer minibatch: the proximal log-probs, then the loss
+        loss(backward, prox_logp=prox(), **versions)
+
     rows = [
         ("approximate_prox_logp loglinear", lambda: prox()),
         ("decoupled (prox_logp) forward", lambda: loss(False, **with_prox)),
         ("decoupled (prox_logp) forward+backward", lambda: loss(True, **with_prox)),
-        ("decoupled (loglinear inside) forward", lambda: loss(False, **with_versions)),
-        ("decoupled (loglinear inside) forward+backward", lambda: loss(True, **with_versions)),
+        ("A-3PO prox + decoupled forward", lambda: a3po(False)),
+        ("A-3PO prox + decoupled forward+backward", lambda: a3po(True)),
     ]
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, batch [{args.batch}, {args.length}], "
           f"median of {args.repeats} (after {args.warmup} warm-up)")

@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 import yaml
 
 from asyncrl.config import Config
-from asyncrl.config_loader import field_help, public_name
+from asyncrl.config_loader import field_help, field_names, public_name
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,9 @@ def config_keys(cls: type = Config, prefix: str = "") -> list[ConfigKey]:
         if dataclasses.is_dataclass(hints[f.name]):
             nested.extend(config_keys(hints[f.name], name))
         else:
-            keys.append(ConfigKey(name, prefix, type_label(hints[f.name]), _default(f), field_help(f)))
+            names = field_names(f)  # a registry's names, plugins' included: listed like a Literal
+            label = type_label(hints[f.name]) if names is None else "|".join(names)
+            keys.append(ConfigKey(name, prefix, label, _default(f), field_help(f)))
     return keys + nested
 
 

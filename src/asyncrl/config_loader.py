@@ -13,7 +13,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 import yaml
@@ -46,14 +46,23 @@ def guarded(command: "Callable[[], int]") -> int:
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *,
-            factory: Any = dataclasses.MISSING) -> Any:
+            factory: Any = dataclasses.MISSING, names: Callable[[], Iterable[str]] | None = None) -> Any:
     """A dataclass field with its one-line description, which ``asyncrl train --help`` and
-    ``asyncrl config`` print: ``lr: float = setting(3e-5, "AdamW learning rate")``."""
-    return dataclasses.field(default=default, default_factory=factory, metadata={"help": help})
+    ``asyncrl config`` print: ``lr: float = setting(3e-5, "AdamW learning rate")``.
+
+    ``names``: the field holds a name out of a registry; called when the config is validated (so
+    it sees what plugins registered), it gives the accepted names (``names=MODES.keys``)."""
+    return dataclasses.field(default=default, default_factory=factory, metadata={"help": help, "names": names})
 
 
 def field_help(f: dataclasses.Field) -> str:
     return f.metadata.get("help", "")
+
+
+def field_names(f: dataclasses.Field) -> list[str] | None:
+    """The names a registry-backed field accepts now (see :func:`setting`); None for other fields."""
+    names = f.metadata.get("names")
+    return None if names is None else list(names())
 
 
 def _type_name(tp: Any) -> str:
@@ -156,12 +165,19 @@ def public_name(attr: str) -> str:
 
 def validate_tree(obj: Any, prefix: str = "") -> None:
     """Run ``validate()`` on ``obj`` (a dataclass) and its nested dataclasses; a ValueError raised
-    as ``ValueError("field: message")`` becomes a ConfigError naming ``prefix.field``."""
+    as ``ValueError("field: message")`` becomes a ConfigError naming ``prefix.field``. A
+    registry-backed field (``setting(names=...)``) is checked first, so ``validate()`` may look
+    its name up."""
     for f in dataclasses.fields(obj):
         child = getattr(obj, f.name)
         if dataclasses.is_dataclass(child):
             name = public_name(f.name)
             validate_tree(child, f"{prefix}.{name}" if prefix else name)
+    for f in dataclasses.fields(obj):
+        known = field_names(f)
+        if known is not None and getattr(obj, f.name) not in known:
+            key = ".".join(p for p in (prefix, public_name(f.name)) if p)
+            raise ConfigError(key, f"must be one of {', '.join(known)}; got {getattr(obj, f.name)!r}")
     validate = getattr(obj, "validate", None)
     if validate is None:
         return

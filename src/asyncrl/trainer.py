@@ -1,8 +1,9 @@
 """One training step: advantages, proximal log-probs, ``n_minibatches`` AdamW updates, version += 1.
 
-The objective is reached only through the ``asyncrl.objectives`` registry: this file never
-branches on the loss name. Non-finite losses or gradients skip the update (counted), so NaN/inf
-never reaches the weights.
+The objective and the proximal policy are reached only through the ``asyncrl.objectives``
+registries: this file never branches on the loss's or the proximal strategy's name (a strategy
+declares whether it needs the extra forward pass, and the trainer runs it). Non-finite losses or
+gradients skip the update (counted), so NaN/inf never reaches the weights.
 
 Device: the trainer works on its model's device; a batch moves there once, at the entrance of
 :meth:`Trainer.step`. Mixed precision (``trainer.autocast``): the weights and the optimizer stay
@@ -25,13 +26,7 @@ import torch
 
 from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.lr_schedule import build_scheduler, check_schedule, schedule_key
-from asyncrl.objectives import (
-    apply_loglinear,
-    approximate_prox_logp,
-    group_advantages,
-    loglinear_plan,
-    policy_loss,
-)
+from asyncrl.objectives import ProxPlan, group_advantages, policy_loss, prox_strategy
 from asyncrl.policy.logprobs import completion_logprobs
 from asyncrl.reference import ReferencePolicy, kl_penalty
 from asyncrl.stability.ess_lr import lr_scale, minibatch_ess, scaled_lr, sequence_log_weights
@@ -61,6 +56,7 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.rng = torch.Generator().manual_seed(seed)  # minibatch permutation, sampled on the CPU
         self.autocast_dtype = AUTOCAST_DTYPES[cfg.autocast]
+        self.prox = prox_strategy(cfg.prox)  # how each step obtains log π_prox (asyncrl.objectives.prox)
 
     def _autocast(self):
         if self.autocast_dtype is None:
@@ -73,25 +69,22 @@ class Trainer:
                                        batch.completion_mask, temperature=self.temperature,
                                        with_entropy=with_entropy)
 
-    def _prox_setup(self, batch: Batch, sizes: list[int]):
-        """Per minibatch, what the proximal policy needs before the updates: the exact log-probs
-        (recompute, or trainer.prox_error's measurement on this step) or A-3PO's fused plan.
-        Returns (exact parts, recomputed prox parts, loglinear plans, measured?, prox s, measurement s)."""
+    def _prox_setup(self, batch: Batch, sizes: list[int]) -> tuple[ProxPlan, tuple | None, bool, float, float]:
+        """The step's proximal plan, after the extra no-grad forward pass when the strategy needs the
+        exact log-probs or trainer.prox_error measures the approximation on this step.
+        Returns (plan, exact parts per minibatch when measured, measured?, prox s, measurement s)."""
         cfg = self.cfg
-        exact_parts, prox_parts, prox_plans, error_time = None, None, None, 0.0
-        measure = (cfg.prox_error and cfg.prox not in ("none", "recompute")
-                   and self.version % cfg.prox_error_every == 0)
+        measure = cfg.prox_error and self.prox.approximate and self.version % cfg.prox_error_every == 0
+        exact_logp, error_time = None, 0.0
         t0 = time.perf_counter()
-        if cfg.prox == "recompute" or measure:
+        if self.prox.needs_forward or measure:
             with torch.no_grad():
-                exact_parts = self.logprobs(batch)[0].split(sizes)
-            prox_parts = exact_parts if cfg.prox == "recompute" else None
+                exact_logp = self.logprobs(batch)[0]
             if measure:  # the measurement is not the approximation's cost
                 error_time, t0 = time.perf_counter() - t0, time.perf_counter()
-        elif cfg.prox == "loglinear":  # versions are fixed for the step: plan once, one fused op per minibatch
-            base, weights = loglinear_plan(batch.behav_logp, batch.versions, self.version)
-            prox_plans = list(zip(base.split(sizes), weights.split(sizes)))
-        return exact_parts, prox_parts, prox_plans, measure, time.perf_counter() - t0, error_time
+        plan = self.prox.plan(batch.behav_logp, batch.versions, self.version, exact_logp)
+        exact_parts = exact_logp.split(sizes) if measure else None
+        return plan, exact_parts, measure, time.perf_counter() - t0, error_time
 
     def step(self, batch: Batch) -> dict[str, float]:
         """Train on ``batch`` (any number of versions behind) and advance the version by one."""
@@ -105,23 +98,14 @@ class Trainer:
         batch = batch.select(perm)  # minibatch order: minibatch i is a contiguous block of rows (views)
         sizes = [len(index) for index in perm.chunk(cfg.n_minibatches)]
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        exact_parts, prox_parts, prox_plans, measure, prox_time, error_time = self._prox_setup(batch, sizes)
+        plan, exact_parts, measure, prox_time, error_time = self._prox_setup(batch, sizes)
         stats: dict[str, list[float]] = defaultdict(list)
         for i, (start, size) in enumerate(zip(starts, sizes)):
             mb = batch.rows(start, start + size)
             logp, entropy = self.logprobs(mb, with_entropy=True)
-            prox_logp = None  # "none": coupled objective, anchored at the behavior policy
-            if prox_parts is not None:
-                prox_logp = prox_parts[i]
-            elif prox_plans is not None:
-                t0 = time.perf_counter()
-                prox_logp = apply_loglinear(prox_plans[i][0], logp, prox_plans[i][1])
-                prox_time += time.perf_counter() - t0
-            elif cfg.prox != "none":
-                t0 = time.perf_counter()
-                prox_logp = approximate_prox_logp(cfg.prox, mb.behav_logp, logp.detach(), mb.versions,
-                                                  self.version)
-                prox_time += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            prox_logp = plan.minibatch(start, start + size, mb.behav_logp, logp, mb.versions)  # None: coupled
+            prox_time += time.perf_counter() - t0
             if measure:
                 for key, value in prox_error_stats(exact_parts[i], prox_logp, mb.completion_mask,
                                                    self.version - mb.versions).items():

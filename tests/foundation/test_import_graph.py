@@ -1,10 +1,45 @@
-"""No import cycle inside the package, counting imports inside functions too (a lazy import that
-closes a loop is still two modules that cannot be understood apart)."""
+"""The import graph of src/: no cycle, and no import from a lower layer into a higher one.
+
+What counts as an edge, module → module:
+* every ``import`` and ``from ... import``, at module level or inside a function: a lazy import
+  that closes a loop is still two modules that cannot be understood apart, and a lazy import of a
+  higher layer is still a lower layer that knows about a higher one. What does not count is a
+  registry's import path (``"asyncrl.runtime.backends:local_pool"`` in asyncrl.registries): a
+  string the runtime resolves when it builds the part, which is how a lower layer names a higher
+  layer's parts without depending on them;
+* importing ``a.b.c`` executes the ``__init__`` of the packages ``a`` and ``a.b`` first, so those
+  count as targets too, except the importer's own enclosing packages (already being executed);
+* ``from pkg import x`` reads the namespace of ``pkg``'s ``__init__``, so it always counts as an
+  edge to ``pkg``, even from inside ``pkg``: a module of ``pkg`` that does this while ``pkg``'s
+  ``__init__`` imports it (directly or not) is a hidden cycle.
+"""
 
 import ast
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+
+# Low to high; a module may import its own layer and the layers below, never a layer above. A
+# package's place is that of its longest listed prefix; every module must have one.
+LAYERS: list[tuple[str, ...]] = [
+    # foundations: no knowledge of any component
+    ("asyncrl", "asyncrl.types", "asyncrl.config_loader", "asyncrl.registries", "asyncrl.plotting",
+     "asyncrl.presets", "asyncrl.progress", "asyncrl.lr_schedule"),
+    # the parts, each usable alone: pure objectives, problems and rewards, trackers, the buffer
+    ("asyncrl.objectives", "asyncrl.stability", "asyncrl.control", "asyncrl.tasks", "asyncrl.rewards",
+     "asyncrl.tracking", "asyncrl.metrics", "asyncrl.buffer"),
+    # the typed run configuration, which checks names against the registries below it
+    ("asyncrl.config",),
+    # machinery over one model: weights, generation engines, evaluation, warm start, the trainer
+    ("asyncrl.policy", "asyncrl.checkpoint", "asyncrl.reference", "asyncrl.rollout", "asyncrl.evaluation",
+     "asyncrl.pretrain", "asyncrl.trainer"),
+    # the training loop, batch sources, workers, weight channels, backends
+    ("asyncrl.runtime",),
+    # what runs many trainings or describes the config to users
+    ("asyncrl.bench", "asyncrl.config_help"),
+    ("asyncrl.cli",),
+]
 
 
 def _module_name(path: Path) -> str:
@@ -12,24 +47,43 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _enclosing(name: str) -> set[str]:
+    """The packages whose ``__init__`` runs before module ``name``: a.b.c → {a, a.b}."""
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def _targets(node: ast.AST, package: str, files: dict[str, Path]) -> list[tuple[str, bool]]:
+    """(module, read_namespace) pairs an import statement executes; read_namespace: the statement
+    reads that module's attributes itself (``from pkg import x``)."""
+    if isinstance(node, ast.Import):
+        return [(a.name, False) for a in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:  # relative import
+        parts = package.split(".")
+        base = ".".join(parts[: len(parts) - node.level + 1] + [base]).strip(".")
+    found = [(base, True)]
+    found += [(f"{base}.{a.name}", False) for a in node.names if f"{base}.{a.name}" in files]
+    return found
+
+
 def import_graph() -> dict[str, set[str]]:
     files = {_module_name(p): p for p in SRC.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in files}
     for name, path in files.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        running = _enclosing(name) | {name}
         for node in ast.walk(ast.parse(path.read_text())):
-            targets = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:  # relative import
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [base]).strip(".")
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
-            for target in targets:
+            for target, reads in _targets(node, package, files):
                 while target and target not in files:  # asyncrl.x.y (an attribute) → asyncrl.x
                     target = target.rpartition(".")[0]
-                if target and target != name and target.startswith("asyncrl"):
+                if not target.startswith("asyncrl"):
+                    continue
+                executed = {p for p in _enclosing(target) | {target} if p in files}
+                graph[name] |= executed - running
+                if reads and target != name:
                     graph[name].add(target)
     return graph
 
@@ -56,9 +110,44 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def layer_of(module: str) -> int | None:
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for layer, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            exact_only = prefix == "asyncrl"  # the root package itself, not everything under it
+            matches = module == prefix or (not exact_only and module.startswith(prefix + "."))
+            if matches and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), layer)
+    return None if best is None else best[1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} (layer {layer_of(a)}) → {b} (layer {layer_of(b)})"
+                  for a, targets in graph.items() for b in targets if layer_of(a) < layer_of(b))
+
+
 def test_finder_sees_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_edges_count_package_inits(tmp_path, monkeypatch):
+    """A hand-built tree: the package __init__ runs on `import asyncrl.p.m`, and a module that reads
+    its own package's namespace while that __init__ imports it closes a loop."""
+    pkg = tmp_path / "asyncrl" / "p"
+    pkg.mkdir(parents=True)
+    (tmp_path / "asyncrl" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from asyncrl.p.loop import run\n")
+    (pkg / "loop.py").write_text("from asyncrl.p.session import Session\n\ndef run(): ...\n")
+    (pkg / "session.py").write_text("from asyncrl.p import helper\n\nclass Session: ...\n")
+    (pkg / "helper.py").write_text("")
+    (tmp_path / "asyncrl" / "user.py").write_text("def f():\n    import asyncrl.p.helper\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    graph = import_graph()
+    assert graph["asyncrl.user"] == {"asyncrl.p", "asyncrl.p.helper"}  # the lazy import counts
+    assert graph["asyncrl.p.loop"] == {"asyncrl.p.session"}  # its own package is already running
+    assert graph["asyncrl.p.session"] == {"asyncrl.p", "asyncrl.p.helper"}
+    assert find_cycle(graph) == ["asyncrl.p", "asyncrl.p.loop", "asyncrl.p.session", "asyncrl.p"]
 
 
 def test_no_import_cycle_in_src():
@@ -67,6 +156,18 @@ def test_no_import_cycle_in_src():
     assert "asyncrl.cli" not in graph["asyncrl.bench.runner"]
     cycle = find_cycle(graph)
     assert cycle is None, " → ".join(cycle)
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in import_graph() if layer_of(m) is None] == []
+    assert layer_of("asyncrl") == 0 and layer_of("asyncrl.runtime.channels.flat") == layer_of("asyncrl.runtime")
+    assert layer_of("asyncrl.config_loader") < layer_of("asyncrl.config") < layer_of("asyncrl.config_help")
+
+
+def test_no_upward_import_in_src():
+    graph = import_graph()
+    assert upward_imports({"asyncrl.config.run": {"asyncrl.runtime.loop"}}) != []  # the check can fail
+    assert upward_imports(graph) == []
 
 
 LLM_RUNTIME = ("asyncrl.runtime", "asyncrl.trainer", "asyncrl.policy", "asyncrl.tasks", "asyncrl.rollout",

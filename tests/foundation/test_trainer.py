@@ -112,3 +112,44 @@ def test_prox_error_every_n_measures_only_on_multiples_of_n(setup):
     measured = [("prox_abs_err_mean" in trainer.step(batch.select(torch.arange(len(batch))))) for _ in range(7)]
     model.load_state_dict(start)
     assert measured == [True, False, False, True, False, False, True]  # versions 0, 3, 6
+
+
+def test_trainer_never_names_a_proximal_strategy():
+    """The Trainer reaches the proximal policy through the registry only: no strategy name appears
+    as a string in its class (so no ``if prox == ...`` branch)."""
+    import ast
+    from pathlib import Path
+
+    from asyncrl.objectives import PROX_STRATEGIES
+
+    tree = ast.parse(Path(trainer_module.__file__).read_text())
+    (trainer_class,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Trainer"]
+    strings = {node.value for node in ast.walk(trainer_class)
+               if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    assert "step" in {node.name for node in trainer_class.body if isinstance(node, ast.FunctionDef)}
+    assert not strings & set(PROX_STRATEGIES)
+
+
+@pytest.mark.parametrize("prox, loss", [("recompute", "decoupled"), ("loglinear", "decoupled"),
+                                        ("linear", "decoupled"), ("behav", "ppo"), ("none", "ppo")])
+def test_each_strategy_gets_the_extra_forward_pass_only_when_it_declares_it(setup, monkeypatch, prox, loss):
+    from asyncrl.objectives import PROX_STRATEGIES
+
+    model, batch = setup
+    trainer = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3, prox=prox), LossConfig(name=loss))
+    forwards, seen = [], []
+    real_logprobs, real_loss = trainer.logprobs, trainer_module.policy_loss
+    monkeypatch.setattr(trainer, "logprobs", lambda *a, **k: forwards.append(1) or real_logprobs(*a, **k))
+
+    def spy(name, logp, *args, prox_logp=None, **kwargs):
+        seen.append((logp.detach().clone(), prox_logp))
+        return real_loss(name, logp, *args, prox_logp=prox_logp, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "policy_loss", spy)
+    stats = trainer.step(batch)
+    strategy = PROX_STRATEGIES[prox]
+    assert len(forwards) == 2 + strategy.needs_forward
+    assert all((p is None) == (not strategy.gives_prox) for _, p in seen)
+    if strategy.needs_forward:  # before the first update the exact π_prox is the current policy
+        torch.testing.assert_close(seen[0][1], seen[0][0], rtol=1e-5, atol=1e-5)
+    assert stats["prox_time_s"] >= 0 and math.isfinite(stats["loss"])

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from asyncrl.objectives import LOSSES, REQUIRED, loss_param_names
+from asyncrl.objectives import LOSSES, REQUIRED, consistent_prox, loss_param_names
 
 # Values for parameters that have no default, so generic tests can call every loss. A new loss with a
 # required parameter must be added here (the generic tests fail with a KeyError naming it otherwise).
@@ -28,6 +28,11 @@ def default_params(name: str) -> dict:
         if default is REQUIRED:
             out[param] = REQUIRED_TEST_VALUES[(name, param)]
     return out
+
+
+def needs_prox(name: str) -> bool:
+    """Loss ``name`` is built on π_prox (decoupled): a batch for it always carries prox_logp."""
+    return "none" not in consistent_prox(name)
 
 
 def all_loss_names() -> list[str]:

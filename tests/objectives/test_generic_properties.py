@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from asyncrl.objectives import AGG_MODES, COMMON_STATS, LOSSES, policy_loss
 
-from .helpers import BATCH_LEVEL, NON_FIRING, REGULARIZER_OFF, all_loss_names, default_params, make_batch, rows, run
+from .helpers import (BATCH_LEVEL, NON_FIRING, REGULARIZER_OFF, all_loss_names, default_params, make_batch,
+                      needs_prox, rows, run)
 
 NAMES = all_loss_names()
 FAST = settings(max_examples=30, deadline=None)
@@ -30,7 +31,7 @@ def test_registry_has_every_required_loss():
 @FAST
 @given(seed=seeds, b=sizes_b, t=sizes_t, with_prox=st.booleans(), token_adv=st.booleans())
 def test_zero_advantage_gives_zero_gradient(name, seed, b, t, with_prox, token_adv):
-    batch = make_batch(seed, b, t, with_prox=with_prox, token_adv=token_adv)
+    batch = make_batch(seed, b, t, with_prox=with_prox or needs_prox(name), token_adv=token_adv)
     batch["advantages"] = torch.zeros_like(batch["advantages"])
     loss, _, grad = run(name, batch, **REGULARIZER_OFF.get(name, {}))
     assert torch.isfinite(loss)
@@ -42,7 +43,7 @@ def test_zero_advantage_gives_zero_gradient(name, seed, b, t, with_prox, token_a
 @given(seed=seeds, b=sizes_b, t=sizes_t, with_prox=st.booleans(), token_adv=st.booleans(),
        agg=st.sampled_from(AGG_MODES), garbage=st.sampled_from([float("nan"), float("-inf"), float("inf")]))
 def test_masked_positions_change_nothing(name, seed, b, t, with_prox, token_adv, agg, garbage):
-    clean = make_batch(seed, b, t, with_prox=with_prox, token_adv=token_adv)
+    clean = make_batch(seed, b, t, with_prox=with_prox or needs_prox(name), token_adv=token_adv)
     dirty = rows(clean, slice(None))
     off = ~clean["loss_mask"]
     for key in ("behav_logp", "prox_logp"):
@@ -65,7 +66,7 @@ def test_masked_positions_change_nothing(name, seed, b, t, with_prox, token_adv,
 @FAST
 @given(seed=seeds, b=st.integers(2, 6), t=sizes_t, with_prox=st.booleans(), agg=st.sampled_from(AGG_MODES))
 def test_batch_permutation_changes_nothing(name, seed, b, t, with_prox, agg):
-    batch = make_batch(seed, b, t, with_prox=with_prox)
+    batch = make_batch(seed, b, t, with_prox=with_prox or needs_prox(name))
     perm = torch.randperm(b, generator=torch.Generator().manual_seed(seed))
     loss, stats, grad = run(name, batch, agg=agg)
     loss_p, stats_p, grad_p = run(name, rows(batch, perm), agg=agg)
@@ -89,7 +90,7 @@ def test_micro_batches_with_global_denominators_equal_whole_batch(name, seed, b,
     """Holds for every loss whose decisions are per token or per sequence. m2po / vaco decide on a
     whole-call statistic (documented); for them it holds when their filter cannot fire."""
     params = {"agg": agg, **(NON_FIRING.get(name, {}) if name in BATCH_LEVEL else {})}
-    batch = make_batch(seed, b, t, with_prox=with_prox, token_adv=token_adv)
+    batch = make_batch(seed, b, t, with_prox=with_prox or needs_prox(name), token_adv=token_adv)
     loss, _, grad = run(name, batch, **params)
     global_counts = {
         "global_num_tokens": batch["loss_mask"].sum(),
@@ -109,11 +110,11 @@ def test_micro_batches_with_global_denominators_equal_whole_batch(name, seed, b,
 @FAST
 @given(seed=seeds, b=sizes_b, t=sizes_t, with_prox=st.booleans(), sign=st.sampled_from([-1.0, 1.0]))
 def test_finite_at_extreme_log_ratios(name, seed, b, t, with_prox, sign):
-    batch = make_batch(seed, b, t, with_prox=with_prox)
+    batch = make_batch(seed, b, t, with_prox=with_prox or needs_prox(name))
     g = torch.Generator().manual_seed(seed)
     flips = torch.where(torch.rand(b, t, generator=g) < 0.5, sign, -sign)
     batch["behav_logp"] = batch["logp"].detach() + 50.0 * flips
-    if with_prox:
+    if batch["prox_logp"] is not None:
         batch["prox_logp"] = batch["logp"].detach() - 50.0 * flips
     loss, stats, grad = run(name, batch)
     assert torch.isfinite(loss)
@@ -138,7 +139,7 @@ def test_all_masked_batch_gives_zero_loss_and_zero_gradient(name, agg):
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("with_prox", [False, True])
 def test_stats_contract(name, with_prox):
-    loss, stats, _ = run(name, make_batch(0, 4, 5, with_prox=with_prox))
+    loss, stats, _ = run(name, make_batch(0, 4, 5, with_prox=with_prox or needs_prox(name)))
     assert loss.dim() == 0 and loss.dtype == torch.float32
     assert set(COMMON_STATS) <= set(stats)
     for key, value in stats.items():
@@ -152,9 +153,9 @@ def test_stats_contract(name, with_prox):
 @given(seed=seeds, b=sizes_b, t=sizes_t, with_prox=st.booleans(), agg=st.sampled_from(AGG_MODES))
 def test_on_policy_gradient_equals_vanilla_policy_gradient(name, seed, b, t, with_prox, agg):
     """π_θ = π_behav = π_prox: every correction is inactive and the gradient is REINFORCE's."""
-    batch = make_batch(seed, b, t, with_prox=with_prox)
+    batch = make_batch(seed, b, t, with_prox=with_prox or needs_prox(name))
     batch["behav_logp"] = batch["logp"].detach().clone()
-    if with_prox:
+    if batch["prox_logp"] is not None:
         batch["prox_logp"] = batch["logp"].detach().clone()
     _, _, grad = run(name, batch, agg=agg)
     _, _, grad_ref = run("reinforce", batch, agg=agg)

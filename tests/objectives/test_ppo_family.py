@@ -115,8 +115,9 @@ def test_decoupled_a3po_hand_case():
     # V = 3, versions [3, 2, 1, 0] -> d = [0, 1, 2, 3], α = [1, 1, 1/2, 1/3]; ρ = [2, 2, 4, 8], A = 1.
     logp, behav = from_ratios([[2.0, 2.0, 4.0, 8.0]])
     versions = torch.tensor([[3, 2, 1, 0]])
-    loss, stats, grad = call("decoupled", logp, behav, t([1.0]), versions=versions, current_version=3,
-                             eps_low=0.5, eps_high=0.5)
+    a3po = {"prox_logp": approximate_prox_logp("loglinear", behav, logp, versions, 3), "versions": versions,
+            "current_version": 3}
+    loss, stats, grad = call("decoupled", logp, behav, t([1.0]), **a3po, eps_low=0.5, eps_high=0.5)
     # r = ρ^α = [2, 2, 2, 2] > 1.5 for all: every token clipped, J = w · 1.5 with w = ρ^(1−α) = [1, 1, 2, 4]
     assert loss.item() == pytest.approx(-1.5 * (1 + 1 + 2 + 4) / 4, rel=1e-5)
     assert torch.equal(grad, torch.zeros_like(grad))
@@ -124,8 +125,7 @@ def test_decoupled_a3po_hand_case():
     assert stats["behav_weight_max"].item() == pytest.approx(4.0, rel=1e-5)
     assert stats["staleness_max"].item() == 3.0
     # Unclipped (wide eps): gradient w·r·A = ρ·A per token, as for IS on π_behav.
-    _, _, grad_w = call("decoupled", logp, behav, t([1.0]), versions=versions, current_version=3,
-                        eps_low=0.5, eps_high=100.0)
+    _, _, grad_w = call("decoupled", logp, behav, t([1.0]), **a3po, eps_low=0.5, eps_high=100.0)
     torch.testing.assert_close(grad_w, t([[-2.0, -2.0, -4.0, -8.0]]) / 4, rtol=1e-5, atol=0)
 
 
@@ -149,19 +149,16 @@ def test_decoupled_with_loglinear_prox_at_staleness_0_or_1_is_ppo(seed, b, t_, a
     batch = make_batch(seed, b, t_, spread=1.0, with_prox=False)
     batch["versions"] = torch.full((b, t_), 7 - lag)
     batch["current_version"] = 7
+    batch["prox_logp"] = approximate_prox_logp("loglinear", batch["behav_logp"], batch["logp"], batch["versions"], 7)
     loss_d, _, grad_d = run("decoupled", batch, agg=agg)
+    batch["prox_logp"] = None
     loss_p, _, grad_p = run("ppo", batch, agg=agg)
     torch.testing.assert_close(loss_d, loss_p, rtol=0, atol=0)
     torch.testing.assert_close(grad_d, grad_p, rtol=0, atol=0)
 
 
-@FAST
-@given(seed=st.integers(0, 2**31 - 1), b=st.integers(1, 5), t_=st.integers(1, 6))
-def test_decoupled_internal_loglinear_equals_explicit_prox(seed, b, t_):
-    batch = make_batch(seed, b, t_, spread=1.0, with_prox=False)
-    loss_i, _, grad_i = run("decoupled", batch)
-    prox = approximate_prox_logp("loglinear", batch["behav_logp"], batch["logp"], batch["versions"], 4)
-    batch["prox_logp"] = prox
-    loss_e, _, grad_e = run("decoupled", batch)
-    torch.testing.assert_close(loss_i, loss_e)
-    torch.testing.assert_close(grad_i, grad_e)
+def test_decoupled_without_prox_logp_raises():
+    """No silent fallback: decoupled is built on π_prox, and versions alone do not make one."""
+    batch = make_batch(0, 3, 4, with_prox=False)
+    with pytest.raises(ValueError, match="decoupled.*prox_logp"):
+        run("decoupled", batch)

@@ -9,7 +9,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asyncrl.objectives import approximate_prox_logp, staleness_alpha, staleness_stats
+from asyncrl.objectives import (
+    PROX_STRATEGIES,
+    apply_loglinear,
+    approximate_prox_logp,
+    loglinear_plan,
+    policy_loss,
+    staleness_alpha,
+    staleness_stats,
+)
 
 from .helpers import t
 
@@ -38,25 +46,30 @@ def test_linear_and_behav_hand_cases():
     torch.testing.assert_close(beh, behav)
 
 
-def test_on_behavior_positions_ignore_non_finite_current_logp():
+def test_non_finite_current_logp():
     versions = torch.tensor([[2, 0]])  # V = 2: α = [1, 1/2]
     behav = t([[-1.0, -1.0]])
     logp = t([[float("nan"), float("-inf")]])
-    for method in ("loglinear", "linear"):
-        prox = approximate_prox_logp(method, behav, logp, versions, 2)
-        assert prox[0, 0].item() == -1.0  # α = 1: exactly the behavior log-prob, the NaN never read
-    # α = 1/2 with p_θ = 0: loglinear gives −inf (left to the loss's validity mask); the probability
-    # mixture is exactly log(½ p_b).
-    assert approximate_prox_logp("loglinear", behav, logp, versions, 2)[0, 1].item() == float("-inf")
-    lin = approximate_prox_logp("linear", behav, logp, versions, 2)[0, 1].item()
-    assert lin == pytest.approx(-1.0 + math.log(0.5))
+    # the probability mixture selects ℓ_b where α = 1 (the NaN never read) and is exactly log(½ p_b)
+    # where p_θ = 0
+    lin = approximate_prox_logp("linear", behav, logp, versions, 2)
+    assert lin[0, 0].item() == -1.0
+    assert lin[0, 1].item() == pytest.approx(-1.0 + math.log(0.5))
+    # the log-linear rule is one fused op with no guard: a non-finite ℓ gives a non-finite π_prox, and
+    # the loss drops that token, whose ℓ is not finite anyway
+    prox = approximate_prox_logp("loglinear", behav, logp, versions, 2)
+    assert not torch.isfinite(prox).any()
+    logp = logp.clone().requires_grad_()
+    loss, stats = policy_loss("decoupled", logp, behav, t([1.0]), torch.ones(1, 2, dtype=torch.bool), prox_logp=prox)
+    assert loss.item() == 0.0 and stats["nonfinite_tokens"].item() == 2.0
 
 
 def test_unknown_method_and_bad_shapes_raise():
     x = torch.zeros(2, 3)
     v = torch.zeros(2, 3, dtype=torch.long)
-    with pytest.raises(ValueError, match="method"):
-        approximate_prox_logp("recompute", x, x, v, 1)
+    for method in ("recompute", "none", "sometimes"):  # not approximations of π_prox
+        with pytest.raises(ValueError, match="method"):
+            approximate_prox_logp(method, x, x, v, 1)
     with pytest.raises(ValueError, match="versions"):
         approximate_prox_logp("loglinear", x, x, v[:, :2], 1)
     with pytest.raises(ValueError, match="versions"):
@@ -103,25 +116,20 @@ def test_staleness_stats():
     assert stats["future_version_tokens"].item() == 1.0
 
 
-def test_split_loglinear_path_equals_approximate_prox_logp():
-    """The trainer's hot path (plan once per step, one fused op per minibatch) is the same function."""
-    import torch
-
-    from asyncrl.objectives import apply_loglinear, approximate_prox_logp, loglinear_plan
-
+def test_approximate_prox_logp_is_the_trainer_path():
+    """approximate_prox_logp is a strategy's plan and its one minibatch: the values the trainer gets
+    from plan + minibatch rows, bit for bit; exactly ℓ_b wherever α = 1 (d <= 1, or not generated)."""
     g = torch.Generator().manual_seed(0)
     behav, logp = -3 * torch.rand(6, 9, generator=g), -3 * torch.rand(6, 9, generator=g)
     versions = torch.randint(-1, 7, (6, 9), generator=g)
+    for method in ("loglinear", "linear", "behav"):
+        plan = PROX_STRATEGIES[method].plan(behav, versions, 7)
+        rows = torch.cat([plan.minibatch(0, 4, behav[:4], logp[:4], versions[:4]),
+                          plan.minibatch(4, 6, behav[4:], logp[4:], versions[4:])])
+        whole = approximate_prox_logp(method, behav, logp, versions, 7)
+        assert torch.equal(rows, whole)
+        on_behavior = staleness_alpha(versions, 7) == 1.0
+        assert torch.equal(whole[on_behavior], behav[on_behavior])
     base, weights = loglinear_plan(behav, versions, 7)
-    reference = approximate_prox_logp("loglinear", behav, logp, versions, 7)
-    generated = versions >= 0  # the hot path only promises the A-3PO value on generated tokens
-    torch.testing.assert_close(apply_loglinear(base, logp, weights)[generated], reference[generated],
-                               rtol=1e-6, atol=1e-6)
-    # exactly the behavior log-prob where α = 1 (on-policy or one step stale)
-    out = apply_loglinear(base, logp, weights)
-    assert torch.equal(out[versions >= 6], behav[versions >= 6])
-    assert torch.isfinite(out).all()
-    # the reference form keeps ℓ_b there even when the current log-prob is not finite
-    logp[versions >= 6] = float("-inf")
-    assert torch.equal(approximate_prox_logp("loglinear", behav, logp, versions, 7)[versions >= 6],
-                       behav[versions >= 6])
+    whole = approximate_prox_logp("loglinear", behav, logp, versions, 7)
+    assert torch.equal(apply_loglinear(base, logp, weights), whole)

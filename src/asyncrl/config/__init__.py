@@ -3,6 +3,12 @@
 Load order: defaults ← ``--config FILE`` (YAML) ← ``dotted.key=value`` overrides. A section whose
 dataclass has a ``name`` field accepts a bare string as shorthand (``task=arithmetic`` ≡
 ``task.name=arithmetic``). Every error is a :class:`ConfigError` whose message names the key.
+
+A name that picks a registered part (``task.name``, ``run.mode``, ``async.backend``,
+``async.weight_channel``, ``rollout.engine``, ``loss.name``) is checked against the registry itself
+(:mod:`asyncrl.registries`, ``asyncrl.tasks.TASKS``, ``asyncrl.objectives.LOSSES``), after the
+modules of ``run.plugins`` are imported (when the ``run`` section is built), so a plugin's names
+are accepted like the built-in ones.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from asyncrl.config.asynchrony import AsyncConfig
 from asyncrl.config.model import ModelConfig, PolicyConfig, PretrainConfig
 from asyncrl.config.run import RunConfig
 from asyncrl.config.task import RewardConfig, TaskConfig
-from asyncrl.config.training import EvalConfig, LossConfig, RolloutConfig, TrainerConfig
+from asyncrl.config.training import EvalConfig, LossConfig, RolloutConfig, TrainerConfig, check_prox_pairing
 
 
 @dataclass
@@ -60,6 +66,7 @@ class Config:
         if (channel == "ray") != (backend == "ray") and channel != "auto":
             raise ValueError(f"async.weight_channel: {channel!r} does not work with async.backend={backend!r}")
         check_combinations(self)
+        check_prox_pairing(self.loss, self.trainer)
         if channel == "cuda" and not self.policy.device.startswith("cuda"):
             raise ValueError(f"async.weight_channel: 'cuda' needs policy.device=cuda, got {self.policy.device!r}")
 
@@ -88,7 +95,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 
 
 # old key -> its new name; the old one still loads (run directories saved before keep it)
-RENAMED_KEYS = {("task", "max_prompt_tokens"): "max_prompt_length"}
+RENAMED_KEYS = {("task", "max_prompt_tokens"): "max_prompt_length", ("rollout", "vllm_kwargs"): "engine_kwargs"}
 
 
 def _rename_old_keys(data: dict[str, Any]) -> None:

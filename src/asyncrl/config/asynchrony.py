@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from asyncrl.stability.config import AdaptiveStalenessConfig
 from asyncrl.config_loader import (
     setting,
 )
+from asyncrl.registries import BACKENDS, CHANNELS
 
 
 @dataclass
 class AsyncConfig:
     """Asynchronous rollout (``run.mode=async``) and simulated lag (``run.mode=simulated``)."""
 
-    backend: Literal["local", "ray"] = setting("local", "where rollout workers run: local processes or Ray actors")
+    backend: str = setting(
+        "local", "where rollout workers run: local processes, Ray actors, or a plugin's "
+                 "(asyncrl.registries.BACKENDS)", names=BACKENDS.keys)
     # CUDA IPC = a flat GPU buffer, device-to-device copies
     weight_channel: str = setting(
-        "auto", "how weights reach workers: auto (ray store / CUDA IPC / shared memory) or a CHANNELS key")
+        "auto", "how weights reach workers: auto (ray store / CUDA IPC / shared memory) or a key of "
+                "asyncrl.registries.CHANNELS", names=lambda: ("auto", *CHANNELS))
     n_workers: int = setting(1, "rollout worker processes (each uses 1 torch thread)")
     max_staleness: int = setting(4, "K: admission bound and drop-at-consumption bound, in versions")
     # With generation faster than training, data arrive ~W versions stale; W = 1 already keeps the
@@ -40,11 +43,6 @@ class AsyncConfig:
     adaptive: AdaptiveStalenessConfig = field(default_factory=AdaptiveStalenessConfig)  # ESS-governed W
 
     def validate(self) -> None:
-        from asyncrl.runtime.channels import CHANNELS
-
-        if self.weight_channel != "auto" and self.weight_channel not in CHANNELS:
-            raise ValueError(f"weight_channel: unknown {self.weight_channel!r} "
-                             f"(known: auto, {', '.join(sorted(CHANNELS))})")
         if self.n_workers < 1:
             raise ValueError("n_workers: must be >= 1")
         if self.max_staleness < 0:

@@ -6,8 +6,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from asyncrl.config_loader import (
+    ConfigError,
     setting,
 )
+from asyncrl.registries import MODES, import_plugins
 
 
 @dataclass
@@ -17,8 +19,14 @@ class RunConfig:
     out_dir: str = setting("runs", "directory that holds the run directories")
     name: str | None = setting(None, "run directory name; null = <mode>-<loss>-s<seed>-<timestamp>")
     seed: int = setting(0, "seed of every random stream (sampling, minibatch order, init)")
-    mode: Literal["sync", "async", "simulated"] = setting(
-        "async", "sync: generate then train; async: workers generate meanwhile; simulated: exact lag")
+    mode: str = setting(
+        "async", "sync: generate then train; async: workers generate meanwhile; simulated: exact lag; "
+                  "or a plugin's (asyncrl.registries.MODES)", names=MODES.keys)
+    # imported when the section is built, before any name is checked; every rollout worker and
+    # bench cell builds its config the same way, so they import them too (docs/runtime.md)
+    plugins: list[str] = setting(
+        help="modules (pkg.module) that register tasks, modes, backends, engines or channels at import",
+        factory=list)
     checkpoint_every: int = setting(0, "steps between checkpoints; 0 = only at the end")
     keep_checkpoints: int = setting(2, "newest checkpoints kept in <run dir>/checkpoints/; 0 = all")
     resume: Literal["no", "auto", "must"] = setting(
@@ -38,6 +46,13 @@ class RunConfig:
     # CPU runs are bitwise reproducible without it; GPU kernels need it, at some speed cost
     deterministic: bool = setting(
         False, "torch.use_deterministic_algorithms in trainer and workers (reproducible GPU runs)")
+
+    def __post_init__(self) -> None:
+        try:
+            import_plugins(self.plugins)
+        except ValueError as err:
+            index, _, message = str(err).partition(": ")
+            raise ConfigError(f"run.plugins{index}", message) from None
 
     def validate(self) -> None:
         from asyncrl.tracking import check_available

@@ -3,50 +3,35 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from asyncrl.config_loader import (
     ConfigError,
     setting,
 )
-from asyncrl.tasks import ArithmeticConfig
+from asyncrl.tasks import TASKS, ArithmeticConfig, DatasetFields
 
 
 @dataclass
-class TaskConfig:
-    """The dataset and its reward. ``arithmetic`` is embedded; ``gsm8k`` and ``math`` read local
-    files (``path``; field meanings in docs/tasks.md) and score with math-verify."""
+class _TaskName:
+    # a base of its own so that `name` stays the section's first key (base fields come first)
+    name: str = setting("arithmetic", "which task: arithmetic, gsm8k, math, or a plugin's (asyncrl.tasks.TASKS)",
+                        names=TASKS.keys)
 
-    name: Literal["arithmetic", "gsm8k", "math"] = setting("arithmetic", "which task (a registered name)")
+
+@dataclass
+class TaskConfig(DatasetFields, _TaskName):
+    """The dataset and its reward. ``arithmetic`` is embedded; ``gsm8k`` and ``math`` read local
+    files (``path``; field meanings in docs/tasks.md) and score with math-verify. Each task owns
+    its settings: ``task.arithmetic`` (asyncrl.tasks.arithmetic) and the file tasks' keys, which
+    this section inherits (asyncrl.tasks.datasets.DatasetFields)."""
+
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
-    path: str | None = setting(None, "train file (.jsonl, .parquet, or a datasets directory); gsm8k/math")
-    eval_path: str | None = setting(None, "eval file, same formats; null = hold out eval_fraction of path")
-    eval_fraction: float = setting(0.1, "share of the train file held out for eval when eval_path is null")
-    question_field: str = setting("question", "record field with the question (dotted path allowed)")
-    answer_field: str = setting("answer", "record field with the reference answer or solution")
-    prompt_template: str = setting("Question: {question}\nAnswer:", "prompt text; must contain {question}")
-    answer_format: Literal["auto", "gsm8k", "boxed", "raw"] = setting(
-        "auto", "how the gold answer is read from answer_field (docs/tasks.md)")
-    max_train: int | None = setting(None, "keep the first N train problems; null = all")
-    max_eval: int | None = setting(None, "keep the first N eval problems; null = all")
-    reward_timeout_s: float = setting(5.0, "hard bound on one math-verify check, in seconds")
-    reward_workers: int = setting(1, "math-verify verifier processes")
-    messages_field: str | None = setting(
-        None, "column with a chat conversation ([{role, content}]) used as the prompt instead of question_field")
-    split: str | None = setting(None, "split of a DatasetDict directory / Hub dataset used for training; null = train")
-    eval_split: str | None = setting(
-        None, "split for eval (of eval_path, or of path when eval_path is null); null = test/validation/...")
-    subset: str | None = setting(None, "configuration of a Hub dataset (main for openai/gsm8k); null = the only one cached")
     # a 20 MB JSONL line otherwise loads and crash-loops the worker; prompt + rollout.max_new_tokens
     # must also fit the model's context (max_position_embeddings). Old name: max_prompt_tokens
     max_prompt_length: int = setting(2048, "prompt length limit in tokens (see long_prompts)")
     long_prompts: Literal["error", "drop", "truncate"] = setting(
         "error", "longer prompts: error (names file:line), drop them, or truncate (keep the last tokens)")
-
-    DATASET_FIELDS = ("path", "eval_path", "eval_fraction", "question_field", "answer_field",
-                      "prompt_template", "answer_format", "max_train", "max_eval", "reward_timeout_s",
-                      "reward_workers", "messages_field", "split", "eval_split", "subset")
 
     @property
     def truncate_to(self) -> int | None:
@@ -57,46 +42,30 @@ class TaskConfig:
         """The task, with its problems generated/loaded; a bad dataset raises ConfigError."""
         from asyncrl.tasks import build_task, check_registry
 
-        section = "task.arithmetic" if self.name == "arithmetic" else "task"
         try:
             check_registry(self.name)
         except ValueError as err:
             raise ConfigError("task.name", str(err)) from None
         try:
-            task = build_task(self.name, self.params())
+            task = build_task(self.name, self.settings())
             task.problems("train"), task.problems("eval")
         except ValueError as err:
-            raise ConfigError(section, str(err)) from None
+            raise ConfigError("task", str(err)) from None
         if not task.problems("eval"):  # evaluation would divide by zero mid-run
-            field_ = ("task.arithmetic.n_eval" if self.name == "arithmetic" else
-                      "task.max_eval" if self.max_eval == 0 else "task.eval_fraction")
-            raise ConfigError(field_, "no eval problems (raise it, or set task.eval_path)")
+            raise ConfigError("task", f"task {self.name!r} has no eval problems (a file task: raise "
+                                      "task.eval_fraction or task.max_eval, or set task.eval_path)")
         return task
 
-    def params(self):
-        """The config object ``build_task(name, ...)`` expects for this task."""
-        if self.name == "arithmetic":
-            return self.arithmetic
-        from asyncrl.tasks.datasets import DatasetConfig
-
-        return DatasetConfig(**{k: getattr(self, k) for k in self.DATASET_FIELDS})
+    def settings(self) -> Any:
+        """What task ``name``'s factory is built with: its ``config_from(this section)``, or None
+        (its defaults) for a factory without one (asyncrl.tasks)."""
+        config_from = getattr(TASKS[self.name], "config_from", None)
+        return None if config_from is None else config_from(self)
 
     def validate(self) -> None:
         if self.max_prompt_length < 1:
             raise ValueError("max_prompt_length: must be >= 1")
-        if self.name == "arithmetic":
-            return
-        if self.eval_path is None and self.eval_fraction == 0:
-            raise ValueError("eval_fraction: must be > 0 when task.eval_path is not set (no eval problems)")
-        if self.path is None:
-            raise ValueError(f"path: task {self.name!r} reads a local file; set task.path=<jsonl|parquet|dir>")
-        self.params()  # DatasetConfig validates every field ("field: message")
-        from asyncrl.tasks.records import is_hub_name
-
-        for name in ("path", "eval_path"):
-            value = getattr(self, name)
-            if value is not None and not Path(value).exists() and not is_hub_name(value):
-                raise ValueError(f"{name}: no such file or directory: {value}")
+        self.settings()  # the task's own checks, "field: message" relative to task.
 
 
 @dataclass

@@ -10,6 +10,7 @@ from asyncrl.stability.config import (EssWarningConfig, VcpoConfig)
 from asyncrl.config_loader import (
     setting,
 )
+from asyncrl.registries import ENGINES
 
 
 def _check_truncation(top_p: float, top_k: int) -> None:
@@ -31,19 +32,17 @@ class RolloutConfig:
     top_p: float = setting(1.0, "nucleus sampling: smallest token set with this much probability; 1 = off")
     top_k: int = setting(0, "sample among the k most likely tokens; 0 = off")
     # vllm: pip install "asyncrl[vllm]" (docs/models.md)
-    engine: str = setting("transformers", "generation engine, a key of asyncrl.rollout.ENGINES: transformers, vllm")
-    vllm_kwargs: dict[str, Any] = setting(
-        help="keyword arguments of vllm.LLM (gpu_memory_utilization, max_model_len, ...)", factory=dict)
+    engine: str = setting("transformers", "generation engine: transformers, vllm, or a plugin's "
+                                          "(asyncrl.registries.ENGINES)", names=ENGINES.keys)
+    engine_kwargs: dict[str, Any] = setting(
+        help="keyword arguments of the engine's constructor (vllm: those of vllm.LLM, e.g. "
+             "gpu_memory_utilization, max_model_len); old name: vllm_kwargs", factory=dict)
     # bfloat16 on a GPU halves the weight traffic of decoding (the behavior log-probs are then
     # those of the bf16 weights)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = setting(
         "auto", "dtype of the generation weights; auto = policy.dtype")
 
     def validate(self) -> None:
-        from asyncrl.rollout.engine import ENGINES
-
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine: unknown {self.engine!r} (known: {', '.join(sorted(ENGINES))})")
         if self.prompts_per_step < 1:
             raise ValueError("prompts_per_step: must be >= 1")
         if self.samples_per_prompt < 2:
@@ -83,6 +82,12 @@ class LossConfig:
             raise ValueError(f"params: {err}") from None
 
 
+def _prox_names():
+    from asyncrl.objectives import PROX_STRATEGIES  # the registry itself (pure math, below config)
+
+    return PROX_STRATEGIES.keys()
+
+
 @dataclass
 class TrainerConfig:
     """Optimization: one training step = one batch, ``n_minibatches`` AdamW updates, version += 1."""
@@ -97,10 +102,11 @@ class TrainerConfig:
     advantage: Literal["grpo", "drgrpo", "rloo"] = setting(
         "grpo", "grpo: (r - mean) / std per group; drgrpo: r - mean; rloo: leave-one-out baseline")
     adv_eps: float = setting(1e-6, "added to the group std in grpo advantages")
-    # "loglinear" / "linear" / "behav" = approximate_prox_logp per minibatch; "none" = the coupled
-    # PPO form (the REINFORCE "bypass" form of tis/mis)
-    prox: Literal["behav", "recompute", "loglinear", "linear", "none"] = setting(
-        "loglinear", "proximal policy of decoupled objectives: loglinear = A-3PO, recompute = extra forward")
+    # a key of asyncrl.objectives.PROX_STRATEGIES; "none" = the loss's coupled form (the REINFORCE
+    # "bypass" form of tis/mis). Which ones go with the loss: check_prox_pairing
+    prox: str = setting(
+        "loglinear", "proximal policy: recompute (extra forward), loglinear (A-3PO), linear, behav, none "
+                     "(coupled) (asyncrl.objectives.PROX_STRATEGIES)", names=_prox_names)
     prox_error: bool = setting(
         False, "also compute the exact proximal log-probs (one extra forward pass per step, as recompute) "
                "and log the approximation's error |exact - approx| per token: prox_abs_err_{mean,max}")
@@ -147,6 +153,17 @@ class TrainerConfig:
             raise ValueError("min_lr_ratio: must be in [0, 1]")
         if self.kl_coef < 0:
             raise ValueError("kl_coef: must be >= 0 (0 = no KL penalty)")
+
+
+def check_prox_pairing(loss: LossConfig, trainer: TrainerConfig) -> None:
+    """ValueError("trainer.prox: ...") unless the proximal strategy goes with the loss
+    (asyncrl.objectives.consistent_prox: a decoupled loss needs a proximal policy, a loss that acts on
+    π_θ/π_behav alone takes none). Both sections are valid on their own when this runs."""
+    from asyncrl.objectives import prox_pairing_error
+
+    why = prox_pairing_error(loss.name, trainer.prox)
+    if why is not None:
+        raise ValueError(f"trainer.prox: {trainer.prox!r} does not go with loss.name={loss.name!r}: {why}")
 
 
 @dataclass

@@ -2,9 +2,13 @@
 
 Public contract:
 
-    prox = approximate_prox_logp(method, behav_logp, logp, versions, current_version)
+    plan = PROX_STRATEGIES[prox].plan(behav_logp, versions, current_version, exact_logp)  # per step
+    prox_logp = plan.minibatch(start, stop, behav_logp, logp, versions)                    # per update
     loss, stats = policy_loss(name, logp, behav_logp, advantages, loss_mask, *, prox_logp=None,
                               versions=None, current_version=None, group_ids=None, **params)
+
+``approximate_prox_logp(method, ...)`` is the plan and its one minibatch for a whole batch;
+``natural_prox(name)`` / ``consistent_prox(name)`` say which proximal strategies go with a loss.
 
 No model, no I/O, no threads, no config globals: tensors in, tensors out.
 """
@@ -13,15 +17,26 @@ from asyncrl.objectives.advantages import VTrace, gae, group_advantages, masked_
 from asyncrl.objectives.numerics import LOG_RATIO_BOUND
 from asyncrl.objectives.params import AGG_MODES, REQUIRED
 from asyncrl.objectives.prox import (
-    PROX_METHODS,
+    PROX_STRATEGIES,
+    ProxPlan,
+    ProxStrategy,
     apply_loglinear,
     approximate_prox_logp,
     loglinear_plan,
+    prox_strategy,
     staleness_alpha,
-    staleness_stats,
 )
-from asyncrl.objectives.registry import LOSS_PARAMS, LOSSES, loss_param_names, policy_loss, validate_loss_params
-from asyncrl.objectives.stats import COMMON_STATS
+from asyncrl.objectives.registry import (
+    LOSS_PARAMS,
+    LOSSES,
+    consistent_prox,
+    loss_param_names,
+    natural_prox,
+    policy_loss,
+    prox_pairing_error,
+    validate_loss_params,
+)
+from asyncrl.objectives.stats import COMMON_STATS, staleness_stats
 from asyncrl.objectives.vcpo import ess, ess_lr_scale, opob_baseline
 
 __all__ = [
@@ -30,11 +45,14 @@ __all__ = [
     "LOG_RATIO_BOUND",
     "LOSSES",
     "LOSS_PARAMS",
-    "PROX_METHODS",
+    "PROX_STRATEGIES",
+    "ProxPlan",
+    "ProxStrategy",
     "REQUIRED",
     "VTrace",
     "apply_loglinear",
     "approximate_prox_logp",
+    "consistent_prox",
     "ess",
     "ess_lr_scale",
     "gae",
@@ -42,8 +60,11 @@ __all__ = [
     "loglinear_plan",
     "loss_param_names",
     "masked_whiten",
+    "natural_prox",
     "opob_baseline",
     "policy_loss",
+    "prox_pairing_error",
+    "prox_strategy",
     "staleness_alpha",
     "staleness_stats",
     "validate_loss_params",

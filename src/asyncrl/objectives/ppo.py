@@ -5,10 +5,10 @@
   max(J_t, c A); r = π_θ/π_anchor with anchor π_prox when ``prox_logp`` is given, else π_behav. No
   behavior weight (AReaL HEAD's "decoupled" without rejection sampling is this loss with a prox anchor).
 - decoupled (Hilton et al. 2021, arXiv:2110.00641): J_t = w_t · PPOclip(r_t), w = π_prox/π_behav
-  (constant), r = π_θ/π_prox. Without ``prox_logp`` but with ``versions`` and ``current_version``, π_prox
-  is approximated with A-3PO's "loglinear" rule (§4), so "decoupled" on stale data is A-3PO; with
-  neither, ValueError. Optional behavior-weight cap: "mask" drops tokens with w > cap (AReaL's
-  ``behav_imp_weight_cap``), "clamp" uses min(w, cap) (= TIS).
+  (constant), r = π_θ/π_prox. π_prox comes from the caller (a proximal strategy, asyncrl.objectives.prox:
+  A-3PO's loglinear one makes this loss A-3PO); without ``prox_logp``, ValueError. Optional
+  behavior-weight cap: "mask" drops tokens with w > cap (AReaL's ``behav_imp_weight_cap``), "clamp"
+  uses min(w, cap) (= TIS).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from torch import Tensor
 
 from asyncrl.objectives.numerics import PreparedInputs, Reducer, aggregate, clamp_log_ratio
 from asyncrl.objectives.params import ClipParams, check_choice, check_real
-from asyncrl.objectives.prox import approximate_prox_logp
 from asyncrl.objectives.stats import behav_weight_stats, clip_stats, common_stats
 
 
@@ -74,17 +73,12 @@ def anchor_logp(inp: PreparedInputs) -> Tensor:
     return inp.behav if inp.prox is None else inp.prox
 
 
-def resolve_prox(inp: PreparedInputs, loss_name: str) -> Tensor:
-    """π_prox for decoupled losses: the given prox_logp, else A-3PO's loglinear approximation."""
-    if inp.prox is not None:
-        return inp.prox
-    if inp.versions is None or inp.current_version is None:
-        raise ValueError(
-            f"loss {loss_name!r} needs prox_logp, or versions and current_version to approximate it "
-            "with the loglinear (A-3PO) rule"
-        )
-    # Inputs are already sanitized, so the approximation is finite everywhere.
-    return approximate_prox_logp("loglinear", inp.behav, inp.logp, inp.versions, inp.current_version)
+def required_prox(inp: PreparedInputs, loss_name: str) -> Tensor:
+    """π_prox for a loss built on it; ValueError when the caller gave none (no silent fallback)."""
+    if inp.prox is None:
+        raise ValueError(f"loss {loss_name!r} needs prox_logp, the proximal policy's log-probs "
+                         "(asyncrl.objectives.prox: recompute, loglinear = A-3PO, linear, behav)")
+    return inp.prox
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +111,7 @@ class DecoupledParams(ClipParams):
 
 def decoupled_loss(inp: PreparedInputs, p: DecoupledParams) -> tuple[Tensor, dict[str, Tensor]]:
     """w · PPOclip(π_θ/π_prox) with an optional cap on w. Returns (−J, stats)."""
-    prox = resolve_prox(inp, "decoupled")
+    prox = required_prox(inp, "decoupled")
     log_w = clamp_log_ratio(prox - inp.behav)
     log_r = clamp_log_ratio(inp.logp - prox)
     clip = clipped_surrogate(log_r, inp.adv, p.eps_low, p.eps_high_value, p.dual_clip)

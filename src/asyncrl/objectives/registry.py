@@ -1,8 +1,11 @@
-"""The loss registry: ``LOSSES`` (name -> function), ``policy_loss`` and parameter introspection.
+"""The loss registry: ``LOSSES`` (name -> function), ``policy_loss``, parameter introspection, and
+each loss's proximal policy: the one it is meant to run with (``natural_prox``) and the ones that are
+consistent with it (``consistent_prox``).
 
 Adding a loss: write ``<name>.py`` with a frozen keyword-only params dataclass (subclass of
 ``BaseParams``, validating in ``__post_init__``) and a function ``(PreparedInputs, params) -> (loss,
-stats)``, then add one line to ``_CORES``. The generic tests iterate over ``LOSSES``.
+stats)``, then add one line to ``_CORES`` saying what the loss does with π_prox and which proximal
+strategy is its natural one. The generic tests iterate over ``LOSSES``.
 
 Every value of ``LOSSES`` has the signature of ``policy_loss`` without ``name``:
 
@@ -13,6 +16,7 @@ Every value of ``LOSSES`` has the signature of ``policy_loss`` without ``name``:
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from torch import Tensor
@@ -26,33 +30,83 @@ from asyncrl.objectives.opsm import OPSMParams, opsm_loss
 from asyncrl.objectives.params import RUNTIME_PARAMS, BaseParams
 from asyncrl.objectives.ppo import DecoupledParams, PPOParams, decoupled_loss, ppo_loss
 from asyncrl.objectives.ppo_kl import PPOKLParams, ppo_kl_loss
-from asyncrl.objectives.prox import staleness_stats
+from asyncrl.objectives.prox import PROX_STRATEGIES
 from asyncrl.objectives.reinforce import REINFORCEParams, reinforce_loss
 from asyncrl.objectives.spo import SPOParams, spo_loss
+from asyncrl.objectives.stats import staleness_stats
 from asyncrl.objectives.vaco import VACOParams, vaco_loss
 
 LossResult = tuple[Tensor, dict[str, Tensor]]
 
-_CORES: dict[str, tuple[Callable[..., LossResult], type[BaseParams]]] = {
-    "ppo": (ppo_loss, PPOParams),
-    "decoupled": (decoupled_loss, DecoupledParams),
-    "tis": (tis_loss, TISParams),
-    "mis": (mis_loss, MISParams),
-    "cispo": (cispo_loss, CISPOParams),
-    "opsm": (opsm_loss, OPSMParams),
-    "m2po": (m2po_loss, M2POParams),
-    "gspo": (gspo_loss, GSPOParams),
-    "vaco": (vaco_loss, VACOParams),
-    "reinforce": (reinforce_loss, REINFORCEParams),
-    "ppo_kl": (ppo_kl_loss, PPOKLParams),
-    "spo": (spo_loss, SPOParams),
+# What a loss does with π_prox (``LossEntry.reads_prox``):
+PROX_REQUIRED = "required"  # built on π_prox: only a strategy that gives one is consistent
+PROX_OPTIONAL = "optional"  # π_prox when given (decoupled form), else π_behav (coupled / bypass): any
+PROX_NEVER = "never"  # acts on ρ = π_θ/π_behav alone: no strategy that runs a forward pass for nothing
+
+
+@dataclass(frozen=True)
+class LossEntry:
+    """One registered loss: its function, its params class, what it does with π_prox (PROX_REQUIRED,
+    PROX_OPTIONAL or PROX_NEVER) and its natural proximal strategy (a key of PROX_STRATEGIES)."""
+
+    fn: Callable[..., LossResult]
+    params: type[BaseParams]
+    reads_prox: str = PROX_OPTIONAL
+    natural_prox: str = "none"
+
+
+_CORES: dict[str, LossEntry] = {
+    "ppo": LossEntry(ppo_loss, PPOParams),
+    "decoupled": LossEntry(decoupled_loss, DecoupledParams, reads_prox=PROX_REQUIRED, natural_prox="loglinear"),
+    "tis": LossEntry(tis_loss, TISParams),
+    "mis": LossEntry(mis_loss, MISParams),
+    "cispo": LossEntry(cispo_loss, CISPOParams),
+    "opsm": LossEntry(opsm_loss, OPSMParams),
+    "m2po": LossEntry(m2po_loss, M2POParams, reads_prox=PROX_NEVER),
+    "gspo": LossEntry(gspo_loss, GSPOParams),
+    "vaco": LossEntry(vaco_loss, VACOParams, reads_prox=PROX_NEVER),
+    "reinforce": LossEntry(reinforce_loss, REINFORCEParams, reads_prox=PROX_NEVER),
+    "ppo_kl": LossEntry(ppo_kl_loss, PPOKLParams),
+    "spo": LossEntry(spo_loss, SPOParams),
 }
 
 
-def _params_class(name: str) -> type[BaseParams]:
+def _entry(name: str) -> LossEntry:
     if name not in _CORES:
         raise ValueError(f"unknown loss {name!r}; known losses: {', '.join(sorted(_CORES))}")
-    return _CORES[name][1]
+    return _CORES[name]
+
+
+def natural_prox(loss_name: str) -> str:
+    """The proximal strategy (a key of PROX_STRATEGIES, i.e. a ``trainer.prox`` value) loss
+    ``loss_name`` is meant to run with: ``loglinear`` (A-3PO) for decoupled, ``none`` for the others."""
+    return _entry(loss_name).natural_prox
+
+
+def consistent_prox(loss_name: str) -> tuple[str, ...]:
+    """The proximal strategies that make sense with loss ``loss_name``, in registry order."""
+    reads = _entry(loss_name).reads_prox
+    if reads == PROX_NEVER:  # an approximation costs one fused op; a forward pass would be wasted
+        return tuple(name for name, strategy in PROX_STRATEGIES.items() if not strategy.needs_forward)
+    return tuple(name for name, strategy in PROX_STRATEGIES.items()
+                 if reads == PROX_OPTIONAL or strategy.gives_prox == (reads == PROX_REQUIRED))
+
+
+def prox_pairing_error(loss_name: str, prox: str) -> str | None:
+    """Why proximal strategy ``prox`` does not go with loss ``loss_name`` (one line), or None."""
+    allowed = consistent_prox(loss_name)
+    if prox in allowed:
+        return None
+    if _entry(loss_name).reads_prox == PROX_REQUIRED:
+        why = f"the loss is built on π_prox and {prox!r} gives none"
+    else:
+        why = f"the loss acts on π_θ/π_behav alone, so {prox!r}'s extra forward pass would be computed for nothing"
+    natural = f" (its natural one: {natural_prox(loss_name)})" if len(allowed) > 1 else ""
+    return f"{why}; use {', '.join(allowed)}{natural}"
+
+
+def _params_class(name: str) -> type[BaseParams]:
+    return _entry(name).params
 
 
 def validate_loss_params(name: str, params: dict[str, Any]) -> BaseParams:
@@ -83,7 +137,7 @@ def loss_param_names(name: str) -> dict[str, Any]:
 
 
 def _make_loss(name: str) -> Callable[..., LossResult]:
-    core, _ = _CORES[name]
+    core = _CORES[name].fn
 
     def loss_fn(
         logp: Tensor,
@@ -106,7 +160,7 @@ def _make_loss(name: str) -> Callable[..., LossResult]:
 
     loss_fn.__name__ = f"{name}_loss"
     loss_fn.__qualname__ = loss_fn.__name__
-    loss_fn.__doc__ = f"{core.__doc__}\n\nParameters: {_CORES[name][1].__doc__}"
+    loss_fn.__doc__ = f"{core.__doc__}\n\nParameters: {_CORES[name].params.__doc__}"
     return loss_fn
 
 

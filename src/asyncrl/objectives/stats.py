@@ -116,3 +116,21 @@ def behav_weight_stats(inp: PreparedInputs, log_w: Tensor) -> dict[str, Tensor]:
     out = ratio_stats(log_w, inp.tok, prefix="behav_weight")
     out["behav_kl_k1"] = -inp.tok.mean(log_w)
     return out
+
+
+@torch.no_grad()
+def staleness_stats(versions: Tensor, current_version: int | Tensor, mask: Tensor) -> dict[str, Tensor]:
+    """Staleness d = V − v over mask tokens with v >= 0: mean, min, max, and the number of tokens with
+    d < 0 (``future_version_tokens``; treated as on-policy by ``staleness_alpha``). NaN when empty.
+
+    versions: [B, T] integer; mask: [B, T] bool.
+    """
+    gen = mask & (versions >= 0)
+    d = (current_version - versions).float()
+    on_gen = Reducer(gen)
+    return {
+        "staleness_mean": on_gen.mean(d),
+        "staleness_min": on_gen.min(d),
+        "staleness_max": on_gen.max(d),
+        "future_version_tokens": (gen & (d < 0)).sum().float(),
+    }

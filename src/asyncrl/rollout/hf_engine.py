@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import torch
 
+from asyncrl.config_loader import ConfigError
 from asyncrl.policy.model import DTYPES, plain_copy
 from asyncrl.policy.sampling import decode, left_pad, prefill, to_generation
 from asyncrl.rollout.base import ChunkHook, EngineSpec
@@ -80,6 +81,9 @@ class TransformersEngine:
         return to_generation(state)
 
 
-def build(spec: EngineSpec, *, model, tokenizer, **_) -> TransformersEngine:
-    """The registry's entry (``asyncrl.rollout.engine.ENGINES``)."""
+def build(spec: EngineSpec, *, model, tokenizer, engine_kwargs: dict, **_) -> TransformersEngine:
+    """The registry's entry (``asyncrl.registries.ENGINES``); it has no options of its own."""
+    if engine_kwargs:
+        raise ConfigError("rollout.engine_kwargs", f"the transformers engine takes none, got "
+                                                   f"{', '.join(sorted(engine_kwargs))}")
     return TransformersEngine(model, tokenizer, spec)

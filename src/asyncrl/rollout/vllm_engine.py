@@ -189,6 +189,7 @@ def _to_generation(prompts: list[list[int]], tokens: list[list[int]], logps: lis
                       versions=tags, completion_mask=tags >= 0)
 
 
-def build(spec: EngineSpec, *, tokenizer, policy_dir, vllm_kwargs=None, **_) -> VLLMEngine:
-    """The registry's entry (``asyncrl.rollout.engine.ENGINES``): starts from ``policy_dir``."""
-    return VLLMEngine(policy_dir, tokenizer, spec, **(vllm_kwargs or {}))
+def build(spec: EngineSpec, *, tokenizer, policy_dir, engine_kwargs: dict, **_) -> VLLMEngine:
+    """The registry's entry (``asyncrl.registries.ENGINES``): starts from ``policy_dir``;
+    ``engine_kwargs`` (``rollout.engine_kwargs``) go to ``vllm.LLM``."""
+    return VLLMEngine(policy_dir, tokenizer, spec, **engine_kwargs)

@@ -1,16 +1,15 @@
 """Where rollout workers run: ``local`` (processes on this machine) or ``ray`` (actors on a Ray
 cluster). Each backend returns a pool (submit / poll / restart_dead / wait_ready / n_inflight /
 restarts / shutdown) and the weight channel its workers pull from. A new backend is one function
-plus one line in :data:`BACKENDS`."""
+plus one line in :data:`asyncrl.registries.BACKENDS` (its import path)."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 import torch.multiprocessing as tmp
 
 from asyncrl.config import Config, ConfigError
+from asyncrl.registries import BACKENDS, resolve
 from asyncrl.runtime.channels import channel_name, open_channel
 from asyncrl.runtime.engines import generation_dtype
 from asyncrl.runtime.pool import WorkerPool
@@ -24,13 +23,13 @@ def _channel(cfg: Config, model: torch.nn.Module, ctx=None):
     return open_channel(name, model, ctx=ctx, device=cfg.policy.device, dtype=DTYPES[generation_dtype(cfg)])
 
 
-def _local(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
+def local_pool(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
     ctx = tmp.get_context("spawn")  # torch's context: CUDA tensors cross as IPC handles
     channel = _channel(cfg, model, ctx)
     return WorkerPool(ctx, specs, channel, cfg.async_.worker_start_timeout_s), channel
 
 
-def _ray(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
+def ray_pool(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
     try:
         from asyncrl.runtime.ray_backend import RayPool, init_ray
     except ImportError as err:
@@ -41,9 +40,6 @@ def _ray(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
     return RayPool(specs, channel, cfg.async_.worker_start_timeout_s, owns_ray=owns_ray), channel
 
 
-BACKENDS: dict[str, Callable] = {"local": _local, "ray": _ray}
-
-
 def open_backend(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
     """(pool, channel) of ``async.backend``; the channel holds ``model``'s weights as version 0."""
-    return BACKENDS[cfg.async_.backend](cfg, specs, model)
+    return resolve(BACKENDS[cfg.async_.backend])(cfg, specs, model)

@@ -19,4 +19,4 @@ def rollout_engine(cfg: Config, *, model, tokenizer, policy_dir, seed: int, chun
                       chunk_tokens=cfg.async_.chunk_tokens if chunked else None, device=cfg.policy.device,
                       dtype=generation_dtype(cfg), top_p=ro.top_p, top_k=ro.top_k)
     return make_engine(ro.engine, spec, model=model, tokenizer=tokenizer, policy_dir=str(policy_dir),
-                       vllm_kwargs=ro.vllm_kwargs)
+                       engine_kwargs=ro.engine_kwargs)

@@ -2,7 +2,7 @@
 
     session = Session.open(cfg)                   model, tokenizer, task, run dir, metrics, progress
                                                   (or all of it restored from the newest checkpoint)
-    source  = SOURCES[cfg.run.mode](cfg, session)  sync | simulated | async (local processes, Ray)
+    source  = open_source(cfg, session)            run.mode: sync | simulated | async (local processes, Ray)
     for each step:
         batch = source.next_batch(version)         CPU tensors; the trainer moves them to its device
         stats = trainer.step(batch)                advantages → prox → minibatch updates → version + 1
@@ -25,7 +25,7 @@ from asyncrl.reference import build_reference
 from asyncrl.runtime.record import Totals, step_record
 from asyncrl.runtime.session import Session
 from asyncrl.runtime.signals import Interrupted, StopRequested
-from asyncrl.runtime.sources import SOURCES
+from asyncrl.runtime.sources import open_source
 from asyncrl.stability.monitor import EssStop
 from asyncrl.trainer import Trainer
 
@@ -43,7 +43,7 @@ def train(cfg: Config) -> dict:
         trainer.load_state_dict(session.resume.trainer_state)
         totals.load_state_dict(session.resume.run_state["totals"])
     done = session.start_step  # the last finished step
-    with session.stop, SOURCES[cfg.run.mode](cfg, session) as source, session.progress as progress:
+    with session.stop, open_source(cfg, session) as source, session.progress as progress:
         try:
             if session.resume is None:
                 progress.phase("evaluating the starting policy")

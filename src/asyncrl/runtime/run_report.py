@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from asyncrl.bench import figures as F
+from asyncrl.plotting import new_figure, png_bytes
 
 
 def _rows(path: Path) -> list[dict]:
@@ -39,13 +39,13 @@ def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
 
 def _png(fig) -> str:
     try:
-        return base64.b64encode(F.png_bytes(fig, palette=True)).decode("ascii")
+        return base64.b64encode(png_bytes(fig, palette=True)).decode("ascii")
     finally:
         fig.clear()
 
 
 def reward_figure(records: list[dict]) -> str:
-    fig = F.new_figure()
+    fig = new_figure()
     ax = fig.subplots()
     steps, reward = _series(records, "reward_mean")
     ax.plot(steps, reward, color="C0", lw=1.2, label="train reward (batch mean)")
@@ -68,7 +68,7 @@ def staleness_counts(records: list[dict]) -> list[int]:
 
 
 def staleness_figure(counts: list[int]) -> str:
-    fig = F.new_figure(height=0.8)
+    fig = new_figure(height=0.8)
     ax = fig.subplots()
     n = sum(counts) or 1
     ax.bar(range(len(counts)), [c / n for c in counts], color="C2")
@@ -90,7 +90,7 @@ def time_split(summary: dict) -> list[tuple[str, float]]:
 
 
 def time_figure(parts: list[tuple[str, float]]) -> str:
-    fig = F.new_figure(height=0.7)
+    fig = new_figure(height=0.7)
     ax = fig.subplots()
     labels, values = [p[0] for p in parts], [p[1] for p in parts]
     ax.barh(range(len(parts)), values, color=[f"C{i}" for i in range(len(parts))])
@@ -106,7 +106,7 @@ def time_figure(parts: list[tuple[str, float]]) -> str:
 
 
 def utilisation_figure(records: list[dict]) -> str:
-    fig = F.new_figure(height=0.8)
+    fig = new_figure(height=0.8)
     ax = fig.subplots()
     for key, label, color in (("generator_util", "generators busy", "C0"), ("trainer_util", "trainer busy", "C3")):
         steps, values = _series(records, key)

@@ -32,8 +32,10 @@ from asyncrl.policy.model import check_device, load_policy_for, set_deterministi
 from asyncrl.pretrain import is_complete, pretrain, pretrained_dir
 from asyncrl.progress import TrainProgress
 from asyncrl.rewards import RewardSet
-from asyncrl.runtime import eval_cache
 from asyncrl.runtime.completions import CompletionLog
+from asyncrl.runtime.eval_cache import cache_path, initial_eval_key
+from asyncrl.runtime.eval_cache import load as load_cached_eval
+from asyncrl.runtime.eval_cache import store as store_cached_eval
 from asyncrl.runtime.preflight import check_task, check_writable
 from asyncrl.runtime.resume import Resume, find_resume
 from asyncrl.runtime.signals import StopRequests
@@ -223,13 +225,13 @@ class Session:
 
     def _initial_eval_cached(self) -> dict[str, float]:
         """The step-0 metrics from the cache (eval.cache_initial), computed and stored on a miss."""
-        path = eval_cache.cache_path(self.cfg, eval_cache.initial_eval_key(self.cfg, self.model, self.eval_problems))
-        cached = eval_cache.load(path)
+        path = cache_path(self.cfg, initial_eval_key(self.cfg, self.model, self.eval_problems))
+        cached = load_cached_eval(path)
         if cached is not None:
             return cached
         metrics, _ = eval_metrics(self.model, self.tokenizer, self.task, self.eval_problems, self.cfg,
                                   rewards=self.rewards)
-        eval_cache.store(path, metrics)
+        store_cached_eval(path, metrics)
         return metrics
 
     def elapsed_s(self) -> float:

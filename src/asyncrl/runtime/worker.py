@@ -90,7 +90,7 @@ class RolloutWorker:
         self.cfg = from_dict(Config, spec.config)
         set_deterministic(self.cfg.run.deterministic)
         policy = self.cfg.policy
-        from asyncrl.rollout.engine import ENGINES
+        from asyncrl.registries import ENGINES
 
         device = "cpu" if ENGINES[self.cfg.rollout.engine].owns_weights else policy.device
         model, self.tokenizer = load_policy(spec.policy_dir, device, generation_dtype(self.cfg),

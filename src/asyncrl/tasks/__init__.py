@@ -1,10 +1,16 @@
 """Embedded tasks: deterministic problem sets with a binary, parse-based reward.
 
 ``build_task(name, cfg)`` is the single entry point used by configs and the CLI; add a
-task by registering its factory (called with the task's config) in :data:`TASKS` at import time
-(a module), never at run time: a run refuses a registry changed after import
+task by registering its factory (called with the task's config) in :data:`TASKS` at import time:
+one line here, or in a plugin module named in ``run.plugins``, which every process of a run imports
+(asyncrl.registries). Never at run time: a run refuses a built-in entry replaced after import
 (:func:`check_registry`), since its rollout worker processes would not see the change. Rewards are
 not part of the registry: they are functions named by import path (``reward.funcs``).
+
+A task owns its settings: a factory may have ``config_from(section)``, which takes the run
+config's ``task`` section and returns the object the factory is called with (``ArithmeticTask``:
+``task.arithmetic``; the file tasks: the ``task.path``, ... keys of
+:class:`~asyncrl.tasks.datasets.DatasetFields`); without it the factory gets None (its defaults).
 """
 
 from __future__ import annotations
@@ -14,13 +20,14 @@ from typing import Any
 
 from asyncrl.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from asyncrl.tasks.base import Problem, Task, extract_answer, extract_any_answer
-from asyncrl.tasks.datasets import DatasetConfig, GSM8KTask, MathTask
+from asyncrl.tasks.datasets import DatasetConfig, DatasetFields, GSM8KTask, MathTask
 
 __all__ = [
     "TASKS",
     "ArithmeticConfig",
     "ArithmeticTask",
     "DatasetConfig",
+    "DatasetFields",
     "GSM8KTask",
     "MathTask",
     "Problem",
@@ -40,8 +47,11 @@ _AS_IMPORTED: dict[str, Callable[[Any], Task]] = dict(TASKS)
 def check_registry(name: str) -> None:
     """Refuse a run whose task ``name`` was re-registered at run time (e.g. under
     ``if __name__ == "__main__":``): workers import a fresh registry, so they would train on the
-    built-in task and reward while this process evaluates with the replacement. ValueError, one line."""
-    current, fresh = TASKS.get(name), _AS_IMPORTED.get(name)
+    built-in task and reward while this process evaluates with the replacement. ValueError, one line.
+    A name that was not there at import (a plugin's) passes: a worker that lacks it stops at once,
+    naming it, instead of training on something else."""
+    current = TASKS.get(name)
+    fresh = _AS_IMPORTED.get(name, current)
     if current is not fresh:
         shown = f"{getattr(current, '__module__', '?')}.{getattr(current, '__qualname__', current)!s}"
         raise ValueError(f"asyncrl.tasks.TASKS[{name!r}] was replaced after import (by {shown}); rollout worker "

@@ -126,6 +126,14 @@ class ArithmeticTask:
 
     name = "arithmetic"
 
+    @staticmethod
+    def config_from(section: Any) -> ArithmeticConfig:
+        """This task's settings out of the run config's ``task`` section: its ``task.arithmetic``
+        sub-section. ValueError ``"field: message"``, the field relative to ``task.``."""
+        if section.arithmetic.n_eval == 0:  # evaluation would divide by zero mid-run
+            raise ValueError("arithmetic.n_eval: no eval problems (raise it)")
+        return section.arithmetic
+
     def __init__(self, cfg: ArithmeticConfig | Mapping[str, Any] | None = None) -> None:
         if cfg is None:
             cfg = ArithmeticConfig()

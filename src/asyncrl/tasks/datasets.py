@@ -21,8 +21,9 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from asyncrl.config_loader import setting
 from asyncrl.tasks.base import Problem
 from asyncrl.tasks.chat import Messages, parse_messages, render_plain, split_reference
 from asyncrl.tasks.math_reward import MathVerifier, last_boxed
@@ -30,15 +31,40 @@ from asyncrl.tasks.records import MISSING as _MISSING
 from asyncrl.tasks.records import get_field as _get_field
 from asyncrl.tasks.records import is_hub_name, load_records
 
-__all__ = ["ANSWER_FORMATS", "DatasetConfig", "GSM8KTask", "MathTask", "load_records"]
+__all__ = ["ANSWER_FORMATS", "DatasetConfig", "DatasetFields", "GSM8KTask", "MathTask", "load_records"]
 
 ANSWER_FORMATS = ("auto", "gsm8k", "boxed", "raw")
 SPLITS = ("train", "eval")
 
 
-@dataclass(frozen=True)
-class DatasetConfig:
-    """Where the problems live and how to read them; validated on construction.
+@dataclass
+class DatasetFields:
+    """The file tasks' settings, which the run config holds as plain ``task.*`` keys
+    (``task.path``, ``task.eval_path``, ...; its ``task`` section inherits these fields)."""
+
+    path: str | None = setting(None, "train file (.jsonl, .parquet, or a datasets directory); gsm8k/math")
+    eval_path: str | None = setting(None, "eval file, same formats; null = hold out eval_fraction of path")
+    eval_fraction: float = setting(0.1, "share of the train file held out for eval when eval_path is null")
+    question_field: str = setting("question", "record field with the question (dotted path allowed)")
+    answer_field: str = setting("answer", "record field with the reference answer or solution")
+    prompt_template: str = setting("Question: {question}\nAnswer:", "prompt text; must contain {question}")
+    answer_format: Literal["auto", "gsm8k", "boxed", "raw"] = setting(
+        "auto", "how the gold answer is read from answer_field (docs/tasks.md)")
+    max_train: int | None = setting(None, "keep the first N train problems; null = all")
+    max_eval: int | None = setting(None, "keep the first N eval problems; null = all")
+    reward_timeout_s: float = setting(5.0, "hard bound on one math-verify check, in seconds")
+    reward_workers: int = setting(1, "math-verify verifier processes")
+    messages_field: str | None = setting(
+        None, "column with a chat conversation ([{role, content}]) used as the prompt instead of question_field")
+    split: str | None = setting(None, "split of a DatasetDict directory / Hub dataset used for training; null = train")
+    eval_split: str | None = setting(
+        None, "split for eval (of eval_path, or of path when eval_path is null); null = test/validation/...")
+    subset: str | None = setting(None, "configuration of a Hub dataset (main for openai/gsm8k); null = the only one cached")
+
+
+@dataclass
+class DatasetConfig(DatasetFields):
+    """Where the problems live and how to read them; validated on construction (``path`` is required).
 
     ``question_field`` / ``answer_field`` may be dotted paths into nested records, with
     integer list indices (DAPO-Math-17k: ``"prompt.0.content"``,
@@ -53,22 +79,6 @@ class DatasetConfig:
     dataset (``eval_split`` without ``eval_path``: eval comes from that split of ``path``);
     ``subset`` is a Hub dataset's configuration (``main`` for ``openai/gsm8k``).
     """
-
-    path: str
-    eval_path: str | None = None
-    eval_fraction: float = 0.1
-    question_field: str = "question"
-    answer_field: str = "answer"
-    prompt_template: str = "Question: {question}\nAnswer:"
-    answer_format: str = "auto"
-    max_train: int | None = None
-    max_eval: int | None = None
-    reward_timeout_s: float = 5.0
-    reward_workers: int = 1
-    messages_field: str | None = None
-    split: str | None = None
-    eval_split: str | None = None
-    subset: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, (str, os.PathLike)) or not str(self.path).strip():
@@ -135,6 +145,22 @@ class _DatasetTask:
     name = "dataset"
     # How a raw (marker-less) gold is written at the end of a synthesized SFT solution.
     _final = " #### {gold}"
+
+    @classmethod
+    def config_from(cls, keys: DatasetFields) -> DatasetConfig:
+        """This task's settings out of the run config's ``task`` section (which holds the
+        :class:`DatasetFields` keys), with the checks that need the task's name or the files.
+        ValueError ``"field: message"``, the field relative to ``task.``."""
+        if keys.eval_path is None and keys.eval_fraction == 0:
+            raise ValueError("eval_fraction: must be > 0 when task.eval_path is not set (no eval problems)")
+        if keys.path is None:
+            raise ValueError(f"path: task {cls.name!r} reads a local file; set task.path=<jsonl|parquet|dir>")
+        cfg = DatasetConfig(**{f.name: getattr(keys, f.name) for f in fields(DatasetFields)})
+        for name in ("path", "eval_path"):
+            value = getattr(cfg, name)
+            if value is not None and not Path(value).exists() and not is_hub_name(value):
+                raise ValueError(f"{name}: no such file or directory: {value}")
+        return cfg
 
     def __init__(
         self,

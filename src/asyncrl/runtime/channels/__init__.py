@@ -4,7 +4,8 @@ Every channel has ``publish(model, version)`` (trainer side, after each step), `
 ``pull(model) -> version`` (worker side, between decode chunks). A channel object is picklable: the
 same handle is passed to every worker process or actor. Which one a run uses follows from the
 device and the backend (``async.weight_channel=auto``), or is named. A new channel is one file plus
-one line in :data:`CHANNELS`.
+one line in :data:`asyncrl.registries.CHANNELS` (name -> the import path of its ``open_*`` function,
+called ``(model, ctx=, device=, dtype=)``).
 
 * ``shm``: workers on this machine, CPU. One flat float32 tensor in host shared memory.
 * ``cuda``: workers on the trainer's GPU. One flat tensor in GPU memory shared through CUDA IPC;
@@ -14,10 +15,13 @@ one line in :data:`CHANNELS`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import torch
+
+from asyncrl.registries import CHANNELS, resolve
+
+__all__ = ["CHANNELS", "WeightChannel", "channel_name", "open_channel"]
 
 
 @runtime_checkable
@@ -27,27 +31,6 @@ class WeightChannel(Protocol):
     def latest(self) -> int: ...
 
     def pull(self, model: torch.nn.Module) -> int: ...
-
-
-def _shm(model, *, ctx, **_):
-    from asyncrl.runtime.channels.flat import HostSharedWeights
-
-    return HostSharedWeights.create(model, ctx)
-
-
-def _cuda(model, *, ctx, device, dtype, **_):
-    from asyncrl.runtime.channels.flat import CudaIpcWeights
-
-    return CudaIpcWeights.create(model, ctx, device=device, dtype=dtype)
-
-
-def _ray(model, **_):
-    from asyncrl.runtime.channels.ray_store import RayWeights
-
-    return RayWeights.create(model)
-
-
-CHANNELS: dict[str, Callable[..., WeightChannel]] = {"shm": _shm, "cuda": _cuda, "ray": _ray}
 
 
 def channel_name(requested: str, backend: str, device: str) -> str:
@@ -62,6 +45,6 @@ def channel_name(requested: str, backend: str, device: str) -> str:
 
 def open_channel(name: str, model: torch.nn.Module, **kwargs) -> WeightChannel:
     """Create channel ``name`` holding ``model``'s weights as version 0."""
-    channel = CHANNELS[name](model, **kwargs)
+    channel = resolve(CHANNELS[name])(model, **kwargs)
     channel.publish(model, 0)
     return channel

@@ -91,3 +91,13 @@ class CudaIpcWeights(HostSharedWeights):
 
     def _wait(self) -> None:
         torch.cuda.current_stream(self.flat.device).synchronize()
+
+
+def open_shm(model: torch.nn.Module, *, ctx, **_) -> HostSharedWeights:
+    """The ``shm`` entry of :data:`asyncrl.registries.CHANNELS`."""
+    return HostSharedWeights.create(model, ctx)
+
+
+def open_cuda(model: torch.nn.Module, *, ctx, device, dtype, **_) -> CudaIpcWeights:
+    """The ``cuda`` entry of :data:`asyncrl.registries.CHANNELS`."""
+    return CudaIpcWeights.create(model, ctx, device=device, dtype=dtype)

@@ -52,3 +52,8 @@ class RayWeights:
             for name, tensor in ray.get(ref).items():
                 state[name].copy_(tensor)
         return version
+
+
+def open_ray(model: torch.nn.Module, **_) -> RayWeights:
+    """The ``ray`` entry of :data:`asyncrl.registries.CHANNELS`."""
+    return RayWeights.create(model)

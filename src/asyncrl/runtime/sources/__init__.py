@@ -7,30 +7,16 @@ for the batch, e.g. to adapt the look-ahead window),
 ``take_dropped_groups()`` (group ids dropped unused since the last call, for the
 ledger), ``state_dict()`` (what a checkpoint needs to resume it: prompt cursor, RNGs, buffered and
 in-flight work; a source restores it from ``session.resume`` when it is built), ``wait_ready()``,
-``summary()``, ``n_generators``, and is a context manager that releases its workers. A new mode is one source plus one line in :data:`SOURCES`.
+``summary()``, ``n_generators``, and is a context manager that releases its workers. A new mode is one source plus one line in
+:data:`asyncrl.registries.MODES` (its import path).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from asyncrl.registries import MODES, resolve
 
 
-def _sync(cfg, session):
-    from asyncrl.runtime.sources.lockstep import sync_source
-
-    return sync_source(cfg, session)
-
-
-def _simulated(cfg, session):
-    from asyncrl.runtime.sources.lockstep import simulated_source
-
-    return simulated_source(cfg, session)
-
-
-def _async(cfg, session):
-    from asyncrl.runtime.sources.async_source import AsyncSource
-
-    return AsyncSource(cfg, session)
-
-
-SOURCES: dict[str, Callable] = {"sync": _sync, "simulated": _simulated, "async": _async}
+def open_source(cfg, session):
+    """The batch source of ``run.mode``: its entry of :data:`asyncrl.registries.MODES`, called
+    ``(cfg, session)``."""
+    return resolve(MODES[cfg.run.mode])(cfg, session)

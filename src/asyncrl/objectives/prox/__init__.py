@@ -1,0 +1,67 @@
+"""Proximal strategies: how a training step obtains log π_prox (docs/objectives.md).
+
+``PROX_STRATEGIES`` maps each ``trainer.prox`` value to a :class:`ProxStrategy` (base.py); a caller
+uses one without branching on its name:
+
+    plan = strategy.plan(behav_logp, versions, current_version, exact_logp)    # once per step
+    prox_logp = plan.minibatch(start, stop, behav_logp, logp, versions)         # per update; None = coupled
+
+A new strategy is one file with a ``ProxStrategy`` subclass and one line in ``PROX_STRATEGIES``.
+A-3PO is loglinear.py.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from asyncrl.objectives.prox.base import ProxPlan, ProxStrategy
+from asyncrl.objectives.prox.behav import Behav
+from asyncrl.objectives.prox.linear import Linear
+from asyncrl.objectives.prox.loglinear import LogLinear, apply_loglinear, loglinear_plan, staleness_alpha
+from asyncrl.objectives.prox.none import NoProx
+from asyncrl.objectives.prox.recompute import Recompute
+
+PROX_STRATEGIES: dict[str, ProxStrategy] = {
+    "recompute": Recompute(),
+    "loglinear": LogLinear(),
+    "linear": Linear(),
+    "behav": Behav(),
+    "none": NoProx(),
+}
+
+
+def prox_strategy(name: str) -> ProxStrategy:
+    """The strategy registered as ``name``; ValueError naming the known ones otherwise."""
+    if name not in PROX_STRATEGIES:
+        raise ValueError(f"unknown proximal strategy {name!r}; known: {', '.join(PROX_STRATEGIES)}")
+    return PROX_STRATEGIES[name]
+
+
+@torch.no_grad()
+def approximate_prox_logp(method: str, behav_logp: Tensor, logp: Tensor, versions: Tensor,
+                          current_version: int | Tensor) -> Tensor:
+    """log π_prox of one batch by an approximating strategy (``loglinear``, ``linear``, ``behav``):
+    the strategy's plan and its one minibatch, the rows the trainer computes.
+
+    behav_logp, logp: [B, T] float (upcast to float32); versions: [B, T] integer; current_version: int.
+    Returns [B, T] float32, detached.
+    """
+    approximations = [name for name, s in PROX_STRATEGIES.items() if s.approximate]
+    if method not in approximations:
+        raise ValueError(f"method={method!r}: must be one of {', '.join(map(repr, approximations))}")
+    if behav_logp.shape != logp.shape or versions.shape != logp.shape:
+        raise ValueError(
+            f"behav_logp, logp, versions: expected equal [B, T] shapes, got {tuple(behav_logp.shape)}, "
+            f"{tuple(logp.shape)}, {tuple(versions.shape)}"
+        )
+    if versions.is_floating_point() or versions.dtype == torch.bool:
+        raise ValueError(f"versions: expected an integer tensor, got {versions.dtype}")
+    plan = PROX_STRATEGIES[method].plan(behav_logp, versions, current_version)
+    return plan.minibatch(0, len(logp), behav_logp, logp, versions)
+
+
+__all__ = [
+    "PROX_STRATEGIES", "ProxPlan", "ProxStrategy", "apply_loglinear", "approximate_prox_logp",
+    "loglinear_plan", "prox_strategy", "staleness_alpha",
+]

@@ -1,0 +1,105 @@
+"""Every loss × proximal pairing the benchmarks run gives the losses, gradients, proximal log-probs
+and diagnostics recorded in data/prox_golden.pt, bit for bit.
+
+The golden file was written from the code before the proximal strategies had one home (commit
+a41c1e1: ``Trainer._prox_setup`` and the per-minibatch branches of ``Trainer.step``, with the model's
+forward passes replaced by the fixed tensors of prox_golden_cases.py). This test drives the same
+calls ``Trainer.step`` makes now: the strategy's plan once per step, its minibatch rows, policy_loss.
+
+Bit-identity holds on the torch build and CPU kernels that wrote the file (recorded in it);
+vectorized exp/log differ in the last bits between instruction sets, so elsewhere the values must
+agree to float32 rounding. To re-record after an intended change of the math:
+``python tests/objectives/test_prox_golden.py --write``.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+import pytest
+import torch
+
+from asyncrl.objectives import policy_loss, prox_strategy
+
+try:
+    from .prox_golden_cases import CURRENT_VERSION, GOLDEN_PATH, PAIRINGS, build_inputs, minibatch_sizes, same
+except ImportError:  # run as a script (--write)
+    from prox_golden_cases import CURRENT_VERSION, GOLDEN_PATH, PAIRINGS, build_inputs, minibatch_sizes, same
+
+
+def trainer_path(loss_name: str, prox: str, params: dict, inp: dict) -> dict:
+    """What Trainer.step computes on these tensors, minibatch by minibatch, concatenated."""
+    strategy = prox_strategy(prox)
+    exact = inp["recomputed"] if strategy.needs_forward else None  # the extra no-grad forward pass
+    plan = strategy.plan(inp["behav_logp"], inp["versions"], CURRENT_VERSION, exact)
+    sizes = minibatch_sizes(len(inp["logp"]))
+    losses, grads, proxes, stats = [], [], [], []
+    for i, size in enumerate(sizes):
+        start = sum(sizes[:i])
+        mb = {key: value[start:start + size] for key, value in inp.items()}
+        logp = mb["logp"].clone().requires_grad_()
+        prox_logp = plan.minibatch(start, start + size, mb["behav_logp"], logp, mb["versions"])
+        loss, loss_stats = policy_loss(loss_name, logp, mb["behav_logp"], mb["advantages"], mb["completion_mask"],
+                                       prox_logp=prox_logp, versions=mb["versions"], current_version=CURRENT_VERSION,
+                                       group_ids=mb["group_ids"], **params)
+        (grad,) = torch.autograd.grad(loss, logp, allow_unused=True)
+        losses.append(loss.detach())
+        grads.append(torch.zeros_like(logp) if grad is None else grad)
+        # outside the mask a proximal log-prob is never read (the loss zeroes it)
+        proxes.append(None if prox_logp is None else torch.where(mb["completion_mask"], prox_logp, 0.0))
+        stats.append(loss_stats)
+    names = sorted(stats[0])
+    return {
+        "loss": torch.stack(losses),
+        "grad": torch.cat(grads),
+        "prox_logp": None if proxes[0] is None else torch.cat(proxes),
+        "stat_names": names,
+        "stats": torch.stack([torch.stack([s[k].float() for k in names]) for s in stats]),
+    }
+
+
+def _environment() -> tuple[str, str, str]:
+    return str(torch.__version__), torch.backends.cpu.get_cpu_capability(), platform.machine()
+
+
+@pytest.fixture(scope="module")
+def golden() -> dict:
+    return torch.load(GOLDEN_PATH)
+
+
+def test_golden_covers_the_benchmark_pairings(golden):
+    assert set(golden["cases"]) == set(PAIRINGS)
+    pairs = {(loss, prox) for loss, prox, _ in PAIRINGS.values()}
+    assert {("decoupled", "loglinear"), ("decoupled", "recompute"), ("ppo", "behav"), ("decoupled", "linear")} <= pairs
+    staleness = CURRENT_VERSION - golden["inputs"]["versions"][golden["inputs"]["completion_mask"]]
+    assert set(staleness.tolist()) == set(range(17))
+    assert not golden["inputs"]["completion_mask"].all()  # padded tails
+
+
+@pytest.mark.parametrize("case", sorted(PAIRINGS))
+def test_pairing_reproduces_the_golden_values(golden, case):
+    loss_name, prox, params = PAIRINGS[case]
+    want = golden["cases"][case]
+    got = trainer_path(loss_name, prox, params, golden["inputs"])
+    assert got["stat_names"] == want["stat_names"]
+    assert (got["prox_logp"] is None) == (want["prox_logp"] is None)
+    pairs = [(key, got[key], want[key]) for key in ("loss", "grad", "prox_logp", "stats") if want[key] is not None]
+    if (golden["torch"], golden["cpu"], golden["machine"]) == _environment():
+        for key, a, b in pairs:
+            assert same(a, b), f"{case}: {key} differs from the golden value"
+    else:  # other CPU kernels: the same math up to float32 rounding
+        for key, a, b in pairs:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, equal_nan=True, msg=f"{case}: {key}")
+
+
+def _write() -> None:
+    inp = build_inputs()
+    torch_version, cpu, machine = _environment()
+    golden = {"inputs": inp, "torch": torch_version, "cpu": cpu, "machine": machine,
+              "cases": {name: trainer_path(loss, prox, params, inp) for name, (loss, prox, params) in PAIRINGS.items()}}
+    torch.save(golden, GOLDEN_PATH)
+
+
+if __name__ == "__main__" and "--write" in sys.argv:
+    _write()
