@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-all clean
+.PHONY: setup demo test test-all clean clean-cache
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,5 +25,11 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not gpu"
 
+# the warm starts live in the user cache, shared by every checkout: `make clean-cache` removes them
+# (.asyncrl_cache: where older versions kept them, per working directory)
 clean:
 	rm -rf $(VENV) runs .asyncrl_cache
+
+clean-cache:  # only what asyncrl writes there, whatever $$ASYNCRL_CACHE points at
+	dir="$${ASYNCRL_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/asyncrl}"; \
+	rm -rf "$$dir"/tiny-* "$$dir"/.tiny-* "$$dir"/initial-eval

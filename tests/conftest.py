@@ -1,4 +1,7 @@
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -7,6 +10,10 @@ import torch
 torch.set_num_threads(1)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# No test reads or writes the user's cache (~/.cache/asyncrl, or a developer's $ASYNCRL_CACHE): the
+# default-cache runs of this session share a throwaway one (subprocesses inherit the variable).
+os.environ["ASYNCRL_CACHE"] = tempfile.mkdtemp(prefix="asyncrl-test-cache-")
+atexit.register(shutil.rmtree, os.environ["ASYNCRL_CACHE"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,51 +1,84 @@
-"""Supervised warm start of the embedded tiny model (``asyncrl pretrain``), cached by config hash.
+"""Supervised warm start of the embedded tiny model (``asyncrl pretrain``), built once per user.
 
-The cache key covers every setting that changes the weights (model shape, task, pretrain
-hyperparameters), so ``train`` reuses a warm start only when it is the one it would have built.
-The directory is written under a temporary name and renamed at the end: an interrupted pretrain
-never leaves a half-written model that a later run would pick up.
+Its cache key hashes :class:`WarmStartInputs`: the model shape, the pretrain settings, the device
+type and the demonstrations (the task's train problems). The build reads what it learns from
+through that record only, so a setting that changes the weights cannot be missing from the key,
+and nothing else (evaluation, trainer or run settings, task keys that leave the train problems as
+they are, the working directory) rebuilds it. It lives in the user cache
+(:mod:`asyncrl.user_cache`), written under a temporary name and renamed at the end: an interrupted
+pretrain never leaves a half-written model that a later run would pick up.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import math
 import random
 import shutil
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 import torch
 
-from asyncrl.config import Config
+from asyncrl.config import Config, ModelConfig, PretrainConfig
 from asyncrl.evaluation import eval_engine, evaluate
 from asyncrl.policy.model import build_tiny_model, check_device, num_parameters
 from asyncrl.policy.tokenizer import train_tokenizer
-from asyncrl.tasks import Problem
+from asyncrl.progress import TrainProgress
+from asyncrl.tasks import Problem, Task
+from asyncrl.user_cache import cache_root
 
-CACHE_VERSION = 2  # bump when the pretraining code changes what it produces
-
-
-def cache_key(cfg: Config) -> str:
-    payload = {
-        "v": CACHE_VERSION,
-        "model": dataclasses.asdict(cfg.model),
-        "task": dataclasses.asdict(cfg.task),
-        "pretrain": dataclasses.asdict(cfg.pretrain),
-    }
-    if not cfg.pretrain.shortcut_frac:  # added later: warm starts built before it keep their key
-        del payload["pretrain"]["shortcut_frac"]
-    device = cfg.policy.device.split(":")[0]
-    if device != "cpu":  # other kernels, other weights; the CPU key stays what it always was
-        payload["device"] = device
-    return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+CACHE_VERSION = 3  # bump when the pretraining code changes what it produces
 
 
-def pretrained_dir(cfg: Config) -> Path:
-    return Path(cfg.policy.cache_dir) / f"tiny-{cache_key(cfg)}"
+def _demonstration_text(problems: tuple[Problem, ...]) -> list[tuple[str, str, str]]:
+    # what the tokenizer and the demonstrations are made of (uid, row fields and messages are not)
+    return [(p.prompt, p.answer, p.solution) for p in problems]
+
+
+@dataclass(frozen=True)
+class WarmStartInputs:
+    """Everything the warm start's tokenizer and weights depend on, and nothing else: the cache key
+    hashes every field, and :func:`train_warm_start` reads nothing but these."""
+
+    model: ModelConfig
+    pretrain: PretrainConfig  # torch_threads too: the thread count can change float sums
+    device: str  # the device type ("cpu", "cuda"): other kernels, other weights
+    demonstrations: tuple[Problem, ...]  # the task's train split: prompts, answers, worked solutions
+
+    @classmethod
+    def of(cls, cfg: Config, task: Task | None = None) -> WarmStartInputs:
+        task = task if task is not None else cfg.task.build()
+        return cls(model=cfg.model, pretrain=cfg.pretrain, device=torch.device(cfg.policy.device).type,
+                   demonstrations=tuple(task.problems("train")))
+
+    def key(self) -> str:
+        payload: dict[str, Any] = {"v": CACHE_VERSION}
+        for f in dataclasses.fields(self):  # every field: one added later is in the key by itself
+            value = getattr(self, f.name)
+            if f.name == "demonstrations":
+                value = hashlib.sha256(json.dumps(_demonstration_text(value)).encode()).hexdigest()
+            elif dataclasses.is_dataclass(value):
+                value = dataclasses.asdict(value)
+            payload[f.name] = value
+        return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def cache_key(cfg: Config, task: Task | None = None) -> str:
+    return WarmStartInputs.of(cfg, task).key()
+
+
+def pretrained_dir(cfg: Config, task: Task | None = None, inputs: WarmStartInputs | None = None) -> Path:
+    inputs = inputs if inputs is not None else WarmStartInputs.of(cfg, task)
+    return cache_root(cfg.policy.cache_dir) / f"tiny-{inputs.key()}"
 
 
 def is_complete(path: Path) -> bool:
@@ -102,27 +135,78 @@ def lr_at(step: int, cfg) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
-def pretrain(cfg: Config, on_step: Callable[[int, float], None] | None = None) -> Path:
-    """Build tokenizer + model, run the warm start, evaluate, save. Returns the model directory."""
+def pretrain(cfg: Config, on_step: Callable[[int, float], None] | None = None, task: Task | None = None) -> Path:
+    """Build tokenizer + model, run the warm start, evaluate, save (replacing a cached one).
+    Returns the model directory. ``on_step(step, sft_loss)`` after each step."""
+    task = task if task is not None else cfg.task.build()
+    inputs = WarmStartInputs.of(cfg, task)
+    out = pretrained_dir(cfg, inputs=inputs)
+    with _build_lock(out):
+        _build(cfg, inputs, task, out, on_step)
+    return out
+
+
+def warm_start(cfg: Config, task: Task | None = None) -> Path:
+    """The cached warm start for ``cfg``, built first when there is none: with the step display of
+    ``asyncrl pretrain`` (``run.progress``, on stderr), then a line with its time and directory.
+    Runs started together (bench --jobs) wait on one lock for one build."""
+    task = task if task is not None else cfg.task.build()
+    inputs = WarmStartInputs.of(cfg, task)
+    out = pretrained_dir(cfg, inputs=inputs)
+    if is_complete(out):
+        return out
+    with _build_lock(out):
+        if is_complete(out):  # built by the run that held the lock before us
+            return out
+        progress = TrainProgress(cfg.pretrain.steps, "pretrain", enabled=cfg.run.progress)
+        progress.log(f"warm start not cached; building it ({cfg.pretrain.steps} steps, as `asyncrl pretrain`)")
+        started = time.monotonic()
+        with progress:
+            _build(cfg, inputs, task, out, on_step=lambda step, loss: progress.update(step + 1, sft_loss=loss))
+        took = timedelta(seconds=round(time.monotonic() - started))
+        progress.log(f"warm start built in {took}; saved to {out}")
+    return out
+
+
+@contextmanager
+def _build_lock(out: Path) -> Iterator[None]:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # hidden, so that it never looks like a warm start itself (tiny-* in the cache are models)
+    with open(out.with_name(f".{out.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _build(cfg: Config, inputs: WarmStartInputs, task: Task, out: Path,
+           on_step: Callable[[int, float], None] | None) -> None:
+    """Train from ``inputs``, evaluate (for the summary only: not part of the key), save to ``out``."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(cfg.pretrain.torch_threads)
+    torch.set_num_threads(inputs.pretrain.torch_threads)
     try:
-        return _pretrain(cfg, on_step)
+        started = time.time()
+        model, tokenizer, loss_value = train_warm_start(inputs, check_device(cfg.policy.device), on_step)
+        engine = eval_engine(model, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
+                             temperature=cfg.eval.temperature)
+        accuracy = evaluate(engine, tokenizer, task, task.problems("eval")[: cfg.eval.n_problems],
+                            batch_size=cfg.eval.batch_size, samples=cfg.eval.samples)
     finally:
         torch.set_num_threads(threads)
+    summary = {
+        "final_sft_loss": loss_value, "eval_reward": accuracy, "steps": inputs.pretrain.steps,
+        "wall_time_s": time.time() - started, "parameters": num_parameters(model),
+        "vocab_size": len(tokenizer), "cache_key": inputs.key(),
+    }
+    _save(out, model, tokenizer, summary)
 
 
-def _pretrain(cfg: Config, on_step: Callable[[int, float], None] | None) -> Path:
-    out = pretrained_dir(cfg)
-    pc = cfg.pretrain
-    task = cfg.task.build()
-    train = task.problems("train")
-    started = time.time()
+def train_warm_start(inputs: WarmStartInputs, device: torch.device | str,
+                     on_step: Callable[[int, float], None] | None = None) -> tuple[torch.nn.Module, Any, float]:
+    """(model in eval mode, tokenizer, final SFT loss), from ``inputs`` alone; ``device``: where it
+    runs (its type is ``inputs.device``)."""
+    pc, train = inputs.pretrain, list(inputs.demonstrations)
     corpus = [p.prompt + p.solution for p in train] + [demonstration(p, True) for p in train[:200]]
-    tokenizer = train_tokenizer(corpus, cfg.model.vocab_size,
-                                cfg.model.split_digits)
-    device = check_device(cfg.policy.device)
-    model = build_tiny_model(cfg.model, tokenizer, seed=pc.seed).to(device)
+    tokenizer = train_tokenizer(corpus, inputs.model.vocab_size, inputs.model.split_digits)
+    model = build_tiny_model(inputs.model, tokenizer, seed=pc.seed).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=pc.lr, weight_decay=pc.weight_decay, betas=(0.9, 0.95))
     rng = random.Random(pc.seed)
     style_rng = random.Random(pc.seed + 1)
@@ -148,16 +232,13 @@ def _pretrain(cfg: Config, on_step: Callable[[int, float], None] | None) -> Path
         if on_step is not None:
             on_step(step, loss_value)
     model.eval()
-    engine = eval_engine(model, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
-                         temperature=cfg.eval.temperature)
-    accuracy = evaluate(engine, tokenizer, task, task.problems("eval")[: cfg.eval.n_problems],
-                        batch_size=cfg.eval.batch_size, samples=cfg.eval.samples)
-    summary = {
-        "final_sft_loss": loss_value, "eval_reward": accuracy, "steps": pc.steps,
-        "wall_time_s": time.time() - started, "parameters": num_parameters(model),
-        "vocab_size": len(tokenizer), "cache_key": cache_key(cfg),
-    }
-    tmp = out.with_name(out.name + ".tmp")
+    return model, tokenizer, loss_value
+
+
+def _save(out: Path, model: torch.nn.Module, tokenizer, summary: dict) -> None:
+    """Write under a hidden temporary name, then rename: ``is_complete`` never sees half a model.
+    Called under the build lock, so a leftover temporary is one an interrupted build left."""
+    tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     model.cpu().save_pretrained(tmp)
@@ -165,4 +246,3 @@ def _pretrain(cfg: Config, on_step: Callable[[int, float], None] | None) -> Path
     (tmp / "pretrain_summary.json").write_text(json.dumps(summary, indent=2))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    return out

@@ -25,7 +25,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 LAYERS: list[tuple[str, ...]] = [
     # foundations: no knowledge of any component
     ("asyncrl", "asyncrl.types", "asyncrl.config_loader", "asyncrl.registries", "asyncrl.plotting",
-     "asyncrl.presets", "asyncrl.progress", "asyncrl.lr_schedule"),
+     "asyncrl.presets", "asyncrl.progress", "asyncrl.lr_schedule", "asyncrl.user_cache"),
     # the parts, each usable alone: pure objectives, problems and rewards, trackers, the buffer
     ("asyncrl.objectives", "asyncrl.stability", "asyncrl.control", "asyncrl.tasks", "asyncrl.rewards",
      "asyncrl.tracking", "asyncrl.metrics", "asyncrl.buffer"),
@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     # the training loop, batch sources, workers, weight channels, backends
     ("asyncrl.runtime",),
     # what runs many trainings or describes the config to users
-    ("asyncrl.bench", "asyncrl.config_help"),
+    ("asyncrl.bench", "asyncrl.config_help", "asyncrl.api"),
     ("asyncrl.cli",),
 ]
 

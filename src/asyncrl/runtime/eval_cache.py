@@ -3,7 +3,8 @@
 Benchmark suites run many cells from one warm start and one seed; their step-0 evaluations are the
 same computation (evaluation samples from its own generator, seeded by ``run.seed``, so skipping it
 changes nothing else in the run). With ``eval.cache_initial`` the first run stores its step-0
-metrics under ``<policy.cache_dir>/initial-eval/<key>.json`` and the others read them back.
+metrics under ``initial-eval/<key>.json`` in the cache (:mod:`asyncrl.user_cache`) and the others
+read them back.
 
 The key hashes everything the result depends on: the starting weights themselves (not their path),
 the evaluation problems (prompts and answers), and the settings of evaluation, task, reward
@@ -21,6 +22,7 @@ from pathlib import Path
 import torch
 
 from asyncrl.config import Config
+from asyncrl.user_cache import cache_root
 
 # eval settings that do not change what the step-0 evaluation returns
 _EVAL_KEYS_IGNORED = ("every", "outputs", "cache_initial")
@@ -47,7 +49,7 @@ def initial_eval_key(cfg: Config, model: torch.nn.Module, problems: list) -> str
 
 
 def cache_path(cfg: Config, key: str) -> Path:
-    return Path(cfg.policy.cache_dir) / "initial-eval" / f"{key}.json"
+    return cache_root(cfg.policy.cache_dir) / "initial-eval" / f"{key}.json"
 
 
 def load(path: Path) -> dict[str, float] | None:

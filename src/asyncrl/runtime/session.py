@@ -10,7 +10,6 @@ ever recorded twice."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import resource
@@ -26,10 +25,10 @@ import yaml
 from asyncrl.checkpoint import save_checkpoint, set_global_rng_state
 from asyncrl.config import Config
 from asyncrl.evaluation import eval_metrics
-from asyncrl.metrics import Ledger, MetricsWriter, json_safe
+from asyncrl.metrics import Ledger, MetricsWriter, json_safe, readable_floats
 from asyncrl.policy.lora import apply_lora
 from asyncrl.policy.model import check_device, load_policy_for, set_deterministic
-from asyncrl.pretrain import is_complete, pretrain, pretrained_dir
+from asyncrl.pretrain import warm_start
 from asyncrl.progress import TrainProgress
 from asyncrl.rewards import RewardSet
 from asyncrl.runtime.completions import CompletionLog
@@ -44,22 +43,12 @@ from asyncrl.tasks import Problem, Task
 from asyncrl.tracking import open_trackers
 
 
-def resolve_policy_dir(cfg: Config, log=print) -> Path:
-    """``policy.model_path`` if set, else the cached warm start (built on first use)."""
+def resolve_policy_dir(cfg: Config, task: Task | None = None) -> Path:
+    """``policy.model_path`` if set, else the cached warm start (built on first use, with its
+    progress on stderr; ``task``: the run's, when already built)."""
     if cfg.policy.model_path:
         return Path(cfg.policy.model_path)
-    path = pretrained_dir(cfg)
-    if is_complete(path):
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # runs started together (bench --jobs) wait for one warm start instead of each building it
-    # hidden, so that it never looks like a warm start itself (tiny-* in the cache are models)
-    with open(path.with_name(f".{path.name}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not is_complete(path):
-            log(f"warm start not cached; running `asyncrl pretrain` ({cfg.pretrain.steps} steps) → {path}")
-            pretrain(cfg)
-    return path
+    return warm_start(cfg, task)
 
 
 def device_name(device: str) -> str:
@@ -148,16 +137,16 @@ class Session:
                                  enabled=cfg.run.progress, batch_size=cfg.rollout.batch_size)
         progress.phase("loading task")
         task = cfg.task.build()
+        rewards = cfg.reward.build(task)  # resolved from the config's import paths, as workers do; before a warm start
         # the starting weights; rollout workers load them (a resumed run's checkpoint may be pruned
         # while a restarted worker still needs something to load) and then pull the current ones
-        policy_dir = resolve_policy_dir(cfg, log=progress.log if cfg.run.progress else (lambda m: None))
+        policy_dir = resolve_policy_dir(cfg, task)
         progress.phase("loading model")
         if resume is None:
             model, tokenizer = load_policy_for(cfg.policy, policy_dir)
             model = apply_lora(model, cfg.policy)  # trainer side only: workers load the plain base model
         else:
             model, tokenizer = load_resumed_policy(cfg, resume)
-        rewards = cfg.reward.build(task)  # resolved from the config's import paths, as workers do
         fit = check_task(cfg, task, tokenizer, model, rewards)  # overlong prompts, a broken reward: before the run dir
         note = fit.message(cfg.task.max_prompt_length)
         if note is not None and cfg.run.progress:
@@ -339,10 +328,12 @@ class Session:
         summary.update(self.prompt_counts)
         summary.update(extra)
         tmp = self.run_dir / "summary.json.tmp"
-        tmp.write_text(json.dumps(json_safe(summary), indent=2, allow_nan=False))
+        tmp.write_text(json.dumps(readable_floats(json_safe(summary)), indent=2, allow_nan=False))
         tmp.rename(self.run_dir / "summary.json")
         if self.cfg.run.report:
             from asyncrl.runtime.run_report import write_run_report_safely
 
-            write_run_report_safely(self.run_dir, summary, log=self.progress.log)
+            report = write_run_report_safely(self.run_dir, summary, log=self.progress.log)
+            if report is not None:  # not in summary.json, which is written first
+                summary["report"] = str(report)
         return summary
