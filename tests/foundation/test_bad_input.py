@@ -59,7 +59,7 @@ CASES = [
     ("not-an-override", ["train", "trainer.lr"], "trainer.lr: override must look like"),
     ("wrong-type-int", ["train", "trainer.steps=ten"], "trainer.steps: expected an integer"),
     ("wrong-type-bool", ["train", "run.tensorboard=maybe"], "run.tensorboard: expected true/false"),
-    ("wrong-type-list", ["train", "policy.lora_target_modules=5"], "policy.lora_target_modules: expected"),
+    ("wrong-type-list", ["train", "eval.pass_k=1,x"], "eval.pass_k[1]: expected an integer"),
     ("bad-literal", ["train", "run.mode=turbo"], "run.mode: must be one of"),
     ("lr-nan", ["train", "trainer.lr=.nan"], "trainer.lr: expected a finite number"),
     ("lr-inf", ["train", "trainer.lr=.inf"], "trainer.lr: expected a finite number"),
@@ -112,6 +112,10 @@ CASES = [
     ("eval-fraction-zero", ["train", "task.eval_fraction=0", lambda t, m: _gsm8k(t, [GOOD_ROW], with_eval=False)],
      "task.eval_fraction: must be > 0"),
     ("arithmetic-no-eval", ["train", "task.arithmetic.n_eval=0"], "task.arithmetic.n_eval: no eval problems"),
+    ("task-path-arithmetic", ["train", "task=arithmetic", "task.path={tmp}/d.jsonl"],
+     "task.path: the arithmetic task generates its problems and reads no file"),
+    ("dataset-no-prompt-column", ["train", lambda t, m: f"task.path={_jsonl(t, 'data.jsonl', [{'text': 'x'}] * 4)}"],
+     "data.jsonl:1: no prompt column (looked for prompt, messages, question"),
     # output directory
     ("out-dir-under-a-file", ["train", lambda t, m: f"run.out_dir={_text(t, 'f', '')}/runs"],
      "run.out_dir: "),
@@ -158,6 +162,9 @@ MODEL_CASES = [
      "reward function asyncrl.tasks.rewards:correct_answer raised RuntimeError: boom on row uid=arith-train-000000"),
     ("finished-run-dir", ["train", *SMALL, "policy.model_path={model}", lambda t, m: _finished_run(t)],
      "run.name"),
+    ("dataset-no-answer-no-reward", ["train", *SMALL, "policy.model_path={model}", "task.eval_fraction=0.5",
+                                     lambda t, m: f"task.path={_jsonl(t, 'data.jsonl', [{'prompt': f'p{i}'} for i in range(8)])}"],
+     "reward.funcs: {tmp}/data.jsonl:"),
 ]
 
 # a reward function replaced before the CLI runs: what a user's broken reward looks like
@@ -195,7 +202,8 @@ def run_case(tmp: Path, args: list[str]) -> subprocess.CompletedProcess:
         command = [sys.executable, "-m", "asyncrl.cli"]
     if args[0] in ("train", "pretrain", "eval"):
         args = [args[0], *BASE, *args[1:]]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "ASYNCRL_CACHE": str(tmp / "warm-start-cache")}  # the case's own: a warm start would show
     return subprocess.run([*command, *args], capture_output=True, text=True, cwd=tmp, env=env, timeout=120)
 
 
@@ -214,7 +222,7 @@ def check_one_line(tmp: Path, argv: list, expected: str, model: Path | None = No
     assert "Traceback" not in proc.stderr
     assert expected.format(tmp=tmp) in lines[0], lines[0]
     assert _tree(tmp) == before, "a refused run left files behind"
-    assert not (tmp / ".asyncrl_cache").exists(), "a refused run started a warm start"
+    assert not (tmp / "warm-start-cache").exists(), "a refused run started a warm start"
 
 
 @pytest.mark.parametrize("argv, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])

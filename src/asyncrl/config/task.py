@@ -12,17 +12,27 @@ from asyncrl.config_loader import (
 from asyncrl.tasks import TASKS, ArithmeticConfig, DatasetFields
 
 
+# the default task name: resolved on construction, so a file named alone is never trained past
+AUTO_TASK = "auto"
+
+
+def _task_names() -> list[str]:
+    return [AUTO_TASK, *TASKS]
+
+
 @dataclass
 class _TaskName:
     # a base of its own so that `name` stays the section's first key (base fields come first)
-    name: str = setting("arithmetic", "which task: arithmetic, gsm8k, math, or a plugin's (asyncrl.tasks.TASKS)",
-                        names=TASKS.keys)
+    name: str = setting(AUTO_TASK, "which task: arithmetic, gsm8k, math, dataset (any rows, your reward "
+                        "functions), or a plugin's (asyncrl.tasks.TASKS); auto = dataset when task.path is "
+                        "set, else arithmetic", names=_task_names)
 
 
 @dataclass
 class TaskConfig(DatasetFields, _TaskName):
     """The dataset and its reward. ``arithmetic`` is embedded; ``gsm8k`` and ``math`` read local
-    files (``path``; field meanings in docs/tasks.md) and score with math-verify. Each task owns
+    files (``path``; field meanings in docs/tasks.md) and score with math-verify; ``dataset`` reads
+    any rows, scored by ``reward.funcs`` (or math-verify against an answer column). Each task owns
     its settings: ``task.arithmetic`` (asyncrl.tasks.arithmetic) and the file tasks' keys, which
     this section inherits (asyncrl.tasks.datasets.DatasetFields)."""
 
@@ -32,6 +42,10 @@ class TaskConfig(DatasetFields, _TaskName):
     max_prompt_length: int = setting(2048, "prompt length limit in tokens (see long_prompts)")
     long_prompts: Literal["error", "drop", "truncate"] = setting(
         "error", "longer prompts: error (names file:line), drop them, or truncate (keep the last tokens)")
+
+    def __post_init__(self) -> None:
+        if self.name == AUTO_TASK:  # the saved config and everything downstream see the task it picks
+            self.name = "dataset" if self.path is not None else "arithmetic"
 
     @property
     def truncate_to(self) -> int | None:
@@ -81,6 +95,9 @@ class RewardConfig:
     on_error: Literal["raise", "zero"] = setting(
         "raise", "a function that raises or returns a non-number: raise = stop the run naming it; "
                  "zero = count it 0 (metric reward/errors)")
+    completion_format: Literal["auto", "text"] = setting(
+        "auto", "auto: a chat prompt's completions reach functions as [{role: assistant, content}] and its "
+                "prompts as messages (TRL's conversational format); text: plain strings always")
 
     def validate(self) -> None:
         """Import every function now, in this process (workers repeat this from the same strings):

@@ -1,10 +1,12 @@
 """Import paths → reward functions, resolved the same way in every process.
 
 A path is ``"pkg.module:fn"`` (imported with :func:`importlib.import_module`, so the module must be
-importable: installed, or on ``PYTHONPATH``) or ``"path/to/file.py:fn"`` (the file is executed
-once per process as a module of its own, so a script directory works without packaging). Workers
-receive these strings, never pickled callables, and resolve them here themselves: what the trainer
-scores with and what a worker scores with come from the same source text.
+importable: installed, on ``PYTHONPATH``, or in the current directory, which every process adds to
+the end of its import path) or ``"path/to/file.py:fn"`` (the file is executed once per process as a
+module of its own, so a script directory works without packaging). Workers receive these strings and
+resolve them here themselves: what the trainer scores with and what a worker scores with come from
+the same source. ``"path/to/fn.pkl:name"`` is a function pickled by value (cloudpickle) by
+:func:`asyncrl.train` for a callable that no import path reaches (one defined in a script).
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import os
+import pickle
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CONTEXT", "RewardFunction", "is_file_path", "load_function", "normalize_path", "resolve"]
+__all__ = ["CONTEXT", "PICKLED_SUFFIX", "RewardFunction", "is_file_path", "load_function", "normalize_path",
+           "resolve"]
 
 # keyword arguments every call can receive besides the row fields (see docs/rewards.md)
 CONTEXT = ("prompts", "problems", "task")
@@ -64,14 +69,44 @@ def _import_file(file: str):
     return module
 
 
+PICKLED_SUFFIX = ".pkl"
+_UNPICKLED: dict[str, Callable] = {}  # one load per file per process, as for a module
+
+
+def _unpickle(file: str, path: str) -> Callable:
+    if file not in _UNPICKLED:
+        try:
+            with open(file, "rb") as fh:
+                _UNPICKLED[file] = pickle.load(fh)
+        except Exception as err:  # a missing file, or a function whose modules this process lacks
+            reason = (str(err).strip().splitlines() or [""])[0][:200]
+            raise ValueError(f"cannot load {path!r}: {type(err).__name__}: {reason}") from None
+    return _UNPICKLED[file]
+
+
+def _cwd_importable() -> None:
+    """Users expect ``my_rewards:fn`` to import from where they start asyncrl, in every process
+    (a console script's import path lacks it). Last, so it never shadows an installed package."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+
+
 def resolve(path: str) -> Callable:
     """The callable that ``path`` names; raises ValueError with a one-line reason."""
     module_name, _, attr = normalize_path(path).rpartition(":")
+    if module_name.endswith(PICKLED_SUFFIX):
+        target = _unpickle(module_name, path)
+        if not callable(target):
+            raise ValueError(f"{path!r} is not callable (a {type(target).__name__})")
+        return target
+    _cwd_importable()
     try:
         module = _import_file(module_name) if is_file_path(path) else importlib.import_module(module_name)
     except Exception as err:  # a user's module may fail to import with anything
         reason = (str(err).strip().splitlines() or [""])[0][:200]
-        hint = " (a module must be importable; a script's file can be named as path/to/file.py:fn)" \
+        hint = " (a module must be importable, e.g. from the current directory; a script's file can be named " \
+               "as path/to/file.py:fn)" \
             if isinstance(err, ModuleNotFoundError) else ""
         raise ValueError(f"cannot import {path!r}: {type(err).__name__}: {reason}{hint}") from None
     target = module

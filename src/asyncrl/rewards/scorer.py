@@ -18,6 +18,7 @@ import torch
 from asyncrl.config_loader import ConfigError
 from asyncrl.rewards.resolve import CONTEXT, RewardFunction, load_function
 from asyncrl.tasks import Problem
+from asyncrl.tasks.chat import as_dicts
 
 __all__ = ["DEFAULT_REWARD", "RewardFunctionError", "RewardSet", "Scores"]
 
@@ -43,6 +44,14 @@ class Scores:
     total: list[float]
     parts: list[list[float]]
     errors: int
+
+
+def _row_attr(problem: Problem, attr: str):
+    """The problem's own ``attr``; a column of that name where the problem has none (no gold)."""
+    value = getattr(problem, attr, None)
+    if value in ("", None):
+        value = (getattr(problem, "fields", None) or {}).get(attr, value)
+    return value
 
 
 def _first_line(err: BaseException) -> str:
@@ -73,18 +82,28 @@ def unique_names(functions: Sequence[RewardFunction]) -> list[str]:
 class RewardSet:
     """The reward functions of a run, their weights and the error policy, bound to the task."""
 
-    def __init__(self, functions: list[RewardFunction], weights: list[float], on_error: str, task=None):
+    def __init__(self, functions: list[RewardFunction], weights: list[float], on_error: str, task=None,
+                 completion_format: str = "auto"):
         if len(weights) != len(functions):
             raise ValueError(f"weights: {len(weights)} weights for {len(functions)} reward functions")
         self.functions, self.weights, self.on_error, self.task = functions, weights, on_error, task
+        self.conversational = completion_format == "auto"  # TRL's format for chat prompts
         self.names = unique_names(functions)
 
     @classmethod
     def from_config(cls, cfg, task=None) -> "RewardSet":
-        """``cfg``: a RewardConfig (funcs, weights, on_error); resolved in this process."""
+        """``cfg``: a RewardConfig (funcs, weights, on_error, completion_format); resolved in this
+        process. Without functions, a task that cannot score its rows itself (no gold answers)
+        says why: a ConfigError naming ``reward.funcs``."""
+        if not cfg.funcs and task is not None:
+            unavailable = getattr(task, "default_reward_unavailable", None)
+            reason = unavailable() if unavailable is not None else None
+            if reason:
+                raise ConfigError("reward.funcs", reason)
         paths = list(cfg.funcs) or [DEFAULT_REWARD]
         weights = list(cfg.weights) if cfg.weights is not None else [1.0] * len(paths)
-        return cls([load_function(p) for p in paths], [float(w) for w in weights], cfg.on_error, task)
+        return cls([load_function(p) for p in paths], [float(w) for w in weights], cfg.on_error, task,
+                   getattr(cfg, "completion_format", "auto"))
 
     @classmethod
     def for_task(cls, task) -> "RewardSet":
@@ -95,22 +114,35 @@ class RewardSet:
 
     def context(self, problems: Sequence[Problem]) -> dict:
         """The keyword arguments a call can receive: each row field as a list aligned with the
-        completions (dataset columns, then the problem's uid/answer/solution), plus ``prompts``,
+        completions (dataset columns, then the problem's uid/answer/solution, which win unless the
+        problem has none), plus ``prompts`` (a chat row's messages when conversational),
         ``problems`` and ``task``."""
         columns: dict[str, None] = {}
         for p in problems:
             columns.update(dict.fromkeys(getattr(p, "fields", None) or {}))
         ctx: dict = {name: [(getattr(p, "fields", None) or {}).get(name) for p in problems] for name in columns}
-        ctx.update({attr: [getattr(p, attr, None) for p in problems] for attr in _ROW_ATTRS})
-        ctx.update(prompts=[p.prompt for p in problems], problems=list(problems), task=self.task)
+        ctx.update({attr: [_row_attr(p, attr) for p in problems] for attr in _ROW_ATTRS})
+        ctx.update(prompts=[self._prompt(p) for p in problems], problems=list(problems), task=self.task)
         return ctx
+
+    def _prompt(self, problem: Problem):
+        messages = getattr(problem, "messages", None)
+        return as_dicts(messages) if self.conversational and messages is not None else problem.prompt
+
+    def _shown(self, completions: list[str], problems: Sequence[Problem]) -> list:
+        """Completions as functions receive them: a chat row's as ``[{"role": "assistant", ...}]``."""
+        if not self.conversational:
+            return completions
+        return [[{"role": "assistant", "content": c}] if getattr(p, "messages", None) is not None else c
+                for c, p in zip(completions, problems)]
 
     def score(self, completions: list[str], problems: Sequence[Problem]) -> Scores:
         """Every function on every row; the weighted total per row."""
         if len(completions) != len(problems):
             raise ValueError(f"score: {len(completions)} completions for {len(problems)} problems")
         ctx = self.context(problems)
-        columns = [self._values(f, completions, problems, ctx) for f in self.functions]
+        shown = self._shown(completions, problems)
+        columns = [self._values(f, shown, problems, ctx) for f in self.functions]
         parts = [list(row) for row in zip(*columns)] if columns else []
         total = [sum(w * (0.0 if math.isnan(v) else v) for w, v in zip(self.weights, row)) for row in parts]
         errors = sum(math.isnan(v) for row in parts for v in row)

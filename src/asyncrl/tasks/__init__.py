@@ -21,6 +21,7 @@ from typing import Any
 from asyncrl.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from asyncrl.tasks.base import Problem, Task, extract_answer, extract_any_answer
 from asyncrl.tasks.datasets import DatasetConfig, DatasetFields, GSM8KTask, MathTask
+from asyncrl.tasks.generic import DatasetTask
 
 __all__ = [
     "TASKS",
@@ -28,6 +29,7 @@ __all__ = [
     "ArithmeticTask",
     "DatasetConfig",
     "DatasetFields",
+    "DatasetTask",
     "GSM8KTask",
     "MathTask",
     "Problem",
@@ -38,7 +40,8 @@ __all__ = [
     "extract_any_answer",
 ]
 
-TASKS: dict[str, Callable[[Any], Task]] = {"arithmetic": ArithmeticTask, "gsm8k": GSM8KTask, "math": MathTask}
+TASKS: dict[str, Callable[[Any], Task]] = {"arithmetic": ArithmeticTask, "gsm8k": GSM8KTask, "math": MathTask,
+                                           "dataset": DatasetTask}
 # the registry as every process sees it after a plain import: what rollout worker processes (which
 # start from a fresh import, never from the trainer's memory) will build a task from
 _AS_IMPORTED: dict[str, Callable[[Any], Task]] = dict(TASKS)

@@ -132,6 +132,9 @@ class ArithmeticTask:
         sub-section. ValueError ``"field: message"``, the field relative to ``task.``."""
         if section.arithmetic.n_eval == 0:  # evaluation would divide by zero mid-run
             raise ValueError("arithmetic.n_eval: no eval problems (raise it)")
+        if getattr(section, "path", None) is not None:  # never train on arithmetic with a file named
+            raise ValueError(f"path: the arithmetic task generates its problems and reads no file; to train on "
+                             f"{section.path}, drop task.name (or set task=dataset)")
         return section.arithmetic
 
     def __init__(self, cfg: ArithmeticConfig | Mapping[str, Any] | None = None) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["Messages", "as_dicts", "parse_messages", "render_plain", "split_reference"]
+__all__ = ["Messages", "as_dicts", "completion_text", "parse_messages", "render_plain", "split_reference"]
 
 Messages = tuple[tuple[str, str], ...]
 
@@ -55,3 +55,12 @@ def render_plain(messages: Sequence[tuple[str, str]]) -> str:
 def as_dicts(messages: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
     """The ``[{"role", "content"}]`` list ``apply_chat_template`` takes."""
     return [{"role": role, "content": content} for role, content in messages]
+
+
+def completion_text(completion: Any) -> str:
+    """A completion as text, whether plain or conversational (``[{"role": "assistant", "content"}]``,
+    what reward functions receive for chat prompts): the content of its last message."""
+    if isinstance(completion, (list, tuple)):
+        last = completion[-1] if completion else {}
+        return str(last.get("content", "")) if isinstance(last, dict) else str(last)
+    return completion

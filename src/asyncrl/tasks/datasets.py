@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from asyncrl.config_loader import setting
 from asyncrl.tasks.base import Problem
@@ -42,12 +42,17 @@ class DatasetFields:
     """The file tasks' settings, which the run config holds as plain ``task.*`` keys
     (``task.path``, ``task.eval_path``, ...; its ``task`` section inherits these fields)."""
 
-    path: str | None = setting(None, "train file (.jsonl, .parquet, or a datasets directory); gsm8k/math")
+    path: str | None = setting(None, "train data: .jsonl, .json, .parquet, .arrow, a save_to_disk directory or a "
+                                     "cached Hub name; alone (no task name) it selects the dataset task")
     eval_path: str | None = setting(None, "eval file, same formats; null = hold out eval_fraction of path")
     eval_fraction: float = setting(0.1, "share of the train file held out for eval when eval_path is null")
-    question_field: str = setting("question", "record field with the question (dotted path allowed)")
+    question_field: str | None = setting(
+        None, "record field with the prompt (dotted path allowed); null = the task's: question (gsm8k, math), "
+              "the first of prompt, messages, question (dataset)")
     answer_field: str = setting("answer", "record field with the reference answer or solution")
-    prompt_template: str = setting("Question: {question}\nAnswer:", "prompt text; must contain {question}")
+    prompt_template: str | None = setting(
+        None, "prompt text around {question}; null = the task's: 'Question: {question}\\nAnswer:' (gsm8k, "
+              "math), the prompt as written (dataset)")
     answer_format: Literal["auto", "gsm8k", "boxed", "raw"] = setting(
         "auto", "how the gold answer is read from answer_field (docs/tasks.md)")
     max_train: int | None = setting(None, "keep the first N train problems; null = all")
@@ -80,6 +85,12 @@ class DatasetConfig(DatasetFields):
     ``subset`` is a Hub dataset's configuration (``main`` for ``openai/gsm8k``).
     """
 
+    # the math tasks' defaults (the run config's ``task`` keys are null = "the task's default")
+    question_field: str = "question"
+    prompt_template: str = "Question: {question}\nAnswer:"
+    # fields that may be None: the task then finds them in each record (the generic task's prompt)
+    found_in_records: ClassVar[tuple[str, ...]] = ()
+
     def __post_init__(self) -> None:
         if not isinstance(self.path, (str, os.PathLike)) or not str(self.path).strip():
             raise ValueError(f"path: must be a non-empty path string, got {self.path!r}")
@@ -91,6 +102,8 @@ class DatasetConfig(DatasetFields):
             raise ValueError(f"eval_fraction: must be a number in [0, 1), got {self.eval_fraction!r}")
         for name in ("question_field", "answer_field"):
             value = getattr(self, name)
+            if value is None and name in self.found_in_records:
+                continue
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{name}: must be a non-empty string, got {value!r}")
         for name in ("messages_field", "split", "eval_split", "subset"):
@@ -145,6 +158,7 @@ class _DatasetTask:
     name = "dataset"
     # How a raw (marker-less) gold is written at the end of a synthesized SFT solution.
     _final = " #### {gold}"
+    config_type: type[DatasetConfig] = DatasetConfig
 
     @classmethod
     def config_from(cls, keys: DatasetFields) -> DatasetConfig:
@@ -155,7 +169,9 @@ class _DatasetTask:
             raise ValueError("eval_fraction: must be > 0 when task.eval_path is not set (no eval problems)")
         if keys.path is None:
             raise ValueError(f"path: task {cls.name!r} reads a local file; set task.path=<jsonl|parquet|dir>")
-        cfg = DatasetConfig(**{f.name: getattr(keys, f.name) for f in fields(DatasetFields)})
+        values = {f.name: getattr(keys, f.name) for f in fields(DatasetFields)}
+        # a null key means "this task's default": the config type's own
+        cfg = cls.config_type(**{k: v for k, v in values.items() if v is not None or k not in _TASK_DEFAULTED})
         for name in ("path", "eval_path"):
             value = getattr(cfg, name)
             if value is not None and not Path(value).exists() and not is_hub_name(value):
@@ -171,11 +187,11 @@ class _DatasetTask:
         if cfg is None:
             raise ValueError(f"path: the {self.name} task needs a DatasetConfig with a data path")
         if isinstance(cfg, Mapping):
-            known = {f.name for f in fields(DatasetConfig)}
+            known = {f.name for f in fields(self.config_type)}
             unknown = sorted(set(cfg) - known)
             if unknown:
                 raise ValueError(f"unknown {self.name} config field(s): {', '.join(map(str, unknown))}")
-            cfg = DatasetConfig(**cfg)
+            cfg = self.config_type(**cfg)
         elif not isinstance(cfg, DatasetConfig):
             raise TypeError(f"expected DatasetConfig, mapping or None, got {type(cfg).__name__}")
         for label, path in (("path", cfg.path), ("eval_path", cfg.eval_path)):
@@ -261,7 +277,7 @@ class _DatasetTask:
         field = cfg.answer_field
         value = _get_field(record, field)
         if value is _MISSING and reference is not None:  # a chat row's trailing assistant turn
-            value, field = reference, f"{cfg.messages_field or cfg.question_field} (last assistant message)"
+            value, field = reference, f"{self.prompt_column(where, record)} (last assistant message)"
         if value is _MISSING:
             raise ValueError(f"{where}: missing field {field!r}")
         if isinstance(value, int) and not isinstance(value, bool):
@@ -277,10 +293,14 @@ class _DatasetTask:
         solution = body if shown[-1:].isspace() else " " + body
         return key, prompt, gold, solution, used != "raw"
 
+    def prompt_column(self, where: str, record: dict) -> str:
+        """The field a record's prompt is read from (a hook: the generic task finds it)."""
+        return self.cfg.messages_field or self.cfg.question_field
+
     def _prompt_of(self, where: str, record: dict) -> tuple[str, str | Messages, str | None]:
         """(dedupe key, prompt string or conversation, a chat row's reference answer or None)."""
         cfg = self.cfg
-        field = cfg.messages_field or cfg.question_field
+        field = self.prompt_column(where, record)
         value = _get_field(record, field)
         if value is _MISSING:
             raise ValueError(f"{where}: missing field {field!r}")
@@ -333,7 +353,7 @@ class _DatasetTask:
         return {
             split: tuple(
                 Problem(uid=f"{self.name}-{split}-{i:06d}", answer=self._finish_gold(gold), solution=solution,
-                        fields=getattr(where, "record", {}), **_prompt_fields(prompt))
+                        fields=self.row_fields(getattr(where, "record", {})), **_prompt_fields(prompt))
                 for i, (_, prompt, gold, solution, *_, where) in enumerate(rows)
             )
             for split, rows in (("train", train), ("eval", evals))
@@ -341,6 +361,13 @@ class _DatasetTask:
 
     def _finish_gold(self, gold: str) -> str:
         return gold
+
+    def row_fields(self, record: dict) -> dict:
+        """The columns reward functions receive as keyword arguments (a hook): the whole record."""
+        return record
+
+
+_TASK_DEFAULTED = ("question_field", "prompt_template")
 
 
 def _prompt_fields(prompt: str | Messages) -> dict:
