@@ -11,7 +11,7 @@ import shlex
 import sys
 
 from asyncrl.config import ConfigError, load_config
-from asyncrl.config_help import config_keys, config_yaml, format_keys, keys_epilog, matching
+from asyncrl.config_help import config_yaml, describe_keys, keys_epilog
 from asyncrl.config_loader import guarded
 from asyncrl.presets import PRESETS_DIR, preset_names
 
@@ -24,7 +24,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from asyncrl import __version__
+
     parser = _Parser(prog="asyncrl", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"asyncrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in [
         ("train", "RL-train a policy (default: the embedded tiny model on the arithmetic task)"),
@@ -102,8 +105,23 @@ def _train(cfg) -> int:
     keys = ("mode", "steps", "initial_eval_reward", "final_eval_reward", "wall_time_s", "run_dir")
     from asyncrl.metrics import json_safe
 
-    print(json.dumps(json_safe({k: summary[k] for k in keys})))
+    line = {k: summary[k] for k in keys}
+    report = _report_of(summary["run_dir"])
+    if report is not None:
+        line["report"] = report
+    print(json.dumps(json_safe(line)))
     return 0
+
+
+def _report_of(run_dir: str) -> str | None:
+    """``<run_dir>/report.html`` when this run wrote it: after its summary.json (which comes
+    first), so that a stale page of an earlier attempt is never named."""
+    from pathlib import Path
+
+    report, summary = Path(run_dir) / "report.html", Path(run_dir) / "summary.json"
+    if report.is_file() and summary.is_file() and report.stat().st_mtime_ns >= summary.stat().st_mtime_ns:
+        return str(report)
+    return None
 
 
 def _pretrain(cfg) -> int:
@@ -242,11 +260,11 @@ def _describe(args) -> int:
         for name in preset_names():
             print(f"{name:<14} {PRESETS_DIR / (name + '.yaml')}")
         return 0
-    keys = matching(config_keys(), args.help_keys)
-    if not keys:
+    text = describe_keys(args.help_keys)
+    if text is None:
         print(f"asyncrl: no config key matches {args.help_keys!r}", file=sys.stderr)
         return 2
-    print(format_keys(keys))
+    print(text)
     return 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -112,6 +113,40 @@ def matching(keys: list[ConfigKey], pattern: str | None) -> list[ConfigKey]:
         return [k for k in keys if fnmatch.fnmatchcase(k.key, pattern)]
     needle = pattern.lower()
     return [k for k in keys if needle in k.key.lower() or needle in k.help.lower()]
+
+
+def _names(cell: str) -> list[str]:
+    """The names in backticks of a docs table cell, values dropped: "`loss_type="cispo"`" → loss_type."""
+    return [name.split("=")[0] for name in re.findall(r"`([^`]+)`", cell) if not name.startswith('"')]
+
+
+def peer_matches(pattern: str) -> list[tuple[str, str, str]]:
+    """(library, their names, ours) rows of the other-library tables (asyncrl.config_peers) with a
+    name of theirs that matches ``pattern`` (a glob, else a case-insensitive substring)."""
+    from asyncrl.config_peers import PEER_NAMES
+
+    def hit(name: str) -> bool:
+        if any(c in pattern for c in "*?["):
+            return fnmatch.fnmatchcase(name, pattern)
+        return pattern.lower() in name.lower()
+
+    return [(library, theirs, ours) for library, rows in PEER_NAMES.items() for theirs, ours in rows
+            if any(hit(name) for name in _names(theirs))]
+
+
+def describe_keys(pattern: str) -> str | None:
+    """``--help-keys PATTERN``: the matching keys, and first the rows of TRL / verl / AReaL whose
+    names match, each with our key(s), which are then listed too; None when nothing matches."""
+    keys = config_keys()
+    own = matching(keys, pattern)
+    peers = peer_matches(pattern) if pattern else []
+    named = {name for _, _, ours in peers for name in _names(ours)}
+    shown = [k for k in keys if k in own or k.key in named]
+    if not shown and not peers:
+        return None
+    lines = [f"{library} {theirs.replace('`', '')}  ->  {ours.replace('`', '')}" for library, theirs, ours in peers]
+    return "\n".join([*(["in other libraries:", *(f"  {line}" for line in lines), ""] if lines else []),
+                      format_keys(shown)]).rstrip()
 
 
 def format_keys(keys: list[ConfigKey]) -> str:

@@ -203,16 +203,92 @@ def to_dict(obj: Any) -> dict[str, Any]:
     return rename(dataclasses.asdict(obj))
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``a.b.c=value`` → (["a", "b", "c"], yaml-parsed value). ``key=`` gives an empty string."""
+def parse_override(text: str, root: type | None = None) -> tuple[list[str], Any]:
+    """``a.b.c=value`` → (["a", "b", "c"], value). With ``root`` (the config dataclass) the value
+    is read by the type of the field it sets (:func:`parse_value`); without, as YAML. ``key=``
+    gives an empty string."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(text, "override must look like dotted.key=value")
-    value = yaml.safe_load(raw) if raw.strip() else ""
     parts = key.strip().split(".")
     if any(not p for p in parts):
         raise ConfigError(key, "empty component in dotted key")
-    return parts, value
+    target = field_type(root, parts) if root is not None else None
+    return parts, parse_value(raw, target, key.strip())
+
+
+def field_type(root: type, parts: list[str]) -> Any:
+    """The annotation of dotted key ``parts`` inside dataclass ``root``; None when no field has
+    that path (an unknown key, or one inside a mapping such as ``loss.params``)."""
+    tp: Any = root
+    for part in parts:
+        if not dataclasses.is_dataclass(tp):
+            return None
+        names = {f.name for f in dataclasses.fields(tp) if f.init}
+        attr = part if part in names and not part.endswith("_") else f"{part}_"
+        if attr not in names:
+            return None
+        tp = get_type_hints(tp)[attr]
+    return tp
+
+
+_YAML_NULLS = ("null", "Null", "NULL", "~")
+
+
+def parse_value(raw: str, tp: Any, key: str) -> Any:
+    """Override text → value, by the annotation ``tp`` of the field it sets (None: unknown).
+
+    A string (or string-choice) field takes the text as given, so ``{question}`` or ``a: b``
+    stay text (a whole quoted scalar, ``"Q:\\nA:"``, is unquoted); a list takes ``a,b`` (each
+    item read by the item type) or the YAML ``[a, b]``; ``X | None`` reads ``null`` as None, else
+    as X; everything else (numbers, booleans, mappings, sections) is read as YAML, which is also
+    what the checks in :func:`_coerce` expect."""
+    origin = get_origin(tp)
+    if tp is str:
+        return _text(raw)
+    if origin is Literal and all(isinstance(c, str) for c in get_args(tp)):
+        return _text(raw.strip())
+    if tp is float and _FLOAT_RE.fullmatch(raw.strip()):
+        return float(raw)  # YAML 1.1 reads "1e-4" (no dot) as a string
+    if origin in (list, tuple) and not raw.strip().startswith("["):
+        (item_tp, *_) = get_args(tp) or (Any,)
+        items = raw.split(",") if raw.strip() else []
+        return [parse_value(item.strip(), item_tp, f"{key}[{i}]") for i, item in enumerate(items)]
+    if origin in (typing.Union, types.UnionType):
+        arms = [a for a in get_args(tp) if a is not type(None)]
+        if len(arms) < len(get_args(tp)) and raw.strip() in _YAML_NULLS:
+            return None
+        for arm in sorted(arms, key=lambda a: a is str):  # text fits a str arm always: try it last
+            try:
+                value = parse_value(raw, arm, key)
+                _coerce(value, arm, key)
+                return value
+            except ConfigError:
+                continue
+    return _yaml_value(raw, key)
+
+
+def _text(raw: str) -> str:
+    """A string field's text as given; one that is a whole quoted YAML scalar (``"Q:\\nA:"``,
+    ``'no'``: how ``--help`` and ``asyncrl config`` write such defaults) is unquoted, escapes read."""
+    quoted = raw.strip()
+    if len(quoted) >= 2 and quoted[0] == quoted[-1] and quoted[0] in "'\"":
+        try:
+            value = yaml.safe_load(quoted)
+        except yaml.YAMLError:
+            return raw
+        if isinstance(value, str):
+            return value
+    return raw
+
+
+def _yaml_value(raw: str, key: str) -> Any:
+    if not raw.strip():
+        return ""
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise ConfigError(key, f"cannot read {raw!r} as a YAML value") from None
 
 
 def apply_override(data: dict[str, Any], parts: list[str], value: Any) -> None:

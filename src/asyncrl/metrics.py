@@ -32,6 +32,19 @@ def json_safe(value: Any) -> Any:
     return _clean(value)
 
 
+def readable_floats(value: Any, digits: int = 12) -> Any:
+    """``value`` with every float (nested in dicts, lists, tuples) rounded to ``digits``
+    significant digits: 0.16875000000000004 is written 0.16875. For files people read
+    (summary.json); 12 digits change nothing but the last bits' noise."""
+    if isinstance(value, dict):
+        return {k: readable_floats(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [readable_floats(v, digits) for v in value]
+    if isinstance(value, float) and math.isfinite(value):
+        return float(f"{value:.{digits}g}")
+    return value
+
+
 def truncate_rows(path: Path, after_step: int) -> None:
     """Keep the rows of ``path`` (JSON lines with a "step") up to ``after_step``; a torn last line
     (the process was killed mid-write) goes too. Rewritten atomically."""

@@ -49,6 +49,28 @@ def step_fields(record: dict, batch_size: int | None = None) -> list[tuple[str, 
     return out
 
 
+# most important first; a narrow terminal drops fields from the end of this list (the step counter,
+# elapsed time and ETA are columns of their own and always stay)
+FIELD_PRIORITY = ("ess warning", "sft loss", "ess", "reward", "eval", "stale", "samples/s", "wait", "dropped",
+                  "tok/s")
+
+
+def _width(fields: list[tuple[str, str]]) -> int:
+    return len("  ".join(f"{k} {v}" for k, v in fields))
+
+
+def fit_fields(fields: list[tuple[str, str]], width: int) -> list[tuple[str, str]]:
+    """The fields that fit in ``width`` characters (``label value``, two spaces apart), the least
+    important (:data:`FIELD_PRIORITY`) dropped first; the display order is kept."""
+    def rank(field: tuple[str, str]) -> int:
+        return FIELD_PRIORITY.index(field[0]) if field[0] in FIELD_PRIORITY else len(FIELD_PRIORITY)
+
+    kept = list(fields)
+    while kept and _width(kept) > width:
+        kept.remove(max(reversed(kept), key=rank))  # of equal rank, the rightmost goes first
+    return kept
+
+
 class TrainProgress:
     def __init__(self, total: int, description: str, enabled: bool = True, console: Console | None = None,
                  batch_size: int | None = None):
@@ -57,8 +79,9 @@ class TrainProgress:
         self.console = console or Console(stderr=True)
         self.live = enabled and self.console.is_terminal
         self.started = time.monotonic()
+        self.bar_width = 20 if self.console.width >= 120 else 8  # room for the fields at 80 columns
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(),
+            TextColumn("[bold]{task.description}"), BarColumn(bar_width=self.bar_width), MofNCompleteColumn(),
             TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
             console=self.console, disable=not self.live,
         )
@@ -85,6 +108,7 @@ class TrainProgress:
         if ess_warning:
             fields.append(("ess warning", "!"))
         if self.live:
+            fields = fit_fields(fields, self._status_width())
             self.progress.update(self.task, completed=step,
                                  status="  ".join(f"{k} [bold]{v}[/]" for k, v in fields))
         elif self.enabled:
@@ -101,6 +125,12 @@ class TrainProgress:
         record = {"reward_mean": reward, "eval_reward": eval_acc, "throughput_tokens_per_s": tokens_per_s,
                   "ess_frac": ess, "elapsed_s": elapsed_s, "sft_loss": sft_loss}
         self.step(step, record, ess_warning)
+
+    def _status_width(self) -> int:
+        """Characters left for the fields on one line: the width less the other columns
+        (description, bar, " 12/200", elapsed, "ETA", remaining) and the spaces between them."""
+        counter = 2 * len(str(self.total)) + 1
+        return self.console.width - (len(self.description) + self.bar_width + counter + 7 + 3 + 7 + 6) - 1
 
     def _plain(self, line: str) -> None:
         # no markup or wrapping: one physical line per event, whatever the reader's width

@@ -25,7 +25,8 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 LAYERS: list[tuple[str, ...]] = [
     # foundations: no knowledge of any component
     ("asyncrl", "asyncrl.types", "asyncrl.config_loader", "asyncrl.registries", "asyncrl.plotting",
-     "asyncrl.presets", "asyncrl.progress", "asyncrl.lr_schedule", "asyncrl.user_cache"),
+     "asyncrl.presets", "asyncrl.progress", "asyncrl.lr_schedule", "asyncrl.user_cache",
+     "asyncrl.config_peers"),
     # the parts, each usable alone: pure objectives, problems and rewards, trackers, the buffer
     ("asyncrl.objectives", "asyncrl.stability", "asyncrl.control", "asyncrl.tasks", "asyncrl.rewards",
      "asyncrl.tracking", "asyncrl.metrics", "asyncrl.buffer"),

@@ -44,7 +44,8 @@ def test_plain_log_lines_step_zero_completions_and_report(tmp_path):
     assert all(s["prompt"] and s["version_min"] == s["version_max"] == s["step"] - 1 for s in samples)
 
     page = (run_dir / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 4 and samples[-1]["prompt"].split("\n")[0][:20] in page
+    # reward, reward per function, training signals, staleness, time split, utilisation
+    assert page.count("data:image/png;base64,") == 6 and samples[-1]["prompt"].split("\n")[0][:20] in page
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -117,14 +117,21 @@ def _overlap(methods, a: str, b: str, metric: str) -> bool:
     return max(lo_a, lo_b) <= min(hi_a, hi_b)
 
 
+ONE_SEED = "one seed: no test"  # a single seed has no spread: nothing is within or outside it
+
+
 def _compare(methods, a: str, b: str, b_name: str) -> tuple[str, str]:
-    """("1.3 points below sync", "within seed noise" | "outside seed noise") for final eval reward."""
+    """("1.3 points below sync", "within seed noise" | "outside seed noise" | ONE_SEED) for final
+    eval reward; with fewer than two seeds on either side nothing is claimed about noise."""
     gap = (as_float(methods.get(a, {}).get("final_eval_reward", {}).get("mean"))
            - as_float(methods.get(b, {}).get("final_eval_reward", {}).get("mean"))) * 100
     if not math.isfinite(gap):
         return f"no eval comparison with {b_name}", ""
     side = "above" if gap > 0 else "below"
-    noise = "within seed noise" if _overlap(methods, a, b, "final_eval_reward") else "outside seed noise"
+    if min(_stat(methods, m, "final_eval_reward")[2] for m in (a, b)) < 2:
+        noise = ONE_SEED
+    else:
+        noise = "within seed noise" if _overlap(methods, a, b, "final_eval_reward") else "outside seed noise"
     return (f"{abs(gap):.1f} points {side} {b_name}" if round(abs(gap), 1) else f"level with {b_name}"), noise
 
 
@@ -136,38 +143,51 @@ def partial_line(n_runs: int, cells_total: int | None) -> list[str]:
             f"--report-only) to run the rest."]
 
 
-def _gap_words(gap: Mapping[str, Any] | None, name: str) -> str:
-    """"4.0 points below async recompute [−6.1, −1.9]" (the bracket: 95 % CI of the gap)."""
+def _gap_words(gap: Mapping[str, Any] | None, name: str, one_seed: bool = False) -> str:
+    """"4.0 points below async recompute [−6.1, −1.9]" (the bracket: 95 % CI of the gap; with
+    ``one_seed`` on either arm, ONE_SEED instead)."""
     if not gap:
         return f"no comparison with {name}"
     mean, low, high = (as_float(gap.get(k)) for k in ("mean", "ci_low", "ci_high"))
     side = "above" if mean > 0 else "below"
-    return f"{abs(mean):.1f} points {side} {name} [{low:+.1f}, {high:+.1f}]".replace("-", "−")
+    bracket = f"({ONE_SEED})" if one_seed else f"[{low:+.1f}, {high:+.1f}]"
+    return f"{abs(mean):.1f} points {side} {name} {bracket}".replace("-", "−")
 
 
-def headline_a3po_by_k(by_k: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """One sentence per look-ahead K (``bench a3po --ks``), then a verdict on A-3PO against recompute."""
-    lines, behind = [], []
+def _one_seed(methods: Mapping[str, Any] | None, *names: str) -> bool:
+    """Some of the methods ``names`` has fewer than two seeds (unknown when ``methods`` is None)."""
+    return methods is not None and min(_stat(methods, m, "final_eval_reward")[2] for m in names) < 2
+
+
+def headline_a3po_by_k(by_k: Mapping[str, Mapping[str, Any]], methods: Mapping[str, Any] | None = None) -> list[str]:
+    """One sentence per look-ahead K (``bench a3po --ks``), then a verdict on A-3PO against recompute;
+    ``methods`` (async-<prox>-k<K>, sync) gives the seed counts: one seed claims nothing."""
+    lines, behind, untested = [], [], False
     for k, row in sorted(by_k.items(), key=lambda kv: int(kv[0])):
         rec_gap = row.get("eval_gap_loglinear_minus_recompute")
-        if rec_gap and as_float(rec_gap.get("ci_high")) < 0:
+        one_rec = _one_seed(methods, f"async-loglinear-k{k}", f"async-recompute-k{k}")
+        one_sync = _one_seed(methods, f"async-loglinear-k{k}", "sync")
+        untested = untested or (bool(rec_gap) and one_rec)
+        if rec_gap and not one_rec and as_float(rec_gap.get("ci_high")) < 0:
             behind.append(k)
         err = (f"; its proximal log-probs are off the exact ones by {number(row.get('prox_abs_err_mean'))} per "
                f"token on average, {number(row.get('prox_abs_err_at_max_staleness'))} at staleness "
                f"{row.get('max_measured_staleness')}" if row.get("max_measured_staleness") is not None else "")
         lines.append(f"At look-ahead W = K = {k} (realized staleness {number(row.get('realized_staleness'))}): "
-                     f"A-3PO ends {_gap_words(rec_gap, 'async recompute')} and "
-                     f"{_gap_words(row.get('eval_gap_loglinear_minus_sync'), 'sync')}, training "
+                     f"A-3PO ends {_gap_words(rec_gap, 'async recompute', one_rec)} and "
+                     f"{_gap_words(row.get('eval_gap_loglinear_minus_sync'), 'sync', one_sync)}, training "
                      f"{ratio(row.get('speedup_vs_recompute'))} as fast as recompute and "
                      f"{ratio(row.get('speedup_vs_sync'))} as fast as sync{err}.")
     verdict = (f"Verdict: A-3PO ends below recompute beyond the seed spread at K = {', '.join(behind)}."
                if behind else "Verdict: A-3PO is not below recompute beyond the seed spread at any K run.")
+    if untested:
+        verdict = f"Verdict: none ({ONE_SEED}; run more seeds to compare A-3PO with recompute)."
     return [*lines, verdict]
 
 
 def headline_a3po(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> list[str]:
     if summary.get("by_k"):
-        return headline_a3po_by_k(summary["by_k"])
+        return headline_a3po_by_k(summary["by_k"], methods)
     ll, sync = "async-loglinear", "sync"
     if ll not in methods or sync not in methods:
         return ["A-3PO or sync is missing from these runs: no comparison."]

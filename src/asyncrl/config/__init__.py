@@ -84,7 +84,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     data: dict[str, Any] = read_yaml(resolve_config_path(path)) if path else {}
     named = _sections_with_name()
     for text in overrides:
-        parts, value = parse_override(text)
+        parts, value = parse_override(text, Config)
         if len(parts) == 1 and parts[0] in named and isinstance(value, str):
             parts = [parts[0], "name"]
         if isinstance(value, dict):

@@ -16,6 +16,7 @@ raises :class:`~asyncrl.runtime.signals.Interrupted`; the run continues with ``-
 
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
@@ -42,6 +43,7 @@ def train(cfg: Config) -> dict:
     if session.resume is not None:
         trainer.load_state_dict(session.resume.trainer_state)
         totals.load_state_dict(session.resume.run_state["totals"])
+        print(f"asyncrl: {session.resume.announcement(cfg.trainer.steps)}", file=sys.stderr)
     done = session.start_step  # the last finished step
     with session.stop, open_source(cfg, session) as source, session.progress as progress:
         try:

@@ -44,6 +44,10 @@ class Resume:
     def source_state(self) -> dict:
         return self.run_state["source"]
 
+    def announcement(self, total_steps: int) -> str:
+        """The one line a resumed run starts with (stderr)."""
+        return f"resuming from step {self.step} of {total_steps} ({self.checkpoint})"
+
 
 def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
     out = {}

@@ -328,12 +328,11 @@ class Session:
         summary.update(self.prompt_counts)
         summary.update(extra)
         tmp = self.run_dir / "summary.json.tmp"
-        tmp.write_text(json.dumps(readable_floats(json_safe(summary)), indent=2, allow_nan=False))
+        summary = readable_floats(summary)  # 0.16875, not 0.16875000000000004: a file people read
+        tmp.write_text(json.dumps(json_safe(summary), indent=2, allow_nan=False))
         tmp.rename(self.run_dir / "summary.json")
         if self.cfg.run.report:
             from asyncrl.runtime.run_report import write_run_report_safely
 
-            report = write_run_report_safely(self.run_dir, summary, log=self.progress.log)
-            if report is not None:  # not in summary.json, which is written first
-                summary["report"] = str(report)
+            write_run_report_safely(self.run_dir, summary, log=self.progress.log)
         return summary
