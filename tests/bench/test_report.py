@@ -335,3 +335,13 @@ def test_atlas_diagnostics_for_every_k_from_8():
     assert [line.split(" (")[0] for line in text.splitlines() if line.startswith("Diagnostics")] == [
         "Diagnostics at K = 8", "Diagnostics at K = 16"]
     assert "| ppo | — (0/1) |" in text
+
+
+def test_atlas_with_one_seed_claims_no_difference(tmp_path):
+    """One seed per arm has no spread to test against: even a 30-point gap is not "below sync"."""
+    runs = [_run("ppo", 0, train_wall=10, final=0.6, params={"K": 0, "row": "lag"}),
+            _run("ppo", 0, train_wall=10, final=0.3, params={"K": 4, "row": "lag"})]
+    summary = write_report(tmp_path, _results("atlas", runs))
+    cell = summary["rows"]["lag"]["grid"]["ppo"]["4"]
+    assert cell["gap_vs_sync"]["mean"] == pytest.approx(-0.3) and cell["below_sync"] is False
+    assert any("below sync beyond the seed spread: one seed: no test" in line for line in summary["headline"])

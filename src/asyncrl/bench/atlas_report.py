@@ -6,7 +6,8 @@ Definitions (docs/benchmarks.md says the same in prose):
 
 - **sync**: ``ppo`` at K = 0 of the lag row (on-policy PPO-clip, i.e. sync GRPO). Every gap is
   cell − sync in eval-reward points, with a bootstrap CI over both arms' seeds.
-- **below sync**: the gap's CI lies entirely below 0.
+- **below sync**: the gap's CI lies entirely below 0, with at least two seeds on both sides (one
+  seed has no spread to test against, so it is never "below").
 - **collapsed**: the mean final eval reward ends more than ``COLLAPSE_MARGIN`` below the mean initial
   one, or some step had a non-finite loss or a skipped update.
 - **target**: the train reward halfway between sync's start (mean of its first 5 steps) and its end
@@ -117,7 +118,9 @@ def steps_to(run: Mapping[str, Any], target: float) -> float:
 def cell_stats(runs: Sequence[Mapping[str, Any]], sync_runs: Sequence[Mapping[str, Any]], target: float) -> dict:
     """Every statistic of one (loss, column) cell over its seeds."""
     final = [run_value(r, "final_eval_reward") for r in runs]
-    gap = diff_ci(final, [run_value(r, "final_eval_reward") for r in sync_runs])
+    sync_final = [run_value(r, "final_eval_reward") for r in sync_runs]
+    gap = diff_ci(final, sync_final)
+    tested = min(finite(final).size, finite(sync_final).size) >= 2  # one seed has no spread to test against
     reached = finite([steps_to(r, target) for r in runs])
     reasons = collapse_reasons(runs)
     return {
@@ -126,7 +129,7 @@ def cell_stats(runs: Sequence[Mapping[str, Any]], sync_runs: Sequence[Mapping[st
         "initial_eval_reward": seed_stat([run_value(r, "initial_eval_reward") for r in runs]),
         "final_eval_answer_acc": seed_stat([run_value(r, "final_eval_answer_acc") for r in runs]),
         "gap_vs_sync": {"mean": gap[0], "ci_low": gap[1], "ci_high": gap[2]},
-        "below_sync": bool(gap[2] < 0),
+        "below_sync": bool(tested and gap[2] < 0),
         "steps_to_target": float(reached.mean()) if reached.size else math.nan,
         "reached_target": int(reached.size),
         "clip_or_mask_frac": seed_stat([clip_or_mask(r) for r in runs]),

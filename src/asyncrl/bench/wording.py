@@ -234,6 +234,8 @@ def headline_atlas(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> li
     below = [(m, row[str(k)]) for m, row in grid.items() if str(k) in row and row[str(k)].get("below_sync")]
     broke = ", ".join(f"{m} ({as_float(c['gap_vs_sync']['mean']) * 100:+.1f})" for m, c in below) or "none"
     collapsed = [m for m, row in grid.items() if row.get(str(k), {}).get("collapsed")]
+    if sync and sync["n"] < 2 or all(row.get(str(k), {}).get("n", 0) < 2 for row in grid.values()):
+        broke = f"{ONE_SEED}"
     lines.append(f"At K = {k}, below sync beyond the seed spread: {broke}; collapsed: {', '.join(collapsed) or 'none'}.")
     holds = summary.get("holds_to_k") or {}
     near = 100 * as_float(summary.get("near_sync"))
