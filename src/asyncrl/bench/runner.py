@@ -62,11 +62,14 @@ class CellRunner:
     in_process: bool = False  # can run inside the bench process (asyncrl.runtime.train)
 
 
+def _asyncrl_command_args(cell: Cell, runs_dir: Path) -> list[str]:
+    return [*_config_args(cell), *_asyncrl_args(cell, runs_dir)]
+
+
+_OFFLINE = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 RUNNERS: dict[str, CellRunner] = {
-    "train": CellRunner("asyncrl.runtime", lambda c, d: [*_config_args(c), *_asyncrl_args(c, d)], ("train",),
-                        {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}, in_process=True),
-    "trl": CellRunner("asyncrl.bench.peer_trl", lambda c, d: [*_config_args(c), *_asyncrl_args(c, d)],
-                      env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}),
+    "train": CellRunner("asyncrl.runtime", _asyncrl_command_args, ("train",), _OFFLINE, in_process=True),
+    "trl": CellRunner("asyncrl.bench.peer_trl", _asyncrl_command_args, env=_OFFLINE),
     "control": CellRunner("asyncrl.control", lambda c, d: [*c.overrides, f"out_dir={d / c.name}"],
                           env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}),
 }

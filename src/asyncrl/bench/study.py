@@ -24,11 +24,12 @@ import csv
 import gzip
 import io
 import json
-import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from asyncrl.metrics import json_safe
 
 RESULTS_FILE = "results.json"
 STEPS_FILE = "steps.csv.gz"
@@ -37,17 +38,6 @@ RUN_KEYS = ("cell", "method", "seed", "params", "summary")  # what results.json 
 
 class StudyError(RuntimeError):
     """The study folder is missing a file or holds one that cannot be read; one line."""
-
-
-def _finite_or_none(value: Any) -> Any:
-    """JSON has no NaN: non-finite floats become null in results.json."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite_or_none(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite_or_none(v) for v in value]
-    return value
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
@@ -87,7 +77,7 @@ def write_study_data(out_dir: Path, results: Mapping[str, Any]) -> None:
     header = {k: v for k, v in results.items() if k != "runs"}
     header["runs"] = [{k: run[k] for k in RUN_KEYS if k in run} for run in runs]
     _write_bytes(out_dir / STEPS_FILE, steps_table(runs))
-    _write_bytes(out_dir / RESULTS_FILE, json.dumps(_finite_or_none(header), indent=1).encode("utf-8"))
+    _write_bytes(out_dir / RESULTS_FILE, json.dumps(json_safe(header), indent=1).encode("utf-8"))
 
 
 def read_steps(path: Path) -> dict[str, list[dict]]:

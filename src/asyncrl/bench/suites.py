@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from asyncrl.bench.cells import Cell
+from asyncrl.bench.cells import Cell, under_config
 
 # name -> "module:attribute" of its Suite; imported only when the suite is used
 SUITES: dict[str, str] = {
@@ -67,8 +67,6 @@ class Suite:
 
     def base(self, request: CellRequest) -> dict[str, object]:
         """The quick or full defaults every cell starts from."""
-        from asyncrl.bench.cells import under_config
-
         return under_config(dict(self.quick if request.quick else self.full), request.config, request.quick)
 
     def n_seeds(self, request: CellRequest) -> int:
