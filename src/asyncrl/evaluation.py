@@ -1,11 +1,19 @@
 """Held-out evaluation: mean task reward of completions generated through an engine, the unbiased
-pass@k over each problem's samples, and greedy accuracy (docs/training.md)."""
+pass@k over each problem's samples, and greedy accuracy (docs/training.md).
+
+Precision: evaluation generates with the trained weights themselves. On CUDA, when those are
+float32 and the run computes in a lower precision elsewhere (``rollout.dtype``, else
+``trainer.autocast``), its forward passes run under ``torch.autocast`` in that dtype, as the
+rollouts and the trainer do; on the CPU they run as the weights are (docs/models.md)."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
-from asyncrl.policy.model import dtype_name
+import torch
+
+from asyncrl.policy.model import DTYPES, dtype_name
 from asyncrl.policy.prompts import encode_problems
 from asyncrl.rollout.engine import Engine, EngineSpec, make_engine
 from asyncrl.rollout.scoring import rewards_of
@@ -16,13 +24,33 @@ PASS_REWARD = 1.0  # a completion with at least this reward counts as solved for
 
 
 def eval_engine(model, tokenizer, *, max_new_tokens: int, temperature: float, seed: int = 0,
-                device: str | None = None, top_p: float = 1.0, top_k: int = 0) -> Engine:
+                device: str | None = None, top_p: float = 1.0, top_k: int = 0, lm_head_fp32: bool = False) -> Engine:
     """A transformers engine that generates with ``model`` itself (no copy), on its device."""
     param = next(model.parameters())
     spec = EngineSpec(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                       device=str(param.device) if device is None else device, dtype=dtype_name(param.dtype),
-                      top_p=top_p, top_k=top_k)
+                      top_p=top_p, top_k=top_k, lm_head_fp32=lm_head_fp32)
     return make_engine("transformers", spec, model=model, tokenizer=tokenizer)
+
+
+def autocast_to(device: torch.device | str, dtype: torch.dtype | None):
+    """``torch.autocast`` on ``device``'s type in ``dtype``; a context that changes nothing when
+    ``dtype`` is None."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+def eval_autocast_dtype(cfg) -> torch.dtype | None:
+    """The dtype evaluation's forward passes autocast to (``cfg``: a Config): on CUDA with float32
+    weights, ``rollout.dtype`` when that is a half precision (the rollouts' own), else
+    ``trainer.autocast`` (the trainer's); None = as the weights are (always on the CPU)."""
+    if torch.device(cfg.policy.device).type != "cuda" or cfg.policy.dtype != "float32":
+        return None
+    generation = cfg.policy.dtype if cfg.rollout.dtype == "auto" else cfg.rollout.dtype
+    if generation != "float32":
+        return DTYPES[generation]
+    return DTYPES.get(cfg.trainer.autocast)  # "none" is not a dtype
 
 
 @dataclass
@@ -103,18 +131,22 @@ def eval_metrics(model, tokenizer, task: Task, problems: list[Problem], cfg,
     ``eval_pass_at_<k>`` for each ``eval.pass_k`` and, with ``eval.greedy``, ``eval_greedy_acc`` (one
     temperature-0 answer per problem); also the sampled completions and their rewards."""
     ev = cfg.eval
-    engine = eval_engine(model, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
-                         temperature=ev.temperature, seed=cfg.run.seed, top_p=ev.top_p, top_k=ev.top_k)
+    length, head = cfg.rollout.max_new_tokens, cfg.policy.lm_head_fp32
+    engine = eval_engine(model, tokenizer, max_new_tokens=length, temperature=ev.temperature, seed=cfg.run.seed,
+                         top_p=ev.top_p, top_k=ev.top_k, lm_head_fp32=head)
     options = {"batch_size": ev.batch_size, "chat_template": cfg.policy.chat_template, "rewards": rewards,
                "max_prompt_length": cfg.task.truncate_to}
-    result = generate_and_score(engine, tokenizer, task, problems, samples=ev.samples, **options)
+    precision = eval_autocast_dtype(cfg)
+    with autocast_to(engine.spec.device, precision):
+        result = generate_and_score(engine, tokenizer, task, problems, samples=ev.samples, **options)
     metrics = {"eval_reward": result.accuracy(), **{f"eval_pass_at_{k}": result.pass_at(k) for k in ev.pass_k}}
     if result.answers_ok is not None:  # accuracy with the answer format factored out
         metrics["eval_answer_acc"] = result.answer_accuracy()
     if ev.greedy:
-        greedy = eval_engine(model, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, temperature=0.0,
-                             seed=cfg.run.seed)
-        metrics["eval_greedy_acc"] = generate_and_score(greedy, tokenizer, task, problems, **options).accuracy()
+        greedy = eval_engine(model, tokenizer, max_new_tokens=length, temperature=0.0, seed=cfg.run.seed,
+                             lm_head_fp32=head)
+        with autocast_to(engine.spec.device, precision):
+            metrics["eval_greedy_acc"] = generate_and_score(greedy, tokenizer, task, problems, **options).accuracy()
     return metrics, result
 
 

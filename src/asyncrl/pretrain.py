@@ -7,6 +7,10 @@ and nothing else (evaluation, trainer or run settings, task keys that leave the 
 they are, the working directory) rebuilds it. It lives in the user cache
 (:mod:`asyncrl.user_cache`), written under a temporary name and renamed at the end: an interrupted
 pretrain never leaves a half-written model that a later run would pick up.
+
+Precision: on CUDA the forward passes (training and the summary's evaluation) run under bf16
+autocast, with float32 master weights and optimizer, and TF32 matmuls for what stays float32; on
+the CPU everything is float32. The device type is in the key, so each keeps its own warm start.
 """
 
 from __future__ import annotations
@@ -29,14 +33,14 @@ from typing import Any
 import torch
 
 from asyncrl.config import Config, ModelConfig, PretrainConfig
-from asyncrl.evaluation import eval_engine, evaluate
+from asyncrl.evaluation import autocast_to, eval_engine, evaluate
 from asyncrl.policy.model import build_tiny_model, check_device, num_parameters
 from asyncrl.policy.tokenizer import train_tokenizer
 from asyncrl.progress import TrainProgress
 from asyncrl.tasks import Problem, Task
 from asyncrl.user_cache import cache_root
 
-CACHE_VERSION = 3  # bump when the pretraining code changes what it produces
+CACHE_VERSION = 4  # bump when the pretraining code changes what it produces (4: bf16 autocast on CUDA)
 
 
 def _demonstration_text(problems: tuple[Problem, ...]) -> list[tuple[str, str, str]]:
@@ -184,11 +188,13 @@ def _build(cfg: Config, inputs: WarmStartInputs, task: Task, out: Path,
     torch.set_num_threads(inputs.pretrain.torch_threads)
     try:
         started = time.time()
-        model, tokenizer, loss_value = train_warm_start(inputs, check_device(cfg.policy.device), on_step)
+        device = check_device(cfg.policy.device)
+        model, tokenizer, loss_value = train_warm_start(inputs, device, on_step)
         engine = eval_engine(model, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
                              temperature=cfg.eval.temperature)
-        accuracy = evaluate(engine, tokenizer, task, task.problems("eval")[: cfg.eval.n_problems],
-                            batch_size=cfg.eval.batch_size, samples=cfg.eval.samples)
+        with autocast_to(device, warm_start_autocast(device)):
+            accuracy = evaluate(engine, tokenizer, task, task.problems("eval")[: cfg.eval.n_problems],
+                                batch_size=cfg.eval.batch_size, samples=cfg.eval.samples)
     finally:
         torch.set_num_threads(threads)
     summary = {
@@ -199,6 +205,11 @@ def _build(cfg: Config, inputs: WarmStartInputs, task: Task, out: Path,
     _save(out, model, tokenizer, summary)
 
 
+def warm_start_autocast(device: torch.device | str) -> torch.dtype | None:
+    """The autocast dtype of the warm start's forward passes: bfloat16 on CUDA, none on the CPU."""
+    return torch.bfloat16 if torch.device(device).type == "cuda" else None
+
+
 def train_warm_start(inputs: WarmStartInputs, device: torch.device | str,
                      on_step: Callable[[int, float], None] | None = None) -> tuple[torch.nn.Module, Any, float]:
     """(model in eval mode, tokenizer, final SFT loss), from ``inputs`` alone; ``device``: where it
@@ -207,6 +218,7 @@ def train_warm_start(inputs: WarmStartInputs, device: torch.device | str,
     corpus = [p.prompt + p.solution for p in train] + [demonstration(p, True) for p in train[:200]]
     tokenizer = train_tokenizer(corpus, inputs.model.vocab_size, inputs.model.split_digits)
     model = build_tiny_model(inputs.model, tokenizer, seed=pc.seed).to(device)
+    precision = warm_start_autocast(device)  # the weights and AdamW stay float32
     opt = torch.optim.AdamW(model.parameters(), lr=pc.lr, weight_decay=pc.weight_decay, betas=(0.9, 0.95))
     rng = random.Random(pc.seed)
     style_rng = random.Random(pc.seed + 1)
@@ -223,7 +235,8 @@ def train_warm_start(inputs: WarmStartInputs, device: torch.device | str,
         ids, attn, labels = (t.to(device) for t in sft_batch(tokenizer, chunk, alt, short))
         for group in opt.param_groups:
             group["lr"] = lr_at(step, pc)
-        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        with autocast_to(device, precision):
+            loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

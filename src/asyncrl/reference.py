@@ -40,10 +40,14 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, estimator: str = "k3") -> Tensor
     return KL_ESTIMATORS[estimator](log_r)
 
 
-def kl_penalty(logp: Tensor, ref_logp: Tensor, mask: Tensor, estimator: str = "k3") -> Tensor:
-    """Mean of :func:`kl_estimate` over the ``mask``ed tokens (a scalar); 0 when the mask is empty."""
+def kl_penalty(logp: Tensor, ref_logp: Tensor, mask: Tensor, estimator: str = "k3",
+               num_tokens: Tensor | int | None = None) -> Tensor:
+    """Mean of :func:`kl_estimate` over the ``mask``ed tokens (a scalar); 0 when the mask is empty.
+    ``num_tokens``: the denominator when these rows are a micro-batch of a larger minibatch (its
+    count of mask tokens), so that the micro-batches' penalties add up to the minibatch's."""
     per_token = torch.where(mask, kl_estimate(logp, ref_logp, estimator), 0.0)
-    return per_token.sum() / mask.sum().clamp(min=1)
+    count = mask.sum() if num_tokens is None else torch.as_tensor(num_tokens, device=per_token.device)
+    return per_token.sum() / count.clamp(min=1)
 
 
 class ReferencePolicy:
@@ -56,11 +60,15 @@ class ReferencePolicy:
             model.eval().requires_grad_(False)
 
     @torch.no_grad()
-    def logprobs(self, batch: Batch, *, temperature: float, autocast) -> Tensor:
+    def logprobs(self, batch: Batch, *, temperature: float, autocast, logits_chunk: int = 1024,
+                 lm_head_fp32: bool = False) -> Tensor:
+        """[B, T] float32 log-probs of ``batch``'s completions under the reference, computed as the
+        trainer computes its own (``completion_logprobs`` with the same head settings)."""
         switch = self.model.disable_adapter() if self.adapters_off else contextlib.nullcontext()
         with switch, autocast:
             logp, _ = completion_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
-                                          batch.completion_mask, temperature=temperature)
+                                          batch.completion_mask, temperature=temperature,
+                                          logits_chunk=logits_chunk, lm_head_fp32=lm_head_fp32)
         return logp
 
 

@@ -51,7 +51,7 @@ class EngineEntry:
     # "module:function" called (spec, model=, tokenizer=, policy_dir=, engine_kwargs=) -> Engine
     target: str
     # True: the engine loads its weights from the checkpoint and keeps them itself (vLLM), so
-    # pulled weights land in a CPU staging model first; False: it generates with the nn.Module it
+    # pulled weights land in a staging model on policy.device first; False: it generates with the nn.Module it
     # is given (which weight channels fill directly)
     owns_weights: bool
 

@@ -7,7 +7,13 @@ gradients skip the update (counted), so NaN/inf never reaches the weights.
 
 Device: the trainer works on its model's device; a batch moves there once, at the entrance of
 :meth:`Trainer.step`. Mixed precision (``trainer.autocast``): the weights and the optimizer stay
-in the policy dtype (fp32 master weights); forward passes run under ``torch.autocast``.
+in the policy dtype (fp32 master weights); forward passes run under ``torch.autocast``; float16
+adds a dynamic loss scale (``torch.amp.GradScaler``), whose overflow steps count as skipped updates.
+
+Memory: ``trainer.micro_batch_size`` splits each minibatch into forward/backward passes whose
+gradients add up (the losses get the minibatch's token and sequence counts, so the update is the
+minibatch's); logged statistics are those of the whole minibatch. ``trainer.logits_chunk`` bounds
+the LM head's memory (asyncrl.policy.logprobs).
 
 Learning rate: ``trainer.lr_schedule`` (asyncrl.lr_schedule) sets each step's lr; VCPO's ESS rule
 scales that lr for one minibatch update and restores it. Optional KL penalty to a frozen reference
@@ -25,12 +31,15 @@ from collections import defaultdict
 import torch
 
 from asyncrl.config import LossConfig, TrainerConfig
+from asyncrl.config.training import check_micro_batching
 from asyncrl.lr_schedule import build_scheduler, check_schedule, schedule_key
 from asyncrl.objectives import ProxPlan, group_advantages, policy_loss, prox_strategy
 from asyncrl.policy.logprobs import completion_logprobs
 from asyncrl.reference import ReferencePolicy, kl_penalty
 from asyncrl.stability.ess_lr import lr_scale, minibatch_ess, scaled_lr, sequence_log_weights
 from asyncrl.stability.opob import opob_advantages, score_grad_sq_norms
+from asyncrl.trainer_steps import (MinibatchParts, advantage_stats, check_hparams, logp_mismatch, micro_bounds,
+                                   nanmean, prox_error_stats)
 from asyncrl.types import Batch
 
 AUTOCAST_DTYPES = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -40,15 +49,18 @@ class Trainer:
     """Owns the trained model, its optimizer and the policy version counter."""
 
     def __init__(self, model: torch.nn.Module, cfg: TrainerConfig, loss: LossConfig, *,
-                 temperature: float = 1.0, seed: int = 0, reference: ReferencePolicy | None = None):
+                 temperature: float = 1.0, seed: int = 0, reference: ReferencePolicy | None = None,
+                 lm_head_fp32: bool = False):
         self.model = model
         self.reference = reference if cfg.kl_coef > 0 else None  # frozen starting policy of the KL penalty
         self.cfg = cfg
         self.loss = loss
         self.temperature = temperature
+        self.lm_head_fp32 = lm_head_fp32  # the LM head's matmul in fp32 under autocast
         self.version = 0
         self.device = next(model.parameters()).device
-        _check_hparams(cfg.grad_clip, [(cfg.lr, (cfg.beta1, cfg.beta2), cfg.weight_decay)])
+        check_hparams(cfg.grad_clip, [(cfg.lr, (cfg.beta1, cfg.beta2), cfg.weight_decay)])
+        check_micro_batching(loss, cfg)
         # fused AdamW: one kernel for all parameters on CUDA (the foreach path elsewhere)
         fused = {"fused": True} if self.device.type == "cuda" else {}
         self.optimizer = torch.optim.AdamW(
@@ -56,35 +68,56 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.rng = torch.Generator().manual_seed(seed)  # minibatch permutation, sampled on the CPU
         self.autocast_dtype = AUTOCAST_DTYPES[cfg.autocast]
+        self.scaler = self._grad_scaler()
         self.prox = prox_strategy(cfg.prox)  # how each step obtains log π_prox (asyncrl.objectives.prox)
+
+    def _grad_scaler(self) -> torch.amp.GradScaler | None:
+        """float16 autocast: a dynamic loss scale, so small gradients do not flush to zero in fp16."""
+        if self.autocast_dtype != torch.float16:
+            return None
+        if any(p.dtype == torch.float16 for p in self.model.parameters() if p.requires_grad):
+            raise ValueError("trainer.autocast: float16 needs float32 trained weights (policy.dtype=float32) "
+                             "to unscale the gradients in; got float16 parameters")
+        return torch.amp.GradScaler(self.device.type)
 
     def _autocast(self):
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
-    def logprobs(self, batch: Batch, with_entropy: bool = False):
+    def logprobs(self, batch: Batch, with_entropy: bool = False, rows_per_forward: int = 0):
+        """(logp [B, T], entropy [B, T] or None) of ``batch`` under the trained model; with
+        ``rows_per_forward`` > 0 in forward passes of at most that many rows, concatenated."""
+        rows = len(batch) if rows_per_forward <= 0 else rows_per_forward
+        parts = [self._forward(batch.rows(lo, hi), with_entropy) for lo, hi in micro_bounds(len(batch), rows)]
+        if len(parts) == 1:
+            return parts[0]
+        entropy = torch.cat([part[1] for part in parts]) if with_entropy else None
+        return torch.cat([part[0] for part in parts]), entropy
+
+    def _forward(self, batch: Batch, with_entropy: bool):
         with self._autocast():
             return completion_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
                                        batch.completion_mask, temperature=self.temperature,
-                                       with_entropy=with_entropy)
+                                       with_entropy=with_entropy, logits_chunk=self.cfg.logits_chunk,
+                                       lm_head_fp32=self.lm_head_fp32)
 
-    def _prox_setup(self, batch: Batch, sizes: list[int]) -> tuple[ProxPlan, tuple | None, bool, float, float]:
-        """The step's proximal plan, after the extra no-grad forward pass when the strategy needs the
-        exact log-probs or trainer.prox_error measures the approximation on this step.
-        Returns (plan, exact parts per minibatch when measured, measured?, prox s, measurement s)."""
+    def _prox_setup(self, batch: Batch, sizes: list[int]) -> tuple[ProxPlan, torch.Tensor | None, bool, float, float]:
+        """The step's proximal plan, after the extra no-grad forward pass (in micro-batches, or
+        minibatches) when the strategy needs the exact log-probs or trainer.prox_error measures the
+        approximation on this step. Returns (plan, exact log-probs [B, T] when that pass ran,
+        measured?, prox s, measurement s)."""
         cfg = self.cfg
         measure = cfg.prox_error and self.prox.approximate and self.version % cfg.prox_error_every == 0
         exact_logp, error_time = None, 0.0
         t0 = time.perf_counter()
         if self.prox.needs_forward or measure:
             with torch.no_grad():
-                exact_logp = self.logprobs(batch)[0]
+                exact_logp = self.logprobs(batch, rows_per_forward=cfg.micro_batch_size or max(sizes))[0]
             if measure:  # the measurement is not the approximation's cost
                 error_time, t0 = time.perf_counter() - t0, time.perf_counter()
         plan = self.prox.plan(batch.behav_logp, batch.versions, self.version, exact_logp)
-        exact_parts = exact_logp.split(sizes) if measure else None
-        return plan, exact_parts, measure, time.perf_counter() - t0, error_time
+        return plan, exact_logp, measure, time.perf_counter() - t0, error_time
 
     def step(self, batch: Batch) -> dict[str, float]:
         """Train on ``batch`` (any number of versions behind) and advance the version by one."""
@@ -98,44 +131,24 @@ class Trainer:
         batch = batch.select(perm)  # minibatch order: minibatch i is a contiguous block of rows (views)
         sizes = [len(index) for index in perm.chunk(cfg.n_minibatches)]
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        plan, exact_parts, measure, prox_time, error_time = self._prox_setup(batch, sizes)
+        plan, exact_logp, measure, prox_time, error_time = self._prox_setup(batch, sizes)
         stats: dict[str, list[float]] = defaultdict(list)
-        for i, (start, size) in enumerate(zip(starts, sizes)):
+        mismatch = None if exact_logp is None else logp_mismatch(exact_logp, batch, self.version)
+        for start, size in zip(starts, sizes):
             mb = batch.rows(start, start + size)
-            logp, entropy = self.logprobs(mb, with_entropy=True)
-            t0 = time.perf_counter()
-            prox_logp = plan.minibatch(start, start + size, mb.behav_logp, logp, mb.versions)  # None: coupled
-            prox_time += time.perf_counter() - t0
+            parts = self._train_minibatch(mb, start, plan, stats)
+            prox_time += parts.prox_time
             if measure:
-                for key, value in prox_error_stats(exact_parts[i], prox_logp, mb.completion_mask,
-                                                   self.version - mb.versions).items():
+                for key, value in prox_error_stats(exact_logp[start:start + size], parts.prox_logp,
+                                                   mb.completion_mask, self.version - mb.versions).items():
                     stats[key].append(value)
-            loss, loss_stats = policy_loss(
-                self.loss.name, logp, mb.behav_logp, mb.advantages, mb.completion_mask,
-                prox_logp=prox_logp, versions=mb.versions, current_version=self.version,
-                group_ids=mb.group_ids, **self.loss.params)
-            if self.reference is not None:
-                ref_logp = self.reference.logprobs(mb, temperature=self.temperature, autocast=self._autocast())
-                kl = kl_penalty(logp, ref_logp, mb.completion_mask, cfg.kl_estimator)
-                loss = loss + cfg.kl_coef * kl
-                stats["kl_ref"].append(kl.item())
-            _, ess_frac = minibatch_ess(logp, mb.behav_logp, mb.completion_mask, cfg.vcpo.weight_cap)
-            scale = lr_scale(ess_frac, cfg.vcpo.base_ess_ratio, cfg.vcpo.rule) if cfg.vcpo.enabled else 1.0
-            with scaled_lr(self.optimizer, scale):  # VCPO: smaller steps on batches with a low ESS
-                grad_norm = self._update(loss)
-            stats["ess_frac"].append(ess_frac)
-            stats["lr_scale"].append(scale)
-            stats["loss"].append(loss.item())
-            stats["grad_norm"].append(grad_norm)
-            mask = mb.completion_mask
-            stats["entropy"].append((entropy.detach()[mask].mean().item()) if mask.any() else math.nan)
-            for key, value in loss_stats.items():
-                stats[key].append(float(value))
+            if mismatch is None:  # the first minibatch's log-probs are those before any update
+                mismatch = logp_mismatch(parts.logp, mb, self.version)
         self.version += 1
         with warnings.catch_warnings():  # a step whose updates were all skipped still moves the schedule on
             warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)` before")
             self.scheduler.step()  # the next step's lr
-        out = {key: _nanmean(values) for key, values in stats.items()}
+        out = {key: nanmean(values) for key, values in stats.items()}
         if "prox_abs_err_max" in stats:  # the step's worst token, not a mean of per-minibatch maxima
             out["prox_abs_err_max"] = max(stats["prox_abs_err_max"], key=lambda v: -math.inf if math.isnan(v) else v)
         out["skipped_updates"] = float(sum(not math.isfinite(g) for g in stats["grad_norm"]))
@@ -143,12 +156,72 @@ class Trainer:
         out["ess_frac_min"] = min(stats["ess_frac"])
         out["lr"] = step_lr
         out["lr_effective"] = step_lr * out["lr_scale"]
-        out.update(_advantage_stats(batch))
+        out["logp_mismatch"] = mismatch
+        out.update(advantage_stats(batch))
         out["prox_time_s"] = prox_time
         if measure:
             out["prox_error_time_s"] = error_time
         out["train_time_s"] = time.perf_counter() - started
         return out
+
+    def _train_minibatch(self, mb: Batch, start: int, plan: ProxPlan, stats: dict[str, list[float]]
+                         ) -> MinibatchParts:
+        """One optimizer update on minibatch ``mb`` (rows ``start:`` of the step's batch): forward and
+        backward per micro-batch, gradients accumulated, then clip and step. Appends the update's
+        statistics, computed over the whole minibatch, to ``stats``."""
+        cfg = self.cfg
+        bounds = micro_bounds(len(mb), cfg.micro_batch_size)
+        mask = mb.completion_mask
+        # the minibatch's counts: each micro-batch's loss is its share of the minibatch's mean
+        counts = {} if len(bounds) == 1 else {"global_num_tokens": mask.sum(), "global_num_seqs": mask.any(-1).sum()}
+        self._begin_update()
+        parts, finite = MinibatchParts(), True
+        for lo, hi in bounds:
+            micro = mb.rows(lo, hi)
+            logp, entropy = self.logprobs(micro, with_entropy=True)
+            t0 = time.perf_counter()
+            prox_logp = plan.minibatch(start + lo, start + hi, micro.behav_logp, logp, micro.versions)  # None: coupled
+            parts.prox_time += time.perf_counter() - t0
+            ref_logp = None if self.reference is None else self.reference.logprobs(
+                micro, temperature=self.temperature, autocast=self._autocast(), logits_chunk=cfg.logits_chunk,
+                lm_head_fp32=self.lm_head_fp32)
+            loss, loss_stats, kl = self._objective(micro, logp, prox_logp, ref_logp, counts)
+            finite = finite and self._backward(loss)  # after a non-finite loss the update is skipped
+            parts.add(logp, entropy, prox_logp, ref_logp, loss, loss_stats, kl)
+        parts.join()
+        if len(bounds) > 1:  # the statistics of the whole minibatch, from its detached log-probs
+            with torch.no_grad():
+                parts.loss, parts.loss_stats, parts.kl = self._objective(mb, parts.logp, parts.prox_logp,
+                                                                         parts.ref_logp, {})
+        _, ess_frac = minibatch_ess(parts.logp, mb.behav_logp, mask, cfg.vcpo.weight_cap)
+        scale = lr_scale(ess_frac, cfg.vcpo.base_ess_ratio, cfg.vcpo.rule) if cfg.vcpo.enabled else 1.0
+        with scaled_lr(self.optimizer, scale):  # VCPO: smaller steps on batches with a low ESS
+            grad_norm = self._finish_update(finite)
+        if parts.kl is not None:
+            stats["kl_ref"].append(parts.kl.item())
+        stats["ess_frac"].append(ess_frac)
+        stats["lr_scale"].append(scale)
+        stats["loss"].append(parts.loss.item())
+        stats["grad_norm"].append(grad_norm)
+        stats["entropy"].append(parts.entropy[mask].mean().item() if mask.any() else math.nan)
+        for key, value in parts.loss_stats.items():
+            stats[key].append(float(value))
+        return parts
+
+    def _objective(self, rows: Batch, logp: torch.Tensor, prox_logp: torch.Tensor | None,
+                   ref_logp: torch.Tensor | None, counts: dict) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
+        """(loss, the loss's stats, KL penalty or None) of ``rows`` with log-probs ``logp`` [b, T];
+        ``counts``: the minibatch's global_num_tokens / global_num_seqs when ``rows`` is a part of it."""
+        loss, loss_stats = policy_loss(
+            self.loss.name, logp, rows.behav_logp, rows.advantages, rows.completion_mask,
+            prox_logp=prox_logp, versions=rows.versions, current_version=self.version,
+            group_ids=rows.group_ids, **self.loss.params, **counts)
+        kl = None
+        if ref_logp is not None:
+            kl = kl_penalty(logp, ref_logp, rows.completion_mask, self.cfg.kl_estimator,
+                            num_tokens=counts.get("global_num_tokens"))
+            loss = loss + self.cfg.kl_coef * kl
+        return loss, loss_stats, kl
 
     def _advantages(self, batch: Batch) -> torch.Tensor:
         """[B] advantages: the group baseline, or VCPO's off-policy optimal baseline (``vcpo.opob``)."""
@@ -167,27 +240,49 @@ class Trainer:
         norms = score_grad_sq_norms(seq_logp, params, len(batch))
         return opob_advantages(batch.rewards, log_w, norms, batch.group_ids, method=cfg.advantage, eps=cfg.adv_eps)
 
-    def _update(self, loss: torch.Tensor) -> float:
-        """Backward + clip + step; returns the pre-clip grad norm, or NaN if the update was skipped."""
+    def _begin_update(self) -> None:
         # checked again at every update, not only at load: a scheduler or a caller may change them,
         # and a NaN clip limit rescales finite gradients to NaN after the finiteness check below
-        _check_hparams(self.cfg.grad_clip, [(g["lr"], g["betas"], g["weight_decay"])
-                                            for g in self.optimizer.param_groups])
+        check_hparams(self.cfg.grad_clip, [(g["lr"], g["betas"], g["weight_decay"])
+                                           for g in self.optimizer.param_groups])
         self.optimizer.zero_grad(set_to_none=True)
+
+    def _backward(self, loss: torch.Tensor) -> bool:
+        """Accumulates the gradient of a finite ``loss`` (scaled under float16); False, and no
+        backward pass, when it is not finite."""
         if not torch.isfinite(loss):
+            return False
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+        return True
+
+    def _finish_update(self, finite: bool) -> float:
+        """Clip + step on the accumulated gradients; returns the pre-clip grad norm, or NaN if the
+        update was skipped (a non-finite loss or gradient, or a float16 overflow of the loss scale)."""
+        if not finite:
+            self.optimizer.zero_grad(set_to_none=True)
             return math.nan
-        loss.backward()
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
+            if self.scaler is not None:
+                self.scaler.update()  # the overflow lowers the scale for the next update
             return math.nan
-        self.optimizer.step()
+        if self.scaler is None:
+            self.optimizer.step()
+        else:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         return grad_norm.item()
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "version": self.version,
-                "rng": self.rng.get_state(), "scheduler": self.scheduler.state_dict(),
-                "schedule": schedule_key(self.cfg)}
+        state = {"optimizer": self.optimizer.state_dict(), "version": self.version,
+                 "rng": self.rng.get_state(), "scheduler": self.scheduler.state_dict(),
+                 "schedule": schedule_key(self.cfg)}
+        if self.scaler is not None:
+            state["grad_scaler"] = self.scaler.state_dict()
+        return state
 
     def load_optimizer_state(self, state: dict) -> None:
         """Optimizer state from a checkpoint (the ESS rollback) under the current step's scheduled lr:
@@ -203,47 +298,5 @@ class Trainer:
         if "scheduler" in state:  # checkpoints written before lr schedules existed: constant lr
             check_schedule(self.cfg, state)
             self.scheduler.load_state_dict(state["scheduler"])
-
-
-def _check_hparams(clip: float, groups: list[tuple]) -> None:
-    """ValueError unless the clip limit and every (lr, betas, weight_decay) is finite and in range:
-    the settings through which NaN could reach the weights from finite gradients."""
-    if not (math.isfinite(clip) and clip > 0):
-        raise ValueError(f"trainer.grad_clip: must be a finite number > 0, got {clip}")
-    for lr, (b1, b2), wd in groups:
-        lr, b1, b2, wd = float(lr), float(b1), float(b2), float(wd)
-        if not (math.isfinite(lr) and lr > 0):
-            raise ValueError(f"trainer.lr: must be a finite number > 0, got {lr}")
-        if not (0 <= b1 < 1 and 0 <= b2 < 1):
-            raise ValueError(f"trainer.beta1/beta2: must be in [0, 1), got {b1}, {b2}")
-        if not (math.isfinite(wd) and wd >= 0):
-            raise ValueError(f"trainer.weight_decay: must be a finite number >= 0, got {wd}")
-
-
-def _nanmean(values: list[float]) -> float:
-    finite = [v for v in values if not math.isnan(v)]
-    return sum(finite) / len(finite) if finite else math.nan
-
-
-def _advantage_stats(batch: Batch) -> dict[str, float]:
-    adv = batch.advantages.float()
-    groups = batch.group_ids.unique()
-    zero = sum(bool((adv[batch.group_ids == g] == 0).all()) for g in groups)
-    return {"adv_mean": adv.mean().item(), "adv_std": adv.std(unbiased=False).item(),
-            "frac_zero_adv_groups": zero / max(1, len(groups))}
-
-
-def prox_error_stats(exact_logp: torch.Tensor, approx_logp: torch.Tensor, mask: torch.Tensor,
-                     staleness: torch.Tensor | None = None) -> dict[str, float]:
-    """Mean and max over valid tokens of |exact − approximate| proximal log-prob; all [B, T].
-    With ``staleness`` ([B, T] versions behind), also the mean per staleness value present:
-    ``prox_abs_err_stale<s>``, the curve of how the error grows with staleness."""
-    if not mask.any():
-        return {"prox_abs_err_mean": math.nan, "prox_abs_err_max": math.nan}
-    err = (exact_logp.detach() - approx_logp.detach()).abs()
-    out = {"prox_abs_err_mean": err[mask].mean().item(), "prox_abs_err_max": err[mask].max().item()}
-    if staleness is not None:
-        stale = staleness[mask]
-        for s in stale.unique().tolist():
-            out[f"prox_abs_err_stale{s}"] = err[mask][stale == s].mean().item()
-    return out
+        if self.scaler is not None and "grad_scaler" in state:
+            self.scaler.load_state_dict(state["grad_scaler"])

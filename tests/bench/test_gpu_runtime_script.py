@@ -1,5 +1,5 @@
-"""benchmarks/gpu_runtime.py (the GPU micro-benchmark through our own channel, engine and trainer)
-runs end to end at a tiny size on the CPU, so a GPU session can trust it to run there."""
+"""benchmarks/gpu_runtime.py (the GPU benchmark through our own channel, engine and trainer) runs
+every section end to end at a tiny size on the CPU, so a GPU session can trust it to run there."""
 
 import json
 import subprocess
@@ -11,11 +11,20 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_runtime.py"
 
 def test_gpu_runtime_script_tiny_on_cpu(tmp_path):
     out = tmp_path / "gpu_runtime.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--size", "tiny", "--device", "cpu", "--batch", "16",
-                           "--new-tokens", "4", "--gen-dtype", "float32", "--reps", "1", "--out", str(out)],
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--size", "tiny", "--device", "cpu", "--rows", "16",
+                           "--prompt", "8", "--completion", "6", "--minibatches", "2", "--micro-batch", "4",
+                           "--gen-dtype", "float32", "--reps", "2", "--out", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    row = json.loads(out.read_text())["tiny"]
-    assert row["channel"] == "shm" and row["device"] == "cpu"
-    assert row["publish_s"] > 0 and row["pull_s"] > 0 and row["decode_tok_per_s"] > 0
-    assert row["recompute_over_loglinear"] > 1
+    result = json.loads(out.read_text())
+    assert result["device"] == "cpu"
+    for section in ("weights", "decode", "trainer", "mismatch"):
+        assert "error" not in result[f"tiny/{section}"], result[f"tiny/{section}"]
+    weights, decode = result["tiny/weights"], result["tiny/decode"]
+    assert weights["channel"] == "shm" and weights["publish_ms"] > 0 and weights["pull_ms"] > 0
+    assert decode["transformers_decode_tok_per_s"] > 0
+    trainer = result["tiny/trainer"]
+    # the extra forward pass costs more than the log-space interpolation, as the trainer spends them
+    assert trainer["recompute_prox_time_s"] > trainer["loglinear_prox_time_s"] > 0
+    # fp32 generator and fp32 trainer agree on the generator's own tokens
+    assert result["tiny/mismatch"]["logp_mismatch_mean_head_autocast"] < 1e-4

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("asyncrl.config",),
     # machinery over one model: weights, generation engines, evaluation, warm start, the trainer
     ("asyncrl.policy", "asyncrl.checkpoint", "asyncrl.reference", "asyncrl.rollout", "asyncrl.evaluation",
-     "asyncrl.pretrain", "asyncrl.trainer"),
+     "asyncrl.pretrain", "asyncrl.trainer", "asyncrl.trainer_steps"),
     # the training loop, batch sources, workers, weight channels, backends
     ("asyncrl.runtime",),
     # what runs many trainings or describes the config to users

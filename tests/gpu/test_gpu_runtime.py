@@ -55,7 +55,11 @@ def weights(run_dir: Path):
 def test_modes_end_to_end_on_cuda(tmp_path, cache, mode, extra):
     _, records, summary = train(tmp_path, cache, mode, f"run.mode={mode}", "trainer.steps=3", *extra)
     assert summary["steps"] == 3 and summary["device"] not in ("cpu", None)
-    assert all(r["weight_publish_s"] >= 0 and r["gen_tokens"] > 0 for r in records)
+    assert all(r["weight_publish_s"] >= 0 for r in records)
+    # async: a step trains on units that may all have arrived during an earlier step (gen_tokens 0)
+    assert sum(r["gen_tokens"] for r in records) > 0
+    if mode != "async":
+        assert all(r["gen_tokens"] > 0 for r in records)
     if mode == "async":
         assert summary["weight_publish_per_step_s"] < 0.5
 

@@ -33,7 +33,8 @@ from asyncrl.config.asynchrony import AsyncConfig
 from asyncrl.config.model import ModelConfig, PolicyConfig, PretrainConfig
 from asyncrl.config.run import RunConfig
 from asyncrl.config.task import RewardConfig, TaskConfig
-from asyncrl.config.training import EvalConfig, LossConfig, RolloutConfig, TrainerConfig, check_prox_pairing
+from asyncrl.config.training import (EvalConfig, LossConfig, RolloutConfig, TrainerConfig, check_micro_batching,
+                                     check_prox_pairing)
 
 
 @dataclass
@@ -66,7 +67,10 @@ class Config:
         if (channel == "ray") != (backend == "ray") and channel != "auto":
             raise ValueError(f"async.weight_channel: {channel!r} does not work with async.backend={backend!r}")
         check_combinations(self)
+        if self.policy.lm_head_fp32 and self.rollout.engine == "vllm":
+            raise ValueError("policy.lm_head_fp32: not supported with rollout.engine=vllm (transformers engine only)")
         check_prox_pairing(self.loss, self.trainer)
+        check_micro_batching(self.loss, self.trainer)
         if channel == "cuda" and not self.policy.device.startswith("cuda"):
             raise ValueError(f"async.weight_channel: 'cuda' needs policy.device=cuda, got {self.policy.device!r}")
 

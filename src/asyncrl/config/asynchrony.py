@@ -35,11 +35,17 @@ class AsyncConfig:
     recency_decay: float = setting(1.0, "sample buffered groups with weight decay^age; 1 = FIFO")
     hard_sync_every: int = setting(0, "every M steps drop all data older than the current version; 0 = off")
     worker_start_timeout_s: float = setting(300.0, "seconds a rollout worker may take to start")
+    gpus_per_worker: float = setting(
+        0.0, "Ray backend, policy.device cuda: GPUs each rollout actor asks Ray for; 0 = auto, "
+             "1 / (n_workers + 1): every actor beside the trainer on one GPU")
     # keeps the scheduler from migrating the two busy processes onto one core
     pin_cpus: bool = setting(True, "pin the trainer to CPU 0 and worker i to CPU 1 + i (when enough CPUs)")
     lag: int = setting(0, "simulated mode: batch k comes from policy version k - lag")
     policy_buffer: int = setting(
         0, "simulated mode: N > 0 = a version drawn uniformly from the last N (the VACO setup)")
+    # the K + 1 past versions of simulated mode, each one model in rollout.dtype
+    snapshots_on_host: bool = setting(
+        False, "simulated mode: keep the past versions in host memory (pinned on CUDA), not on the device")
     adaptive: AdaptiveStalenessConfig = field(default_factory=AdaptiveStalenessConfig)  # ESS-governed W
 
     def validate(self) -> None:
@@ -60,3 +66,5 @@ class AsyncConfig:
                 raise ValueError(f"{name}: must be >= 0")
         if self.worker_start_timeout_s <= 0:
             raise ValueError("worker_start_timeout_s: must be > 0")
+        if self.gpus_per_worker < 0:
+            raise ValueError("gpus_per_worker: must be >= 0 (0 = auto)")

@@ -67,6 +67,10 @@ class PolicyConfig:
     attn_implementation: str | None = setting(
         None, "transformers attention: sdpa, eager, flash_attention_2; null = its default")
     gradient_checkpointing: bool = setting(False, "recompute activations in backward (less memory)")
+    # bf16 rounding of the logits is the largest part of the generator/trainer log-prob mismatch
+    # (MiniMax-M1, ScaleRL): both sides then compute the head in float32 (docs/models.md)
+    lm_head_fp32: bool = setting(
+        False, "the output head's matmul in float32 in the trainer and the transformers engine")
     # LoRA through peft (pip install "asyncrl[lora]"): rollout workers and checkpoints get the
     # merged weights (docs/models.md)
     lora_rank: int = setting(0, "LoRA rank; only the adapters train; 0 = full fine-tuning")

@@ -99,6 +99,11 @@ class TrainerConfig:
     beta2: float = setting(0.999, "AdamW beta2")
     grad_clip: float = setting(1.0, "max global gradient norm per update")
     n_minibatches: int = setting(4, "optimizer updates per batch (must divide the batch size)")
+    # memory, not the update: a minibatch runs as several forward/backward passes whose gradients add up
+    micro_batch_size: int = setting(
+        0, "sequences per forward/backward (gradient accumulation; the update equals the whole "
+           "minibatch's); 0 = the whole minibatch")
+    logits_chunk: int = setting(1024, "token positions per LM-head chunk (memory of the head ~ chunk x vocabulary)")
     advantage: Literal["grpo", "drgrpo", "rloo"] = setting(
         "grpo", "grpo: (r - mean) / std per group; drgrpo: r - mean; rloo: leave-one-out baseline")
     adv_eps: float = setting(1e-6, "added to the group std in grpo advantages")
@@ -113,9 +118,11 @@ class TrainerConfig:
     prox_error_every: int = setting(
         1, "with prox_error: measure on steps whose version is a multiple of N only, so a timed run "
            "pays about 1/N of the extra pass")
-    # master weights and the optimizer stay in policy.dtype; bfloat16 is the usual GPU setting
+    # master weights and the optimizer stay in policy.dtype; bfloat16 is the usual GPU setting;
+    # float16 adds a dynamic loss scale (torch.amp.GradScaler)
     autocast: Literal["none", "bfloat16", "float16"] = setting(
-        "none", "mixed precision: forward passes under torch.autocast in this dtype; none = full")
+        "none", "mixed precision: forward passes under torch.autocast in this dtype (float16 with a "
+                "dynamic loss scale); none = full")
     vcpo: VcpoConfig = field(default_factory=VcpoConfig)  # ESS-scaled lr, OPOB (docs/stability.md)
     ess_warning: EssWarningConfig = field(default_factory=EssWarningConfig)
     # learning-rate schedule over trainer.steps (asyncrl.lr_schedule; docs/training.md): linear
@@ -142,6 +149,10 @@ class TrainerConfig:
             raise ValueError("weight_decay: must be >= 0")
         if self.n_minibatches < 1:
             raise ValueError("n_minibatches: must be >= 1")
+        if self.micro_batch_size < 0:
+            raise ValueError("micro_batch_size: must be >= 0 (0 = the whole minibatch)")
+        if self.logits_chunk < 1:
+            raise ValueError("logits_chunk: must be >= 1")
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be in [0, 1)")
@@ -164,6 +175,29 @@ def check_prox_pairing(loss: LossConfig, trainer: TrainerConfig) -> None:
     why = prox_pairing_error(loss.name, trainer.prox)
     if why is not None:
         raise ValueError(f"trainer.prox: {trainer.prox!r} does not go with loss.name={loss.name!r}: {why}")
+
+
+# Losses whose value is a sum of per-token (or per-sequence) terms over the minibatch divided by a
+# count of the minibatch's loss-mask tokens or sequences: run on micro-batches with the minibatch's
+# counts (global_num_tokens / global_num_seqs), their gradients add up to the minibatch's exactly.
+# m2po and vaco decide on a statistic of the whole call, which a micro-batch does not see.
+MICRO_BATCH_EXACT_LOSSES = frozenset({"ppo", "decoupled", "tis", "mis", "cispo", "opsm", "gspo", "reinforce",
+                                      "ppo_kl", "spo"})
+
+
+def check_micro_batching(loss: LossConfig, trainer: TrainerConfig) -> None:
+    """ValueError("trainer.micro_batch_size: ...") when micro-batches would not give the minibatch's
+    update for this loss: a loss with a whole-minibatch statistic, or denominators that count only the
+    tokens kept after filtering (known only once every micro-batch is computed)."""
+    if trainer.micro_batch_size == 0:
+        return
+    if loss.name not in MICRO_BATCH_EXACT_LOSSES:
+        raise ValueError(f"trainer.micro_batch_size: loss {loss.name!r} is not split exactly into micro-batches "
+                         f"(a statistic over the whole minibatch); use 0 or one of "
+                         f"{', '.join(sorted(MICRO_BATCH_EXACT_LOSSES))}")
+    if loss.params.get("keep_filtered_in_denominator", True) is False:
+        raise ValueError("trainer.micro_batch_size: needs loss.params.keep_filtered_in_denominator=true (a "
+                         "denominator of kept tokens is known only after the whole minibatch); use 0")
 
 
 @dataclass

@@ -9,15 +9,24 @@ importance ratio is exactly 1 when the weights have not changed.
 The decode loop is written out (rather than ``model.generate``) because the runtime needs three
 things ``generate`` does not give exactly: the log-prob of each sampled token as sampled, decoding in
 chunks with a weight swap in between, and a re-prefill of the same sequences after the swap.
+
+Only the last position's logits are computed, in the prefill as in each decode step: the model's
+``logits_to_keep=1`` where its forward takes it, else a hook that hands the output head the last
+position alone, so a prefill of B sequences of L tokens never builds the [B, L, V] logits. With
+``lm_head_fp32`` the head's matmul runs in float32 (hidden state and weight cast up, outside any
+autocast), as the trainer's does under ``policy.lm_head_fp32``.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
+import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from asyncrl.types import Generation
@@ -44,9 +53,58 @@ def _cache_field(model_cls: type) -> str:
     return "cache" if "cache" in inspect.signature(model_cls.forward).parameters else "past_key_values"
 
 
-def cache_field(model: torch.nn.Module) -> str:
+def _base_class(model: torch.nn.Module) -> type:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft wrapper
-    return _cache_field(type(base))
+    return type(base)
+
+
+def cache_field(model: torch.nn.Module) -> str:
+    return _cache_field(_base_class(model))
+
+
+@lru_cache(maxsize=None)
+def _keeps_last_logits(model_cls: type) -> bool:
+    """Whether the model's forward takes ``logits_to_keep`` (transformers' causal LMs since 4.50)."""
+    return "logits_to_keep" in inspect.signature(model_cls.forward).parameters
+
+
+def _fp32_head(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """``head``'s linear map of ``hidden`` [..., H] computed in float32 → [..., V] float32; autocast
+    is off inside so that it cannot cast the operands back down."""
+    bias = getattr(head, "bias", None)
+    with torch.autocast(hidden.device.type, enabled=False):
+        return F.linear(hidden.float(), head.weight.float(), None if bias is None else bias.float())
+
+
+@contextmanager
+def _head_for_last_logits(model: torch.nn.Module, *, slice_input: bool, fp32: bool) -> Iterator[None]:
+    """While open, ``model``'s output head sees only the last position of its input [B, L, H]
+    (``slice_input``: for a forward without ``logits_to_keep``) and computes in float32 (``fp32``)."""
+    if not (slice_input or fp32):
+        yield
+        return
+    head = model.get_output_embeddings()
+    if head is None or (fp32 and not isinstance(getattr(head, "weight", None), torch.Tensor)):
+        raise ValueError(f"{_base_class(model).__name__}: no linear output head to compute the last logits with")
+    hooks = [head.register_forward_pre_hook(lambda _module, args: (args[0][:, -1:], *args[1:]))] if slice_input else []
+    if fp32:
+        head.forward = lambda hidden: _fp32_head(head, hidden)  # this instance only, until closed
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+        if fp32:
+            del head.forward
+
+
+def last_logits(model: PreTrainedModel, *, lm_head_fp32: bool = False, **inputs) -> tuple[torch.Tensor, object]:
+    """(logits of the last position [B, V] float32, the KV cache) of ``model(**inputs)`` with the
+    output head applied to the last position only (module docstring)."""
+    keeps = _keeps_last_logits(_base_class(model))
+    with _head_for_last_logits(model, slice_input=not keeps, fp32=lm_head_fp32):
+        out = model(**inputs, **({"logits_to_keep": 1} if keeps else {}))
+    return out.logits[:, -1].float(), getattr(out, cache_field(model))
 
 
 def positions(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -81,11 +139,13 @@ class DecodeState:
 @torch.no_grad()
 def prefill(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
             tokens: torch.Tensor | None = None, logps: torch.Tensor | None = None,
-            versions: torch.Tensor | None = None, finished: torch.Tensor | None = None) -> DecodeState:
+            versions: torch.Tensor | None = None, finished: torch.Tensor | None = None, *,
+            lm_head_fp32: bool = False) -> DecodeState:
     """Run the prefix (prompt + any tokens generated so far) through ``model`` and build a state.
 
     Called at the start, and again after a weight update so that later tokens come exactly from
-    the new weights (the old KV cache was computed by the old ones).
+    the new weights (the old KV cache was computed by the old ones). ``lm_head_fp32``: the output
+    head in float32.
     """
     batch = prompt_ids.shape[0]
     device = prompt_ids.device
@@ -97,9 +157,9 @@ def prefill(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch
     gen_mask = (versions >= 0).long() if tokens.shape[1] else tokens.new_zeros((batch, 0))
     ids = torch.cat([prompt_ids, tokens], dim=1)
     attn = torch.cat([prompt_mask, gen_mask], dim=1)
-    out = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn), use_cache=True)
-    return DecodeState(prompt_ids, prompt_mask, tokens, logps, versions, finished,
-                       out.logits[:, -1].float(), getattr(out, cache_field(model)), attn)
+    next_logits, past = last_logits(model, lm_head_fp32=lm_head_fp32, input_ids=ids, attention_mask=attn,
+                                    position_ids=positions(attn), use_cache=True)
+    return DecodeState(prompt_ids, prompt_mask, tokens, logps, versions, finished, next_logits, past, attn)
 
 
 def truncate(logp: torch.Tensor, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:
@@ -137,11 +197,12 @@ def sample_token(logits: torch.Tensor, *, temperature: float, top_p: float = 1.0
 @torch.no_grad()
 def decode(model: PreTrainedModel, state: DecodeState, n_tokens: int, *, temperature: float,
            eos_id: int, pad_id: int, version: int = 0, generator: torch.Generator | None = None,
-           top_p: float = 1.0, top_k: int = 0) -> DecodeState:
+           top_p: float = 1.0, top_k: int = 0, lm_head_fp32: bool = False) -> DecodeState:
     """Decode up to ``n_tokens`` more tokens (stops early when every sequence has finished).
 
     temperature 0 = greedy; ``top_p`` < 1 / ``top_k`` > 0 truncate the sampling distribution
     (:func:`sample_token`). Finished sequences get ``pad_id``, log-prob 0 and version −1.
+    ``lm_head_fp32``: the output head in float32.
     """
     cache = cache_field(model)
     for _ in range(n_tokens):
@@ -158,10 +219,9 @@ def decode(model: PreTrainedModel, state: DecodeState, n_tokens: int, *, tempera
         state.versions = torch.cat([state.versions, token_version[:, None]], dim=1)
         state.finished = state.finished | (alive & (token == eos_id))
         state.attn = torch.cat([state.attn, alive.long()[:, None]], dim=1)
-        out = model(input_ids=token[:, None], attention_mask=state.attn,
-                    position_ids=positions(state.attn)[:, -1:], use_cache=True, **{cache: state.past})
-        state.past = getattr(out, cache)
-        state.next_logits = out.logits[:, -1].float()
+        state.next_logits, state.past = last_logits(
+            model, lm_head_fp32=lm_head_fp32, input_ids=token[:, None], attention_mask=state.attn,
+            position_ids=positions(state.attn)[:, -1:], use_cache=True, **{cache: state.past})
     return state
 
 

@@ -50,5 +50,6 @@ class EngineSpec:
     dtype: str = "float32"  # generation weights
     top_p: float = 1.0  # nucleus sampling; 1 = off
     top_k: int = 0  # top-k sampling; 0 = off
+    lm_head_fp32: bool = False  # the output head's matmul in float32 (policy.lm_head_fp32)
 
 

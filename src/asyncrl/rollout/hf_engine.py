@@ -5,7 +5,8 @@ The engine generates with ``model`` itself when it already has the generation dt
 (sync mode on one device: no copy at all), otherwise with its own copy that
 :meth:`TransformersEngine.update_weights` refreshes. After new weights arrive mid-generation, the
 prefix (prompt + tokens so far) is re-run with them, so later tokens come exactly from the new
-weights and carry their version.
+weights and carry their version. Each forward pass computes the logits of the last position only
+(:mod:`asyncrl.policy.sampling`); ``spec.lm_head_fp32`` runs the output head in float32.
 """
 
 from __future__ import annotations
@@ -65,17 +66,17 @@ class TransformersEngine:
         self.model.eval()
         try:
             ids, mask = left_pad(prompts, tok.pad_token_id, device=self.device)
-            state = prefill(self.model, ids, mask)
+            state = prefill(self.model, ids, mask, lm_head_fp32=spec.lm_head_fp32)
             chunk = spec.chunk_tokens if between_chunks is not None and spec.chunk_tokens else spec.max_new_tokens
             while state.n_generated < spec.max_new_tokens and not bool(state.finished.all()):
                 n = min(chunk, spec.max_new_tokens - state.n_generated)
                 state = decode(self.model, state, n, temperature=spec.temperature, eos_id=tok.eos_token_id,
                                pad_id=tok.pad_token_id, version=self.version, generator=self.generator,
-                               top_p=spec.top_p, top_k=spec.top_k)
+                               top_p=spec.top_p, top_k=spec.top_k, lm_head_fp32=spec.lm_head_fp32)
                 unfinished = state.n_generated < spec.max_new_tokens and not bool(state.finished.all())
                 if unfinished and between_chunks is not None and between_chunks():
                     state = prefill(self.model, state.prompt_ids, state.prompt_mask, state.tokens, state.logps,
-                                    state.versions, state.finished)
+                                    state.versions, state.finished, lm_head_fp32=spec.lm_head_fp32)
         finally:
             self.model.train(was_training)
         return to_generation(state)

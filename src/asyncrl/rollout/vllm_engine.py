@@ -3,12 +3,28 @@
 and ``update_weights(weights, version)`` — with in-place weight updates and chunked, interruptible
 generation.
 
-Mechanisms (checked against vLLM 0.32; see docs/models.md):
+Mechanisms (checked against vLLM 0.32 on CPU; the CUDA defaults follow vLLM's documented
+arguments and await a GPU run; see docs/models.md):
 
-* **In-process engine.** ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (set here unless the user set it) and
-  ``enforce_eager=True``: ~5 s start-up on CPU instead of 40-140 s, no child processes (our rollout
-  workers are daemonic processes, which may not have children), and direct access to the worker.
-  Scripts that create an engine still need an ``if __name__ == "__main__":`` guard.
+* **In-process engine.** ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (set here unless the user set it): no
+  child processes (our rollout workers are daemonic processes, which may not have children) and
+  direct access to the worker. Scripts that create an engine still need an
+  ``if __name__ == "__main__":`` guard.
+* **Defaults by device** (``spec.device``; ``rollout.engine_kwargs`` override each one):
+
+  - CPU: ``enforce_eager=True`` (~5 s start-up instead of 40-140 s) and a fixed KV cache of
+    :data:`CPU_KV_CACHE_BYTES` (the CPU backend reserves ``gpu_memory_utilization`` × *total RAM*
+    and refuses to start when that much is not free).
+  - CUDA: vLLM's own ``enforce_eager=False`` (CUDA graphs: small-batch decode is bound by kernel
+    launches without them) and ``gpu_memory_utilization`` = :data:`COLOCATED_GPU_MEMORY` (the
+    trainer shares the GPU; a rollout worker passes its own share instead, see
+    :func:`asyncrl.runtime.worker.worker_engine_kwargs`). vLLM's fraction is of the *total* GPU
+    memory, must be free when the engine starts, and CUDA graphs come on top of it.
+
+* **Sleep mode** (``engine_kwargs`` ``enable_sleep_mode: true``, CUDA only, untested on a GPU): the
+  engine sleeps (level 1: weights to host memory, KV cache dropped) after each ``generate`` and
+  wakes before the next one or before a weight update, so the trainer can use that memory
+  meanwhile; each sleep and wake copies the weights across PCIe.
 * **Behavior log-probs.** ``SamplingParams(logprobs=0)`` returns the log-prob of the sampled token
   only, and the engine is built with ``logprobs_mode="processed_logprobs"``: log-probs *after*
   temperature scaling, i.e. ``log_softmax(logits / T)`` — exactly what the trainer computes
@@ -19,7 +35,9 @@ Mechanisms (checked against vLLM 0.32; see docs/models.md):
 * **Weight update in place.** The worker's ``reload_weights(weights_iterator=...)`` (vLLM's
   layer-wise in-place reload, the same path as loading a checkpoint, so fused/stacked parameters
   such as ``qkv_proj`` and tied embeddings are handled by the model's own loader). In-process the
-  iterator goes by reference through ``collective_rpc``; if the engine runs in a separate process
+  iterator goes by reference through ``collective_rpc``, holding the given tensors themselves
+  (no copy: on CUDA, device tensors, which the loader copies device-to-device into vLLM's
+  parameters); if the engine runs in a separate process
   the weights are written to a temporary safetensors directory and reloaded with ``weights_path``.
   Never use a plain ``model.load_weights`` on the CPU backend: it fails half-way and leaves the
   model partly updated. After each update the prefix cache is reset (its KV blocks were computed by
@@ -50,6 +68,11 @@ INSTALL_HINT = ('pip install "asyncrl[vllm]" on GPU machines; on CPU: pip instal
                 'then pip uninstall -y torchvision torchaudio torchcodec (see docs/models.md)')
 
 CPU_KV_CACHE_BYTES = 512 * 2**20
+# vLLM's share of a GPU it shares with the trainer (fp32 weights + AdamW of a 1.5B model ≈ 24 GB of
+# an 80 GB card, plus activations); split evenly when several engines share it
+COLOCATED_GPU_MEMORY = 0.35
+DEDICATED_GPU_MEMORY = 0.9  # vLLM's own default, for an engine alone on its GPU
+MEMORY_KEYS = frozenset({"gpu_memory_utilization", "kv_cache_memory_bytes"})
 
 
 def _import_vllm():
@@ -61,13 +84,30 @@ def _import_vllm():
     return vllm
 
 
+def llm_arguments(model_path: str | Path, spec: EngineSpec, engine_kwargs: Mapping) -> dict:
+    """The keyword arguments of ``vllm.LLM``: ours, the device's defaults (module docstring), then
+    ``engine_kwargs``, which win."""
+    kwargs = dict(model=str(model_path), dtype=spec.dtype, seed=spec.seed,
+                  logprobs_mode="processed_logprobs", skip_tokenizer_init=True, enable_prefix_caching=True)
+    if torch.device(spec.device).type == "cuda":
+        if not MEMORY_KEYS & set(engine_kwargs):
+            kwargs["gpu_memory_utilization"] = COLOCATED_GPU_MEMORY
+    else:
+        kwargs["enforce_eager"] = True
+        if not MEMORY_KEYS & set(engine_kwargs):
+            kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+    kwargs.update(engine_kwargs)
+    return kwargs
+
+
 class VLLMEngine:
     """Samples ``n`` completions per problem with vLLM; tokens are tagged with the version of the
     weights that produced them.
 
     ``model_path``: a local HF directory (the starting weights, version 0). ``spec.chunk_tokens``:
     tokens per chunk (None = the whole completion in one go, no interruption points).
-    ``engine_kwargs`` go to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``).
+    ``engine_kwargs`` go to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``) over the defaults of
+    :func:`llm_arguments`.
     """
 
     def __init__(self, model_path: str | Path, tokenizer, spec: EngineSpec, **engine_kwargs):
@@ -81,15 +121,25 @@ class VLLMEngine:
         self.chunk_tokens = spec.chunk_tokens
         self.version = 0
         self.weight_updates = 0
-        kwargs = dict(model=str(model_path), dtype=spec.dtype, seed=spec.seed, enforce_eager=True,
-                      logprobs_mode="processed_logprobs", skip_tokenizer_init=True,
-                      enable_prefix_caching=True)
-        kwargs.update(engine_kwargs)
-        if not torch.cuda.is_available() and not {"gpu_memory_utilization", "kv_cache_memory_bytes"} & set(kwargs):
-            # the CPU backend reserves gpu_memory_utilization × *total RAM* (default 0.92) and refuses
-            # to start when that much is not free: give it a fixed KV cache instead
-            kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+        kwargs = llm_arguments(model_path, spec, engine_kwargs)
+        self.sleeps = bool(kwargs.get("enable_sleep_mode"))
+        self.asleep: set[str] = set()  # vLLM's memory tags now released: "weights", "kv_cache"
         self.llm = vllm.LLM(**kwargs)
+
+    # -- sleep mode -------------------------------------------------------------------------------
+
+    def _wake(self, *tags: str) -> None:
+        todo = [t for t in tags if t in self.asleep]
+        if todo:
+            self.llm.wake_up(tags=todo)
+            self.asleep.difference_update(todo)
+
+    def _sleep(self) -> None:
+        """Level 1: the weights go to host memory (a wake restores them), the KV cache is dropped."""
+        if self.sleeps and not self.asleep:
+            self.llm.reset_prefix_cache()  # its blocks are dropped with the KV cache
+            self.llm.sleep(level=1)
+            self.asleep = {"weights", "kv_cache"}
 
     # -- weights ----------------------------------------------------------------------------------
 
@@ -107,7 +157,8 @@ class VLLMEngine:
         from asyncrl.policy.lora import export_state_dict
 
         state = export_state_dict(weights) if isinstance(weights, torch.nn.Module) else weights
-        items = [(name, t.detach()) for name, t in state.items()]
+        items = [(name, t.detach()) for name, t in state.items()]  # the tensors themselves, wherever they are
+        self._wake("weights")  # only the weights: the KV cache stays released until the next generate
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0":
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(items)})
         else:  # the engine core is another process: hand the weights over on disk
@@ -133,6 +184,7 @@ class VLLMEngine:
         after every chunk while some sequence is unfinished; it may call :meth:`update_weights`
         (every chunk re-prefills its prefix, so nothing else changes when it does)."""
         vllm = self._vllm
+        self._wake("weights", "kv_cache")  # no-op unless asleep (sleep mode)
         eos = self.tokenizer.eos_token_id
         rows = len(prompts)
         tokens: list[list[int]] = [[] for _ in range(rows)]
@@ -163,6 +215,7 @@ class VLLMEngine:
                 finished[i] = stopped or len(ids) < todo[i] or len(tokens[i]) >= self.max_new_tokens
             if between_chunks is not None and not all(finished):
                 between_chunks()
+        self._sleep()
         return _to_generation(prompts, tokens, logps, versions, self.tokenizer.pad_token_id)
 
 

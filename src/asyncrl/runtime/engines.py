@@ -17,6 +17,7 @@ def rollout_engine(cfg: Config, *, model, tokenizer, policy_dir, seed: int, chun
     ro = cfg.rollout
     spec = EngineSpec(max_new_tokens=ro.max_new_tokens, temperature=ro.temperature, seed=seed,
                       chunk_tokens=cfg.async_.chunk_tokens if chunked else None, device=cfg.policy.device,
-                      dtype=generation_dtype(cfg), top_p=ro.top_p, top_k=ro.top_k)
+                      dtype=generation_dtype(cfg), top_p=ro.top_p, top_k=ro.top_k,
+                      lm_head_fp32=cfg.policy.lm_head_fp32)
     return make_engine(ro.engine, spec, model=model, tokenizer=tokenizer, policy_dir=str(policy_dir),
                        engine_kwargs=ro.engine_kwargs)

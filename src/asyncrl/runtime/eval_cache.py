@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from asyncrl.config import Config
+from asyncrl.evaluation import eval_autocast_dtype
 from asyncrl.user_cache import cache_root
 
 # eval settings that do not change what the step-0 evaluation returns
@@ -43,6 +44,7 @@ def initial_eval_key(cfg: Config, model: torch.nn.Module, problems: list) -> str
         "task": data["task"], "reward": data["reward"],
         "max_new_tokens": cfg.rollout.max_new_tokens, "chat_template": cfg.policy.chat_template,
         "dtype": cfg.policy.dtype, "device": cfg.policy.device, "seed": cfg.run.seed,
+        "precision": str(eval_autocast_dtype(cfg)), "lm_head_fp32": cfg.policy.lm_head_fp32,
     }
     digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
     return digest.hexdigest()[:24]

@@ -24,7 +24,7 @@ import torch
 from asyncrl.config import Config
 from asyncrl.reference import build_reference
 from asyncrl.runtime.record import Totals, step_record
-from asyncrl.runtime.session import Session
+from asyncrl.runtime.session import Session, workers_before_eval
 from asyncrl.runtime.signals import Interrupted, StopRequested
 from asyncrl.runtime.sources import open_source
 from asyncrl.stability.monitor import EssStop
@@ -38,7 +38,7 @@ def train(cfg: Config) -> dict:
     session = Session.open(cfg)
     reference = build_reference(cfg, session.model, session.policy_dir)  # None unless trainer.kl_coef > 0
     trainer = Trainer(session.model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
-                      reference=reference)
+                      reference=reference, lm_head_fp32=cfg.policy.lm_head_fp32)
     totals = Totals()
     if session.resume is not None:
         trainer.load_state_dict(session.resume.trainer_state)
@@ -47,13 +47,17 @@ def train(cfg: Config) -> dict:
     done = session.start_step  # the last finished step
     with session.stop, open_source(cfg, session) as source, session.progress as progress:
         try:
+            engines_first = workers_before_eval(cfg)
+            if engines_first:  # on a GPU: engines size their memory before the evaluation allocates
+                source.wait_ready()
             if session.resume is None:
                 progress.phase("evaluating the starting policy")
-                eval_acc = session.evaluate(0)  # async: overlaps with the first rollouts
+                eval_acc = session.evaluate(0)  # async on the CPU: overlaps with the workers' start-up
                 progress.update(0, eval_acc=eval_acc, elapsed_s=session.elapsed_s())
             else:
                 progress.update(done, elapsed_s=session.elapsed_s())
-            source.wait_ready()
+            if not engines_first:
+                source.wait_ready()
             session.start_clock()
             progress.phase("first batch")
             for step in range(done + 1, cfg.trainer.steps + 1):

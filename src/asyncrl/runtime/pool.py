@@ -1,5 +1,8 @@
 """A pool of rollout worker processes on one machine: start once, hand out work units, collect
-results, detect dead workers and restart them (their in-flight units are reported as lost)."""
+results, detect dead workers and restart them (their in-flight units are reported as lost).
+
+On CUDA the workers start one at a time (:func:`asyncrl.runtime.worker.starts_alone`): each next
+one when the one before it reported ready. Work handed out meanwhile waits in its queue."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import time
 from dataclasses import replace
 
 from asyncrl.config_loader import ConfigError
-from asyncrl.runtime.worker import WorkerSpec, WorkUnit, worker_main
+from asyncrl.runtime.worker import WorkerSpec, WorkUnit, starts_alone, worker_main
 from asyncrl.types import batch_from_numpy
 
 
@@ -38,15 +41,19 @@ class WorkerPool:
         self.result_q = ctx.Queue()
         self.stop = ctx.Event()
         self.processes: dict[int, object] = {}
-        self.work_qs: dict[int, object] = {}
         self.inflight: dict[int, dict[int, WorkUnit]] = {s.worker_id: {} for s in specs}
         self.restarts = 0
         self.start_timeout_s = start_timeout_s
+        self.work_qs = {worker_id: ctx.Queue() for worker_id in self.specs}
+        # started later, each when the one before it is ready (wait_ready)
+        self.unstarted = [w for w in self.specs if starts_alone(self.specs[w])][1:]
         for worker_id in self.specs:
-            self._start(worker_id)
+            if worker_id not in self.unstarted:
+                self._start(worker_id)
 
     def _start(self, worker_id: int) -> None:
-        work_q = self.ctx.Queue()
+        """Start the worker's process; a restarted one gets a fresh queue (its units were lost)."""
+        work_q = self.work_qs[worker_id] if worker_id not in self.processes else self.ctx.Queue()
         spec = self.specs[worker_id]
         if self.restarts:  # a restarted worker must not replay its predecessor's random stream
             spec = replace(spec, seed=spec.seed + 1_000_003 * self.restarts)
@@ -57,10 +64,14 @@ class WorkerPool:
         self.work_qs[worker_id] = work_q
 
     def wait_ready(self) -> list[tuple]:
-        """Block until every worker reported ready; returns any results that arrived meanwhile."""
+        """Block until every worker reported ready (starting the ones that wait for the one before
+        them); returns any results that arrived meanwhile."""
         pending, early = set(self.specs), []
         deadline = time.monotonic() + self.start_timeout_s
         while pending:
+            if self.unstarted and not pending & set(self.processes):  # every started worker is ready
+                self._start(self.unstarted.pop(0))
+                deadline = time.monotonic() + self.start_timeout_s  # the timeout is per worker
             if time.monotonic() > deadline:
                 raise WorkerError(f"rollout workers {sorted(pending)} did not start in {self.start_timeout_s:.0f}s")
             for msg in self.poll(timeout=0.5):
@@ -69,7 +80,7 @@ class WorkerPool:
                 early.append(msg)
             pending -= {m[1] for m in early if m[0] == "ready"}
             early = [m for m in early if m[0] != "ready"]
-            for worker_id in pending:
+            for worker_id in pending & set(self.processes):
                 if self.processes[worker_id].exitcode is not None:
                     raise WorkerError(f"rollout worker {worker_id} exited during start-up "
                                       f"(exit code {self.processes[worker_id].exitcode})")

@@ -1,16 +1,22 @@
 """Ray backend: rollout workers as Ray actors; weights through the channel they are given (Ray's
 object store: :mod:`asyncrl.runtime.channels.ray_store`). Nothing here assumes one machine: on a
 multi-node cluster (``RAY_ADDRESS``) the same code places actors anywhere.
+
+On CUDA each actor asks Ray for its share of a GPU (:func:`actor_options`): Ray shows an actor only
+the GPUs it was given (``CUDA_VISIBLE_DEVICES``), none to an actor that asked for none. The actors
+start one at a time there, each once the one before it is ready, as the local pool's workers do.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 
 import ray
 
-from asyncrl.runtime.worker import RolloutWorker, WorkerSpec, WorkUnit
+from asyncrl.config_loader import ConfigError
+from asyncrl.runtime.worker import RolloutWorker, WorkerSpec, WorkUnit, starts_alone, worker_gpu_share
 
 
 def init_ray(n_workers: int) -> bool:
@@ -24,10 +30,40 @@ def init_ray(n_workers: int) -> bool:
     return True
 
 
+def actor_options(spec: WorkerSpec) -> dict:
+    """``RolloutActor.options(...)``: one CPU, and on CUDA the worker's share of a GPU."""
+    from asyncrl.config import Config
+    from asyncrl.config_loader import from_dict
+
+    share = worker_gpu_share(from_dict(Config, spec.config))
+    return {"num_cpus": 1, "num_gpus": share} if share > 0 else {"num_cpus": 1}
+
+
+def check_gpus(specs: list[WorkerSpec]) -> None:
+    """One line instead of actors that wait for GPUs the cluster does not have (on a private
+    cluster only: a joined one may add GPU nodes on demand)."""
+    wanted = sum(actor_options(s).get("num_gpus", 0.0) for s in specs)
+    have = ray.cluster_resources().get("GPU", 0.0)
+    if wanted > have + 1e-9:
+        raise ConfigError("async.gpus_per_worker", f"the rollout actors ask for {wanted:g} GPUs in all and the "
+                                                   f"Ray cluster has {have:g}")
+
+
+def visible_device(spec: WorkerSpec) -> WorkerSpec:
+    """Inside an actor its GPU is ``cuda`` (index 0 of the GPUs Ray shows it), whatever index
+    ``policy.device`` names on the trainer's machine."""
+    policy = spec.config["policy"]
+    if not str(policy["device"]).startswith("cuda"):
+        return spec
+    return replace(spec, config={**spec.config, "policy": {**policy, "device": "cuda"}})
+
+
 @ray.remote(num_cpus=1)
 class RolloutActor:
-    def __init__(self, spec: WorkerSpec, channel):
-        self.worker = RolloutWorker(spec, channel)
+    def __init__(self, spec: WorkerSpec, channel, after=None):
+        """``after``: the previous actor's ``ready()`` reference, which Ray resolves (waiting for
+        that actor) before this constructor runs; None = start now."""
+        self.worker = RolloutWorker(visible_device(spec), channel)
 
     def ready(self) -> bool:
         return True
@@ -50,8 +86,17 @@ class RayPool:
         self.actors: dict[int, object] = {}
         self.inflight: dict[int, dict[int, tuple[WorkUnit, object]]] = {i: {} for i in self.specs}
         self.restarts = 0
-        for worker_id in self.specs:
-            self.actors[worker_id] = RolloutActor.remote(self.specs[worker_id], self.channel)
+        if owns_ray:
+            check_gpus(specs)
+        before = None  # the ready() reference of the actor the next one waits for
+        for worker_id, spec in self.specs.items():
+            after = before if starts_alone(spec) else None
+            self.actors[worker_id] = self._actor(worker_id, after)
+            before = self.actors[worker_id].ready.remote()
+
+    def _actor(self, worker_id: int, after=None):
+        spec = self.specs[worker_id]
+        return RolloutActor.options(**actor_options(spec)).remote(spec, self.channel, after)
 
     def wait_ready(self) -> list[tuple]:
         ray.get([a.ready.remote() for a in self.actors.values()], timeout=self.start_timeout_s)
@@ -102,7 +147,7 @@ class RayPool:
                 lost += [unit for unit, _ in units.values()]
                 units.clear()
                 self.restarts += 1
-                self.actors[worker_id] = RolloutActor.remote(self.specs[worker_id], self.channel)
+                self.actors[worker_id] = self._actor(worker_id)
         return lost
 
     def shutdown(self) -> None:

@@ -21,7 +21,8 @@ from asyncrl.lr_schedule import check_schedule
 MUTABLE = ("trainer.steps", "eval.every", "eval.batch_size", "run.checkpoint_every", "run.keep_checkpoints",
            "run.checkpoint_on_signal", "run.progress", "run.tensorboard", "run.report_to",
            "run.log_completions_every", "run.report", "run.resume", "run.out_dir",
-           "run.name", "async.worker_start_timeout_s", "policy.torch_threads", "policy.cache_dir")
+           "run.name", "async.worker_start_timeout_s", "policy.torch_threads", "policy.cache_dir",
+           "async.snapshots_on_host", "async.gpus_per_worker")
 
 
 @dataclass

@@ -58,6 +58,15 @@ def device_name(device: str) -> str:
     return torch.device(device).type
 
 
+def workers_before_eval(cfg: Config) -> bool:
+    """Whether the rollout engines must be started and ready before the step-0 evaluation: on CUDA,
+    where an engine sizes its memory when it starts (vLLM measures the free GPU memory; memory the
+    evaluation takes or frees meanwhile shrinks its KV cache or stops it), as they do before the
+    trainer's first step allocates its optimizer state. On the CPU the evaluation overlaps their
+    start-up."""
+    return torch.device(cfg.policy.device).type == "cuda"
+
+
 def run_dir_of(cfg: Config) -> Path:
     if cfg.run.name is None:  # the name is resolved once and saved, so the run can be resumed by it
         cfg.run.name = f"{cfg.run.mode}-{cfg.loss.name}-s{cfg.run.seed}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"

@@ -7,8 +7,14 @@ worker's hook, which checks the channel's version; if newer, it pulls the weight
 the engine, which continues the same sequences with them (later tokens carry the new version).
 
 The channel fills an ``nn.Module``: the transformers engine's own model, or — for an engine that
-holds its weights elsewhere (vLLM) — a CPU staging copy of the plain model, which is then handed to
-the engine's ``update_weights``.
+holds its weights elsewhere (vLLM) — a staging copy of the plain model on ``policy.device``, whose
+tensors are then handed to the engine's ``update_weights`` as they are (on a GPU: device to device,
+no trip through host memory). The pull returns before the engine loads, so nothing the channel
+holds is held while it does.
+
+On CUDA the rollout engines share the GPU with the trainer: :func:`worker_engine_kwargs` gives
+vLLM its share of the memory and :func:`worker_gpu_share` is the share of a GPU a Ray actor asks
+for.
 """
 
 from __future__ import annotations
@@ -50,6 +56,48 @@ class WorkerSpec:
     cpu: int | None = None  # CPU to pin this process to, or None
 
 
+def on_cuda(cfg) -> bool:
+    return torch.device(cfg.policy.device).type == "cuda"
+
+
+def worker_gpu_share(cfg) -> float:
+    """GPUs one Ray rollout actor asks for: none off CUDA (Ray then hides every GPU from it), else
+    ``async.gpus_per_worker``, or by default 1 / (n_workers + 1): the actors and the trainer (in the
+    driver, which Ray does not count) on one GPU."""
+    if not on_cuda(cfg):
+        return 0.0
+    return cfg.async_.gpus_per_worker or 1.0 / (cfg.async_.n_workers + 1)
+
+
+def engines_beside_trainer(cfg) -> int:
+    """Rollout engines on the trainer's GPU: every worker on CUDA, except Ray actors that ask for a
+    whole GPU each (those get GPUs of their own)."""
+    if not on_cuda(cfg) or (cfg.async_.backend == "ray" and worker_gpu_share(cfg) >= 1):
+        return 0
+    return cfg.async_.n_workers
+
+
+def worker_engine_kwargs(cfg) -> dict:
+    """``rollout.engine_kwargs`` for a rollout worker. For vLLM on CUDA without a memory setting of
+    the user's, ``gpu_memory_utilization``: the colocated share split among the engines beside the
+    trainer, or vLLM's own default on a GPU of its own."""
+    kwargs = dict(cfg.rollout.engine_kwargs)
+    if cfg.rollout.engine != "vllm" or not on_cuda(cfg):
+        return kwargs
+    from asyncrl.rollout.vllm_engine import COLOCATED_GPU_MEMORY, DEDICATED_GPU_MEMORY, MEMORY_KEYS
+
+    if not MEMORY_KEYS & set(kwargs):
+        sharing = engines_beside_trainer(cfg)
+        kwargs["gpu_memory_utilization"] = COLOCATED_GPU_MEMORY / sharing if sharing else DEDICATED_GPU_MEMORY
+    return kwargs
+
+
+def starts_alone(spec: WorkerSpec) -> bool:
+    """Start this worker only once the one before it is ready: on CUDA, where an engine sizes its
+    memory at start-up (vLLM profiles the free GPU memory) and must not see another one allocating."""
+    return torch.device(spec.config["policy"]["device"]).type == "cuda"
+
+
 def pin_to_cpu(cpu: int | None) -> None:
     if cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {cpu})
@@ -80,7 +128,7 @@ class RolloutWorker:
 
         from asyncrl.config import Config
         from asyncrl.config_loader import from_dict
-        from asyncrl.policy.model import load_policy, set_deterministic
+        from asyncrl.policy.model import enable_tf32, load_policy, set_deterministic
         from asyncrl.runtime.engines import generation_dtype, rollout_engine
 
         torch.set_num_threads(1)
@@ -90,10 +138,11 @@ class RolloutWorker:
         self.cfg = from_dict(Config, spec.config)
         set_deterministic(self.cfg.run.deterministic)
         policy = self.cfg.policy
-        from asyncrl.registries import ENGINES
-
-        device = "cpu" if ENGINES[self.cfg.rollout.engine].owns_weights else policy.device
-        model, self.tokenizer = load_policy(spec.policy_dir, device, generation_dtype(self.cfg),
+        if torch.device(policy.device).type == "cuda":
+            enable_tf32()  # generation matmuls as in the trainer's process (sync mode generates there)
+        self.cfg.rollout.engine_kwargs = worker_engine_kwargs(self.cfg)
+        # an engine that keeps its own weights (vLLM) reads them from this copy, on its own device
+        model, self.tokenizer = load_policy(spec.policy_dir, policy.device, generation_dtype(self.cfg),
                                             attn_implementation=policy.attn_implementation)
         self.engine = rollout_engine(self.cfg, model=model.eval(), tokenizer=self.tokenizer,
                                      policy_dir=spec.policy_dir, seed=spec.seed, chunked=spec.interruptible)

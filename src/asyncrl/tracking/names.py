@@ -26,7 +26,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "workers": ("lost_units_total", "worker_restarts"),
     "train": ("grad_norm", "entropy", "skipped_updates", "lr", "lr_scale", "lr_effective", "ess_frac",
               "ess_frac_first", "ess_frac_min", "adv_mean", "adv_std", "frac_zero_adv_groups",
-              "ess_warning", "ess_rollback_to", "version"),
+              "ess_warning", "ess_rollback_to", "version", "logp_mismatch"),
     # the objective's value and diagnostics (asyncrl.objectives.stats and each loss's extras)
     "loss": ("loss", "kl_ref", "n_valid_tokens", "n_valid_seqs", "nonfinite_tokens", "importance_weight_mean",
              "importance_weight_min", "importance_weight_max", "tv", "clipped_tokens", "masked_token_frac",

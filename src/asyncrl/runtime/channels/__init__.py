@@ -7,10 +7,14 @@ device and the backend (``async.weight_channel=auto``), or is named. A new chann
 one line in :data:`asyncrl.registries.CHANNELS` (name -> the import path of its ``open_*`` function,
 called ``(model, ctx=, device=, dtype=)``).
 
-* ``shm``: workers on this machine, CPU. One flat float32 tensor in host shared memory.
-* ``cuda``: workers on the trainer's GPU. One flat tensor in GPU memory shared through CUDA IPC;
+* ``shm``: workers on this machine, CPU. Two flat float32 buffers in host shared memory.
+* ``cuda``: workers on the trainer's GPU. Two flat buffers in GPU memory shared through CUDA IPC;
   publish and pull are device-to-device copies.
 * ``ray``: Ray actors anywhere. The state dict in Ray's object store, its reference in an actor.
+
+``shm`` and ``cuda`` take no lock: the trainer writes the buffer that is not published and then
+publishes it, and a worker copies again if the buffer it copied from was rewritten meanwhile
+(``channels/flat.py``). A worker killed mid-pull therefore never blocks a publish.
 """
 
 from __future__ import annotations

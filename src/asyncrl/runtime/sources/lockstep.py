@@ -44,20 +44,35 @@ class CurrentPolicy:
 
 
 class LaggedPolicies:
-    """The last ``depth`` weight snapshots (on the model's device); ``select`` picks the version that
-    generates the next batch."""
+    """The last ``depth`` weight snapshots; ``select`` picks the version that generates the next batch.
 
-    def __init__(self, model: torch.nn.Module, lag: int, policy_buffer: int, seed: int):
+    A snapshot is held in ``dtype`` (the generation dtype: the engine would round to it anyway, so
+    generation is the same as from full-precision snapshots) on the model's device, or with
+    ``on_host`` in host memory (pinned when the model is on CUDA, for fast copies); the engine's
+    ``update_weights`` copies the chosen one onto its device."""
+
+    def __init__(self, model: torch.nn.Module, lag: int, policy_buffer: int, seed: int, *,
+                 dtype: torch.dtype | None = None, on_host: bool = False):
         self.lag = lag
         self.policy_buffer = policy_buffer
         self.depth = max(lag, policy_buffer) + 1
         self.rng = random.Random(seed)
+        model_device = next(model.parameters()).device
+        self.device = torch.device("cpu") if on_host else model_device
+        self.pinned = on_host and model_device.type == "cuda"
+        self.dtype = dtype  # None = each tensor's own
         self.snapshots: OrderedDict[int, dict[str, torch.Tensor]] = OrderedDict()
         self.record(model, 0)
 
+    def _placed(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A copy of ``tensor`` in the snapshot dtype (floating tensors only) and place."""
+        dtype = self.dtype if self.dtype is not None and tensor.is_floating_point() else tensor.dtype
+        copy = torch.empty(tensor.shape, dtype=dtype, device=self.device, pin_memory=self.pinned)
+        return copy.copy_(tensor)
+
     @torch.no_grad()
     def record(self, model: torch.nn.Module, version: int) -> None:
-        self.snapshots[version] = {k: v.detach().clone() for k, v in export_state_dict(model).items()}
+        self.snapshots[version] = {k: self._placed(v.detach()) for k, v in export_state_dict(model).items()}
         while len(self.snapshots) > self.depth:
             self.snapshots.popitem(last=False)
 
@@ -75,7 +90,8 @@ class LaggedPolicies:
     def load_state_dict(self, state: dict) -> None:
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
-        self.snapshots = OrderedDict((int(v), w) for v, w in state["snapshots"])
+        self.snapshots = OrderedDict((int(v), {k: self._placed(t) for k, t in w.items()})
+                                     for v, w in state["snapshots"])
 
 
 class LockstepSource:
@@ -157,5 +173,6 @@ def sync_source(cfg: Config, session: Session) -> LockstepSource:
 
 def simulated_source(cfg: Config, session: Session) -> LockstepSource:
     a = cfg.async_
-    return LockstepSource(cfg, session, LaggedPolicies(session.model, a.lag, a.policy_buffer, cfg.run.seed),
-                          own_weights=True)
+    policies = LaggedPolicies(session.model, a.lag, a.policy_buffer, cfg.run.seed,
+                              dtype=DTYPES[generation_dtype(cfg)], on_host=a.snapshots_on_host)
+    return LockstepSource(cfg, session, policies, own_weights=True)
