@@ -78,6 +78,10 @@ class Trainer:
         if any(p.dtype == torch.float16 for p in self.model.parameters() if p.requires_grad):
             raise ValueError("trainer.autocast: float16 needs float32 trained weights (policy.dtype=float32) "
                              "to unscale the gradients in; got float16 parameters")
+        if self.device.type == "cuda":
+            warnings.warn("trainer.autocast=float16: with left-padded prompts the attention gradients of "
+                          "padded rows overflow in float16 and updates are skipped (see skipped_updates); "
+                          "bfloat16 has no such problem (docs/training.md)", stacklevel=2)
         return torch.amp.GradScaler(self.device.type)
 
     def _autocast(self):
