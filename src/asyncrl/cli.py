@@ -139,12 +139,15 @@ def _eval(cfg) -> int:
     import torch
 
     from asyncrl.evaluation import cli_report, eval_metrics, summary_lines, write_outputs
+    from asyncrl.metrics import json_safe
     from asyncrl.policy.model import check_device, load_policy_for
-    from asyncrl.runtime.preflight import check_prompts
+    from asyncrl.runtime.preflight import check_prompts, check_writable
     from asyncrl.runtime.session import resolve_policy_dir
 
     torch.set_num_threads(cfg.policy.torch_threads)
     check_device(cfg.policy.device)
+    if cfg.eval.outputs:  # before the evaluation's minutes, not after them
+        check_writable(cfg.eval.outputs, "eval.outputs")
     task = cfg.task.build()
     model, tokenizer = load_policy_for(cfg.policy, resolve_policy_dir(cfg))
     problems = check_prompts(cfg, task, tokenizer, model).eval[: cfg.eval.n_problems]  # task.long_prompts
@@ -152,10 +155,14 @@ def _eval(cfg) -> int:
     report = cli_report(metrics, result, cfg)
     lines = summary_lines(report)  # for people (stderr); stdout stays one JSON line
     if cfg.eval.outputs:
-        written = write_outputs(cfg.eval.outputs, report, result, cfg.eval.pass_k)
+        try:
+            written = write_outputs(cfg.eval.outputs, json_safe(report), result, cfg.eval.pass_k)
+        except OSError as err:  # the directory changed since the check: one line, not a traceback
+            raise ConfigError("eval.outputs", f"cannot write {err.filename or cfg.eval.outputs}: "
+                                              f"{err.strerror or err}") from None
         lines.append("wrote: " + ", ".join(map(str, written)))
     print("\n".join(lines), file=sys.stderr)
-    print(json.dumps(report))
+    print(json.dumps(json_safe(report), allow_nan=False))  # JSON has no NaN: null instead
     return 0
 
 
@@ -250,7 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.help_keys is not None or getattr(args, "list_presets", False):
         return _describe(args)
     if args.command == "config":
-        return guarded(lambda: _print_config(_config(args)))
+        from asyncrl.rewards.resolve import paths_only
+
+        with paths_only():  # printing a config runs no user code: reward modules are not imported
+            return guarded(lambda: _print_config(_config(args)))
     return guarded(lambda: COMMANDS[args.command](_quiet_hub(_config(args))))
 
 

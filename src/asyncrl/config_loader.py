@@ -8,6 +8,7 @@ unknown keys rejected, values type-checked against the annotations, and each dat
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
 import re
 import types
@@ -32,7 +33,8 @@ class ConfigError(ValueError):
 
 def guarded(command: "Callable[[], int]") -> int:
     """Exit status of a command-line entry point: a ConfigError becomes one line on stderr and
-    status 2, Ctrl-C status 130; no traceback for either."""
+    status 2, Ctrl-C status 130, a second stop signal during a run 128 + its number (143 for
+    SIGTERM, like the first); no traceback for any."""
     import sys
 
     try:
@@ -40,9 +42,15 @@ def guarded(command: "Callable[[], int]") -> int:
     except ConfigError as err:
         print(f"asyncrl: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("asyncrl: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        code = getattr(stop, "exit_code", None)  # asyncrl.runtime.signals.StopNow carries its signal
+        print("asyncrl: interrupted" + (f" by a second {stop} (no checkpoint)" if code else ""), file=sys.stderr)
+        return code or 130
+    except OSError as err:  # a full disk where no writer named its file (asyncrl.disk.DiskFull does)
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"asyncrl: no space left on device writing {err.filename or 'a file of the run'}", file=sys.stderr)
+        return 2
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *,
@@ -286,7 +294,9 @@ def _yaml_value(raw: str, key: str) -> Any:
     if not raw.strip():
         return ""
     try:
-        return yaml.safe_load(raw)
+        return load_yaml_text(raw)
+    except YamlRefused as err:
+        raise ConfigError(key, f"{raw[:80]!r}: {err}") from None
     except yaml.YAMLError:
         raise ConfigError(key, f"cannot read {raw!r} as a YAML value") from None
 
@@ -303,12 +313,102 @@ def apply_override(data: dict[str, Any], parts: list[str], value: Any) -> None:
     node[parts[-1]] = value
 
 
+# A config holds tens of values; aliases that expand past this many are an alias bomb ("billion
+# laughs": nine aliases of nine aliases ... expand to 10^9 values and hang whatever walks them)
+MAX_YAML_VALUES = 100_000
+
+
+class YamlRefused(ValueError):
+    """YAML that parses but is refused: a duplicate key, or aliases expanding past MAX_YAML_VALUES."""
+
+    def __init__(self, message: str, line: int | None = None):
+        super().__init__(message)
+        self.line = line  # 1-based, where known
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last
+    silently, so a forgotten earlier ``lr:`` would win or lose unseen)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *base` overrides on purpose
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    if key in seen:
+                        raise YamlRefused(f"duplicate key {key!r} (first at line {seen[key]})", line)
+                    seen[key] = line
+                except TypeError:  # an unhashable key: SafeLoader refuses it next
+                    continue
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """How many values ``root`` holds with every alias expanded (iterative: no recursion limit,
+    and each distinct node is sized once, so a bomb is measured without expanding it)."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            sizes[id(node)] = 1
+            continue
+        children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else node.value
+        if children_done:
+            sizes[id(node)] = 1 + sum(sizes.get(id(c), 0) for c in children)
+            if sizes[id(node)] > MAX_YAML_VALUES:
+                return sizes[id(node)]
+        else:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
+
+
+def load_yaml_text(text: str) -> Any:
+    """``yaml.safe_load`` that refuses duplicate keys, alias bombs and documents nested too deeply
+    for the parser (:class:`YamlRefused`)."""
+    loader = _StrictLoader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise YamlRefused("nested too deeply") from None
+        if node is None:
+            return None
+        size = _expanded_size(node)
+        if size > MAX_YAML_VALUES:
+            raise YamlRefused(f"its aliases expand to more than {MAX_YAML_VALUES:,} values (an alias bomb?)",
+                              node.start_mark.line + 1)
+        try:
+            return loader.construct_document(node)
+        except RecursionError:
+            raise YamlRefused("nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError("--config", f"no such file: {path}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError("--config", f"{path} is not a UTF-8 text file (byte {err.object[err.start]:#04x} "
+                                      f"at offset {err.start})") from None
+    except OSError as err:
+        raise ConfigError("--config", f"cannot read {path}: {err.strerror or err}") from None
+    try:
+        data = load_yaml_text(text) or {}
+    except YamlRefused as err:
+        where = f"{path}:{err.line}" if err.line else str(path)
+        raise ConfigError("--config", f"{where}: {err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)

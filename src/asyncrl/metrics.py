@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from asyncrl.disk import DiskFull, writing
+
 
 def _clean(value: Any) -> Any:
     """JSON has no NaN/inf: write them as null so every line parses with any JSON reader."""
@@ -45,19 +47,45 @@ def readable_floats(value: Any, digits: int = 12) -> Any:
     return value
 
 
-def truncate_rows(path: Path, after_step: int) -> None:
-    """Keep the rows of ``path`` (JSON lines with a "step") up to ``after_step``; a torn last line
-    (the process was killed mid-write) goes too. Rewritten atomically."""
-    if not path.exists():
-        return
+ROW_FILES = ("metrics.jsonl", "ledger.jsonl", "completions.jsonl")  # a run directory's row files
+
+
+def kept_rows(path: Path, after_step: int) -> list[str]:
+    """The lines of ``path`` (JSON lines with a "step") up to ``after_step``; a torn line (the
+    process was killed mid-write) is left out. A row whose "step" is not a number (null: a file
+    edited or damaged by hand) raises ValueError naming ``path:LINE``: which rows to keep is unknown."""
+    if after_step < 0 or not path.exists():
+        return []
     kept = []
-    for line in path.read_text().splitlines():
+    for lineno, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             continue
-        if isinstance(row, dict) and row.get("step", math.inf) <= after_step:
+        if not isinstance(row, dict):
+            continue
+        step = row.get("step", math.inf)
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or math.isnan(step):
+            raise ValueError(f"{path}:{lineno}: 'step' is {json.dumps(step)}, not a step number "
+                             f"(a damaged row: fix or delete that line)")
+        if step <= after_step:
             kept.append(line)
+    return kept
+
+
+def check_row_files(run_dir: Path, after_step: int) -> None:
+    """Every row file of ``run_dir`` can be cut back to ``after_step`` (ValueError naming the first
+    bad ``file:LINE`` otherwise): checked before a resumed run writes anything."""
+    for name in ROW_FILES:
+        kept_rows(Path(run_dir) / name, after_step)
+
+
+def truncate_rows(path: Path, after_step: int) -> None:
+    """Keep the rows of ``path`` up to ``after_step`` (none for -1: a run started afresh), as
+    :func:`kept_rows` says. Rewritten atomically."""
+    if not path.exists():
+        return
+    kept = kept_rows(path, after_step)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(f"{line}\n" for line in kept))
     os.replace(tmp, path)
@@ -72,15 +100,34 @@ class JsonRows:
         self.file = self.path.open("a", buffering=1)
 
     def append(self, row: dict[str, Any]) -> None:
-        self.file.write(json.dumps(row) + "\n")
+        """One line (line-buffered: on disk when this returns). A full disk: one line naming this
+        file (:class:`asyncrl.disk.DiskFull`), and the file cut back to its last whole row."""
+        whole = os.fstat(self.file.fileno()).st_size
+        try:
+            with writing(self.path):
+                self.file.write(json.dumps(json_safe(row), allow_nan=False) + "\n")
+        except DiskFull:
+            self._cut_back(whole)
+            raise
+
+    def _cut_back(self, size: int) -> None:
+        """Drop a torn last line (and the unwritten rest in the buffer, which closing would retry)."""
+        try:
+            self.file.close()
+        except OSError:
+            pass  # the buffer's retry failed again; the descriptor is closed all the same
+        os.truncate(self.path, size)
+        self.file = self.path.open("a", buffering=1)
 
     def flush(self) -> None:
-        self.file.flush()
-        os.fsync(self.file.fileno())
+        with writing(self.path):
+            self.file.flush()
+            os.fsync(self.file.fileno())
 
     def close(self) -> None:
         if not self.file.closed:
-            self.file.close()
+            with writing(self.path):
+                self.file.close()
 
 
 class MetricsWriter:

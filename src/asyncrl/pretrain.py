@@ -34,6 +34,7 @@ import torch
 
 from asyncrl.config import Config, ModelConfig, PretrainConfig
 from asyncrl.evaluation import autocast_to, eval_engine, evaluate
+from asyncrl.metrics import json_safe
 from asyncrl.policy.model import build_tiny_model, check_device, num_parameters
 from asyncrl.policy.tokenizer import train_tokenizer
 from asyncrl.progress import TrainProgress
@@ -256,6 +257,7 @@ def _save(out: Path, model: torch.nn.Module, tokenizer, summary: dict) -> None:
     tmp.mkdir(parents=True)
     model.cpu().save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    (tmp / "pretrain_summary.json").write_text(json.dumps(summary, indent=2))
+    # no NaN in JSON (pretrain.steps=0 has no loss): null instead
+    (tmp / "pretrain_summary.json").write_text(json.dumps(json_safe(summary), indent=2, allow_nan=False))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)

@@ -6,6 +6,11 @@ dropped samples, samples/s, tokens/s, ESS, elapsed, ETA). Elsewhere (nohup, SLUR
 would be one endlessly rewritten, truncated line, so each phase and each step is a plain line::
 
     step 12/200  reward 0.531  eval 0.470  stale 1.2/3  wait 0.41s  dropped 0  samples/s 18.2  elapsed 0:01:07
+
+With ``hold_phases`` (a training run), the phases before the run directory exists ("loading task",
+"loading model") are held back there and printed once the run is under way (:meth:`release_phases`):
+a run refused for bad input then says so in exactly one line on stderr, what scripts and
+``2> log`` files see. A terminal shows them at once, above the error if there is one.
 """
 
 from __future__ import annotations
@@ -73,7 +78,7 @@ def fit_fields(fields: list[tuple[str, str]], width: int) -> list[tuple[str, str
 
 class TrainProgress:
     def __init__(self, total: int, description: str, enabled: bool = True, console: Console | None = None,
-                 batch_size: int | None = None):
+                 batch_size: int | None = None, hold_phases: bool = False):
         self.enabled = enabled
         self.total, self.description, self.batch_size = total, description, batch_size
         self.console = console or Console(stderr=True)
@@ -86,6 +91,8 @@ class TrainProgress:
             console=self.console, disable=not self.live,
         )
         self.task = self.progress.add_task(description, total=total, status="starting")
+        # phase lines not printed yet (None: print each at once); see the module docstring
+        self.held: list[str] | None = [] if hold_phases and not self.live else None
 
     def __enter__(self) -> "TrainProgress":
         self.progress.__enter__()
@@ -99,8 +106,17 @@ class TrainProgress:
         if not self.enabled:
             return
         # a line of its own in both modes: the live display only starts with the training loop
-        self._plain(f"{self.description}: {text}")
+        if self.held is not None:
+            self.held.append(f"{self.description}: {text}")
+        else:
+            self._plain(f"{self.description}: {text}")
         self.progress.update(self.task, status=f"[dim]{text}…[/]")
+
+    def release_phases(self) -> None:
+        """Print the held phase lines; later phases print at once (the run directory exists)."""
+        held, self.held = self.held or [], None
+        for line in held:
+            self._plain(line)
 
     def step(self, step: int, record: dict, ess_warning: bool = False) -> None:
         """A finished training step; ``ess_warning``: the ESS warning fired (shown as "!")."""

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-BASE = ["run.progress=false", "run.tensorboard=false"]
+# the default progress display stays on: the one-line contract holds with it (stderr is not a terminal)
+BASE = ["run.tensorboard=false"]
 # the e2e tiny shapes, sized so a prompt of a few hundred words overflows the 256-token context
 SMALL = ["rollout.prompts_per_step=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=8",
          "trainer.n_minibatches=1", "trainer.steps=1", "eval.n_problems=2", "eval.every=0", "run.mode=sync"]
@@ -40,6 +41,35 @@ def _corrupt_model(tmp: Path, model: Path) -> str:
         (bad / item.name).write_bytes(item.read_bytes())
     (bad / "model.safetensors").write_bytes(b"\0garbage" * 64)
     return str(bad)
+
+
+def _alias_bomb() -> str:
+    """"Billion laughs": nine aliases of nine aliases, nine levels deep (9^9 values expanded)."""
+    levels = ['&a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    levels += [f"&a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    return "trainer:\n  lr: [" + ", ".join(levels) + "]\n"
+
+
+def _binary(tmp: Path) -> str:
+    (tmp / "model.bin").write_bytes(bytes(range(256)) * 8)
+    return str(tmp / "model.bin")
+
+
+def _chat_rows(tmp: Path, role: str) -> str:
+    rows = [{"messages": [{"role": "user", "content": "hi"}], "answer": "1"},
+            {"messages": [{"role": "system", "content": "be brief"}, {"role": role, "content": "hello"}],
+             "answer": "2"}]
+    return f"task.path={_jsonl(tmp, 'chat.jsonl', rows)}"
+
+
+def _resumable_run(tmp: Path, model: Path) -> list[str]:
+    """A finished one-step run with its checkpoint, whose ledger then gets a row with a null step."""
+    args = ["train", *SMALL, f"policy.model_path={model}", "run.name=damaged", "run.progress=false"]
+    proc = run_case(tmp, args)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(tmp / "runs" / "damaged" / "ledger.jsonl", "a") as ledger:
+        ledger.write('{"step": null}\n')
+    return ["--resume", str(tmp / "runs" / "damaged"), "trainer.steps=2"]
 
 
 def _finished_run(tmp: Path) -> list[str]:
@@ -93,6 +123,13 @@ CASES = [
      "--config: invalid YAML at"),
     ("config-file-not-mapping", ["train", "--config", lambda t, m: _text(t, "list.yaml", "- 1\n- 2\n")],
      "must hold a mapping"),
+    ("config-duplicate-key", ["train", "--config", lambda t, m: _text(t, "dup.yaml", "trainer:\n  lr: 0.1\n  lr: 0.2\n")],
+     "--config: {tmp}/dup.yaml:3: duplicate key 'lr' (first at line 2)"),
+    ("config-alias-bomb", ["train", "--config", lambda t, m: _text(t, "bomb.yaml", _alias_bomb())],
+     "bomb.yaml:1: its aliases expand to more than 100,000 values"),
+    ("config-file-binary", ["train", "--config", lambda t, m: _binary(t)], "model.bin is not a UTF-8 text file"),
+    ("override-invalid-yaml", ["train", "trainer.lr=["], "trainer.lr: cannot read '[' as a YAML value"),
+    ("run-name-too-long", ["train", "run.name=" + "x" * 300], "run.name: 300 bytes, longer than a directory name"),
     # data files and lines
     ("task-path-unset", ["train", "task=gsm8k"], "task.path: task 'gsm8k' reads a local file"),
     ("task-path-missing", ["train", "task=gsm8k", "task.path={tmp}/none.jsonl"], "task.path: no such file"),
@@ -114,12 +151,18 @@ CASES = [
     ("arithmetic-no-eval", ["train", "task.arithmetic.n_eval=0"], "task.arithmetic.n_eval: no eval problems"),
     ("task-path-arithmetic", ["train", "task=arithmetic", "task.path={tmp}/d.jsonl"],
      "task.path: the arithmetic task generates its problems and reads no file"),
+    ("data-line-nested-deep", ["train", lambda t, m: _gsm8k(t, [GOOD_ROW, "[" * 100_000 + "]" * 100_000])],
+     "data.jsonl:2: JSON nested too deeply to read"),
+    ("chat-role-unknown", ["train", lambda t, m: _chat_rows(t, "wizard")],
+     "chat.jsonl:2: field 'messages' item 1: unknown role 'wizard'"),
     ("dataset-no-prompt-column", ["train", lambda t, m: f"task.path={_jsonl(t, 'data.jsonl', [{'text': 'x'}] * 4)}"],
      "data.jsonl:1: no prompt column (looked for prompt, messages, question"),
     # output directory
     ("out-dir-under-a-file", ["train", lambda t, m: f"run.out_dir={_text(t, 'f', '')}/runs"],
      "run.out_dir: "),
     ("out-dir-unwritable", ["train", "run.out_dir=/proc/asyncrl-runs"], "run.out_dir: cannot write under /proc"),
+    ("eval-out-under-a-file", ["eval", "--out", lambda t, m: f"{_text(t, 'f', '')}/out"], "eval.outputs: "),
+    ("eval-out-unwritable", ["eval", "--out", "/proc/asyncrl-eval"], "eval.outputs: cannot write under /proc"),
     # bench arguments
     ("bench-ks-empty", ["bench", "atlas", "--ks="], "--ks: expected a non-empty comma-separated list"),
     ("bench-ks-not-int", ["bench", "atlas", "--ks=1,x"], "--ks: expected comma-separated integers"),
@@ -162,6 +205,10 @@ MODEL_CASES = [
      "reward function asyncrl.tasks.rewards:correct_answer raised RuntimeError: boom on row uid=arith-train-000000"),
     ("finished-run-dir", ["train", *SMALL, "policy.model_path={model}", lambda t, m: _finished_run(t)],
      "run.name"),
+    ("reward-weights-overflow", ["train", *SMALL, "policy.model_path={model}", "reward.weights=[1e308]"],
+     "reward.weights: [1e+308] × the values [1.0] on row uid=arith-train-000000: the total 1e+308 is not finite"),
+    ("resume-ledger-step-null", ["train", lambda t, m: _resumable_run(t, m)],
+     "--resume: {tmp}/runs/damaged/ledger.jsonl:2: 'step' is null, not a step number"),
     ("dataset-no-answer-no-reward", ["train", *SMALL, "policy.model_path={model}", "task.eval_fraction=0.5",
                                      lambda t, m: f"task.path={_jsonl(t, 'data.jsonl', [{'prompt': f'p{i}'} for i in range(8)])}"],
      "reward.funcs: {tmp}/data.jsonl:"),
@@ -207,9 +254,14 @@ def run_case(tmp: Path, args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run([*command, *args], capture_output=True, text=True, cwd=tmp, env=env, timeout=120)
 
 
-def _tree(tmp: Path) -> set[str]:
+def _tree(tmp: Path) -> dict[str, tuple[int, int, int]]:
+    """Every path under ``runs/`` with its (inode, mtime, size): a file rewritten in place or
+    replaced by a rename (config.yaml) shows as well as a new one."""
     runs = tmp / "runs"
-    return {str(p.relative_to(tmp)) for p in runs.rglob("*")} if runs.exists() else set()
+    if not runs.exists():
+        return {}
+    return {str(p.relative_to(tmp)): (st.st_ino, st.st_mtime_ns, st.st_size)
+            for p in runs.rglob("*") for st in [p.stat()]}
 
 
 def check_one_line(tmp: Path, argv: list, expected: str, model: Path | None = None) -> None:
@@ -250,3 +302,91 @@ def test_gold_that_can_never_score_is_a_warning_naming_its_line(tmp_path, capsys
     load_config(None, args).task.build()
     err = capsys.readouterr().err
     assert "1 gold answer(s) with no number" in err and f"{tmp_path}/data.jsonl:2" in err
+
+
+def test_config_command_imports_no_reward_module(tmp_path):
+    """`asyncrl config` prints the config; a reward module (user code) is named, never run."""
+    (tmp_path / "my_rewards.py").write_text(
+        "open('imported', 'w').close()\n\ndef fn(completions, **kw):\n    return [0.0] * len(completions)\n")
+    proc = run_case(tmp_path, ["config", "reward.funcs=[my_rewards.py:fn]"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"{tmp_path}/my_rewards.py:fn" in proc.stdout
+    assert not (tmp_path / "imported").exists(), "asyncrl config ran the reward module"
+    proc = run_case(tmp_path, ["train", "reward.funcs=[my_rewards.py:fn]", "run.out_dir=/proc/x"])  # refused later
+    assert proc.returncode == 2 and (tmp_path / "imported").exists()  # train imports it at config load
+
+
+def test_resume_auto_without_a_checkpoint_starts_afresh_writing_step_0_once(tmp_path, model_dir):
+    """An attempt killed before its first checkpoint left rows; run.resume=auto starts over."""
+    run = tmp_path / "runs" / "x"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("{}\n")
+    (run / "metrics.jsonl").write_text('{"step": 0, "eval_reward": 0.5}\n{"step": 1, "loss": 0.1}\n')
+    (run / "ledger.jsonl").write_text('{"step": 1, "consumed": [0], "dropped": []}\n')
+    proc = run_case(tmp_path, ["train", *SMALL, f"policy.model_path={model_dir}", "run.name=x", "run.resume=auto"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1]
+    assert "eval_reward\": 0.5" not in (run / "metrics.jsonl").read_text()  # the old attempt's row went
+    assert [json.loads(line)["step"] for line in (run / "ledger.jsonl").read_text().splitlines()] == [1]
+
+
+def test_pretrain_summary_holds_null_not_nan(tmp_path):
+    """pretrain.steps=0 trains nothing: its loss is NaN, which JSON cannot hold."""
+    from asyncrl.pretrain import _save
+
+    class Saved:
+        def cpu(self):
+            return self
+
+        def save_pretrained(self, path):
+            (Path(path) / "weights").write_text("")
+
+    _save(tmp_path / "warm", Saved(), Saved(), {"final_sft_loss": float("nan"), "steps": 0})
+    text = (tmp_path / "warm" / "pretrain_summary.json").read_text()
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in JSON")) == {"final_sft_loss": None,
+                                                                                      "steps": 0}
+
+
+def test_a_second_stop_signal_exits_like_the_first(capsys):
+    """SIGTERM twice: 143 (not Ctrl-C's 130), one line, no traceback."""
+    import signal
+
+    from asyncrl.config_loader import guarded
+    from asyncrl.runtime.signals import StopNow, StopRequests
+
+    stops = StopRequests()
+    stops._handle(signal.SIGTERM, None)  # the first: stop at the next safe point
+    with pytest.raises(StopNow) as second:
+        stops._handle(signal.SIGTERM, None)
+
+    def run():
+        raise second.value
+
+    assert guarded(run) == 143
+    err = capsys.readouterr().err
+    assert err == "asyncrl: interrupted by a second SIGTERM (no checkpoint)\n"
+    assert guarded(lambda: (_ for _ in ()).throw(KeyboardInterrupt())) == 130  # Ctrl-C outside a run
+
+
+def test_start_up_phases_wait_for_the_run_directory_unless_in_a_terminal():
+    """Not a terminal: a refused run shows no phase line; a started one shows them all, in order."""
+    import io
+
+    from rich.console import Console
+
+    from asyncrl.progress import TrainProgress
+
+    out = io.StringIO()
+    progress = TrainProgress(3, "sync/grpo", console=Console(file=out, force_terminal=False), hold_phases=True)
+    progress.phase("loading task")
+    progress.phase("loading model")
+    assert out.getvalue() == ""
+    progress.release_phases()
+    progress.phase("first batch")
+    assert out.getvalue().splitlines() == ["sync/grpo: loading task", "sync/grpo: loading model",
+                                           "sync/grpo: first batch"]
+    tty = io.StringIO()
+    live = TrainProgress(3, "sync/grpo", console=Console(file=tty, force_terminal=True), hold_phases=True)
+    live.phase("loading task")
+    assert "loading task" in tty.getvalue()

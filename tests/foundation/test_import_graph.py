@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     # foundations: no knowledge of any component
     ("asyncrl", "asyncrl.types", "asyncrl.config_loader", "asyncrl.registries", "asyncrl.plotting",
      "asyncrl.presets", "asyncrl.progress", "asyncrl.lr_schedule", "asyncrl.user_cache",
-     "asyncrl.config_peers"),
+     "asyncrl.config_peers", "asyncrl.disk"),
     # the parts, each usable alone: pure objectives, problems and rewards, trackers, the buffer
     ("asyncrl.objectives", "asyncrl.stability", "asyncrl.control", "asyncrl.tasks", "asyncrl.rewards",
      "asyncrl.tracking", "asyncrl.metrics", "asyncrl.buffer"),

@@ -116,11 +116,23 @@ def run_cell(cell: Cell, runs_dir: Path, *, in_process: bool = False) -> Path:
 
 def fresh_cell_dir(run_dir: Path) -> bool:
     """False if the cell already finished (its ``summary.json`` exists); else an empty ``run_dir``
-    (an interrupted attempt is started over) and True."""
+    (an interrupted attempt is started over) and True. A cell another process is running (its run
+    holds the directory's lock) fails instead: its live files are never deleted."""
+    from asyncrl.config_loader import ConfigError
+    from asyncrl.runtime.run_lock import RunLock
+
     if (run_dir / "summary.json").exists():
         return False
     if run_dir.exists():
-        shutil.rmtree(run_dir)
+        lock = RunLock(run_dir)
+        try:
+            lock.try_existing()
+        except ConfigError as err:
+            raise BenchError(f"cell {run_dir.name}: {err}") from None
+        try:
+            shutil.rmtree(run_dir)
+        finally:
+            lock.release()
     run_dir.mkdir(parents=True)
     return True
 

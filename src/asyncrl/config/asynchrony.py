@@ -35,6 +35,10 @@ class AsyncConfig:
     recency_decay: float = setting(1.0, "sample buffered groups with weight decay^age; 1 = FIFO")
     hard_sync_every: int = setting(0, "every M steps drop all data older than the current version; 0 = off")
     worker_start_timeout_s: float = setting(300.0, "seconds a rollout worker may take to start")
+    # above reward.timeout_s (default 300): a slow reward is then named by the reward's own timeout
+    worker_timeout_s: float = setting(
+        600.0, "local backend: seconds a rollout worker holding work may go without sending anything "
+               "(a result, or its heartbeat between decode chunks) before it is killed and restarted")
     gpus_per_worker: float = setting(
         0.0, "Ray backend, policy.device cuda: GPUs each rollout actor asks Ray for; 0 = auto, "
              "1 / (n_workers + 1): every actor beside the trainer on one GPU")
@@ -66,5 +70,7 @@ class AsyncConfig:
                 raise ValueError(f"{name}: must be >= 0")
         if self.worker_start_timeout_s <= 0:
             raise ValueError("worker_start_timeout_s: must be > 0")
+        if self.worker_timeout_s <= 0:
+            raise ValueError("worker_timeout_s: must be > 0")
         if self.gpus_per_worker < 0:
             raise ValueError("gpus_per_worker: must be >= 0 (0 = auto)")

@@ -74,3 +74,7 @@ class RunConfig:
                                       or self.name.strip() in ("", ".", "..")):
             raise ValueError(f"name: must be a plain directory name (not empty, '.' or '..'; no '/'), "
                              f"got {self.name!r}")
+        # 255 bytes: the longest file name of ext4, xfs, btrfs, tmpfs and NFS
+        if self.name is not None and len(self.name.encode("utf-8", "surrogateescape")) > 255:
+            raise ValueError(f"name: {len(self.name.encode('utf-8', 'surrogateescape'))} bytes, longer than a "
+                             f"directory name may be (255); got {self.name[:40]!r}...")

@@ -98,16 +98,26 @@ class RewardConfig:
     completion_format: Literal["auto", "text"] = setting(
         "auto", "auto: a chat prompt's completions reach functions as [{role: assistant, content}] and its "
                 "prompts as messages (TRL's conversational format); text: plain strings always")
+    # per call of one function on one batch; task.reward_timeout_s bounds one math-verify check
+    # inside the built-in correctness reward, well under this
+    timeout_s: float | None = setting(
+        300.0, "seconds one call of a reward function (on one batch) may take; past it the call is "
+               "stopped and handled per on_error; null = no bound")
 
     def validate(self) -> None:
         """Import every function now, in this process (workers repeat this from the same strings):
         a bad path fails at load, before anything starts."""
         from asyncrl.rewards import load_function, normalize_path
+        from asyncrl.rewards.resolve import imports_allowed
+
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise ValueError("timeout_s: must be > 0 (or null: no bound)")
 
         for i, path in enumerate(self.funcs):
             try:
                 self.funcs[i] = normalize_path(path)  # a file path: absolute, for workers and resumes
-                load_function(self.funcs[i])
+                if imports_allowed():  # not while `asyncrl config` only prints the config
+                    load_function(self.funcs[i])
             except ValueError as err:
                 raise ValueError(f"funcs[{i}]: {err}") from None
         if self.weights is not None and len(self.weights) != max(1, len(self.funcs)):

@@ -18,12 +18,33 @@ import inspect
 import os
 import pickle
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CONTEXT", "PICKLED_SUFFIX", "RewardFunction", "is_file_path", "load_function", "normalize_path",
-           "resolve"]
+__all__ = ["CONTEXT", "PICKLED_SUFFIX", "RewardFunction", "imports_allowed", "is_file_path", "load_function",
+           "normalize_path", "paths_only", "resolve"]
+
+# False while a config is only read, not run (`asyncrl config`): importing a user's module runs it
+_IMPORTS_ALLOWED: ContextVar[bool] = ContextVar("asyncrl_reward_imports", default=True)
+
+
+@contextmanager
+def paths_only() -> Iterator[None]:
+    """Within it, loading a config checks the form of each ``reward.funcs`` path but imports no
+    module: printing a config must not run user code."""
+    token = _IMPORTS_ALLOWED.set(False)
+    try:
+        yield
+    finally:
+        _IMPORTS_ALLOWED.reset(token)
+
+
+def imports_allowed() -> bool:
+    """Whether a config being loaded may import its reward functions (see :func:`paths_only`)."""
+    return _IMPORTS_ALLOWED.get()
 
 # keyword arguments every call can receive besides the row fields (see docs/rewards.md)
 CONTEXT = ("prompts", "problems", "task")
@@ -103,6 +124,9 @@ def resolve(path: str) -> Callable:
     _cwd_importable()
     try:
         module = _import_file(module_name) if is_file_path(path) else importlib.import_module(module_name)
+    except SystemExit as err:  # else the command would end with the module's status, having done nothing
+        raise ValueError(f"cannot import {path!r}: the module called sys.exit({err.code!r}) while being "
+                         "imported") from None
     except Exception as err:  # a user's module may fail to import with anything
         reason = (str(err).strip().splitlines() or [""])[0][:200]
         hint = " (a module must be importable, e.g. from the current directory; a script's file can be named " \

@@ -5,6 +5,11 @@ A function that raises, or returns a value that is not a finite number (NaN, Non
 named in one line with the row it failed on (``reward.on_error=raise``, the default), or its value
 for that row becomes 0 and is counted in ``reward/errors`` (``reward.on_error=zero``). Never a
 silent fallback: a broken reward changes the objective, so it must be visible.
+
+A call that takes longer than ``reward.timeout_s`` is stopped and handled the same way (the batch's
+rows, named by the first). A function that calls ``sys.exit`` or raises ``KeyboardInterrupt`` is
+named in one line whatever ``on_error`` says (:mod:`asyncrl.rewards.guard`): it asked to end the
+process, which no score stands in for.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from asyncrl.config_loader import ConfigError
+from asyncrl.rewards.guard import Exited, TimedOut, call_guarded
 from asyncrl.rewards.resolve import CONTEXT, RewardFunction, load_function
 from asyncrl.tasks import Problem
 from asyncrl.tasks.chat import as_dicts
@@ -25,6 +31,7 @@ __all__ = ["DEFAULT_REWARD", "RewardFunctionError", "RewardSet", "Scores"]
 # the tasks' own correctness reward (exact match or math-verify): what an empty reward.funcs means
 DEFAULT_REWARD = "asyncrl.tasks.rewards:correct_answer"
 _ROW_ATTRS = ("uid", "answer", "solution")
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 _NOT_A_NUMBER = "; a reward must be a finite number (reward.on_error=zero counts it 0 instead)"
 
 
@@ -83,10 +90,11 @@ class RewardSet:
     """The reward functions of a run, their weights and the error policy, bound to the task."""
 
     def __init__(self, functions: list[RewardFunction], weights: list[float], on_error: str, task=None,
-                 completion_format: str = "auto"):
+                 completion_format: str = "auto", timeout_s: float | None = None):
         if len(weights) != len(functions):
             raise ValueError(f"weights: {len(weights)} weights for {len(functions)} reward functions")
         self.functions, self.weights, self.on_error, self.task = functions, weights, on_error, task
+        self.timeout_s = timeout_s  # per call; None: unbounded
         self.conversational = completion_format == "auto"  # TRL's format for chat prompts
         self.names = unique_names(functions)
 
@@ -103,7 +111,7 @@ class RewardSet:
         paths = list(cfg.funcs) or [DEFAULT_REWARD]
         weights = list(cfg.weights) if cfg.weights is not None else [1.0] * len(paths)
         return cls([load_function(p) for p in paths], [float(w) for w in weights], cfg.on_error, task,
-                   getattr(cfg, "completion_format", "auto"))
+                   getattr(cfg, "completion_format", "auto"), getattr(cfg, "timeout_s", None))
 
     @classmethod
     def for_task(cls, task) -> "RewardSet":
@@ -145,6 +153,11 @@ class RewardSet:
         columns = [self._values(f, shown, problems, ctx) for f in self.functions]
         parts = [list(row) for row in zip(*columns)] if columns else []
         total = [sum(w * (0.0 if math.isnan(v) else v) for w, v in zip(self.weights, row)) for row in parts]
+        for value, row, problem in zip(total, parts, problems):
+            if not abs(value) <= _FLOAT32_MAX:  # NaN too: the trainer's rewards are float32
+                raise RewardFunctionError(
+                    f"reward.weights: {self.weights} × the values {row} on {self._where(problem)}: the total "
+                    f"{value:g} is not finite in float32 (|total| <= {_FLOAT32_MAX:.3g})")
         errors = sum(math.isnan(v) for row in parts for v in row)
         return Scores(total, parts, errors)
 
@@ -173,7 +186,11 @@ class RewardSet:
             raise RewardFunctionError(f"reward function {f.path} needs argument(s) {', '.join(missing)}, "
                                       f"which the rows do not have (available: {known})")
         try:
-            out = f(completions, ctx)
+            out = call_guarded(lambda: f(completions, ctx), self.timeout_s)
+        except TimedOut:  # not retried row by row: that could take a timeout per row
+            return [self._fail(f, problems[0], self._too_long(), "" if len(problems) == 1 else
+                               f" (a batch of {len(problems)} rows starting there)")] + \
+                [math.nan] * (len(problems) - 1)
         except Exception as err:  # a user's function may raise anything: find the row it fails on
             return self._row_by_row(f, completions, problems, err)
         if isinstance(out, (str, bytes)) or not isinstance(out, Sequence) and not hasattr(out, "__len__"):
@@ -197,8 +214,14 @@ class RewardSet:
         values, failed = [], 0
         for i, problem in enumerate(problems):
             try:
-                one = list(f(completions[i:i + 1], self.context([problem])))
+                one = list(call_guarded(lambda: f(completions[i:i + 1], self.context([problem])), self.timeout_s))
                 value = one[0] if len(one) == 1 else one
+            except Exited as exited:  # never zeroed: the function asked to end the process
+                raise RewardFunctionError(f"reward function {f.path} {exited} on {self._where(problem)}") from None
+            except TimedOut:
+                failed += 1
+                values.append(self._fail(f, problem, self._too_long()))
+                continue
             except Exception as row_err:
                 failed += 1
                 values.append(self._fail(f, problem, f"raised {_first_line(row_err)}"))
@@ -207,11 +230,17 @@ class RewardSet:
             values.append(number if number is not None else
                           self._fail(f, problem, f"returned {value!r}", _NOT_A_NUMBER))
         if failed == 0:
+            if isinstance(err, Exited):
+                raise RewardFunctionError(f"reward function {f.path} {err} on a batch of {len(problems)} rows "
+                                          f"starting at {self._where(problems[0])}")
             if self.on_error == "raise":
                 raise RewardFunctionError(f"reward function {f.path} raised {_first_line(err)} on a batch of "
                                           f"{len(problems)} rows starting at {self._where(problems[0])}")
             values = [math.nan] * len(problems)
         return values
+
+    def _too_long(self) -> str:
+        return f"took longer than reward.timeout_s={self.timeout_s:g} s"
 
     # -- reporting --
 

@@ -1,6 +1,12 @@
 """A pool of rollout worker processes on one machine: start once, hand out work units, collect
 results, detect dead workers and restart them (their in-flight units are reported as lost).
 
+A watchdog restarts stuck workers the same way: one that holds work and has sent nothing (a
+result, or the heartbeat it sends between decode chunks) for ``async.worker_timeout_s`` is killed
+with SIGKILL (which also ends a stopped process) and restarted; a restarted one that does not report
+ready within ``async.worker_start_timeout_s`` likewise. Shutting down never waits on a worker for
+more than a few seconds: it asks, then SIGTERM, then SIGKILL.
+
 On CUDA the workers start one at a time (:func:`asyncrl.runtime.worker.starts_alone`): each next
 one when the one before it reported ready. Work handed out meanwhile waits in its queue."""
 
@@ -13,6 +19,7 @@ from dataclasses import replace
 
 from asyncrl.config_loader import ConfigError
 from asyncrl.runtime.worker import WorkerSpec, WorkUnit, starts_alone, worker_main
+from asyncrl.runtime.worker_entry import start_guarded
 from asyncrl.types import batch_from_numpy
 
 
@@ -36,6 +43,13 @@ def _last_line(text: str) -> str:
 class WorkerPool:
     def __init__(self, ctx, specs: list[WorkerSpec], channel, start_timeout_s: float = 300.0):
         self.ctx = ctx
+        # the watchdog's bound (async.worker_timeout_s), from the workers' own configuration
+        self.worker_timeout_s = float(specs[0].config["async"]["worker_timeout_s"]) if specs else 600.0
+        self.heard: dict[int, float] = {}  # worker id → when it last sent something (or got work idle)
+        self.started: dict[int, float] = {}  # worker id → when its current process started
+        self.ready: set[int] = set()  # workers whose current process reported ready
+        self.causes: dict[int, str] = {}  # why the watchdog killed a worker, for the restart line
+        self.received: list[tuple] = []  # messages read by the watchdog, handed out by the next poll
         self.specs = {s.worker_id: s for s in specs}
         self.channel = channel
         self.result_q = ctx.Queue()
@@ -57,11 +71,12 @@ class WorkerPool:
         spec = self.specs[worker_id]
         if self.restarts:  # a restarted worker must not replay its predecessor's random stream
             spec = replace(spec, seed=spec.seed + 1_000_003 * self.restarts)
-        proc = self.ctx.Process(target=worker_main, args=(spec, self.channel, work_q, self.result_q, self.stop),
-                                daemon=True, name=f"asyncrl-rollout-{worker_id}")
-        proc.start()
+        proc = start_guarded(self.ctx, worker_main, (spec, self.channel, work_q, self.result_q, self.stop),
+                             name=f"asyncrl-rollout-{worker_id}")
         self.processes[worker_id] = proc
         self.work_qs[worker_id] = work_q
+        self.started[worker_id] = self.heard[worker_id] = time.monotonic()
+        self.ready.discard(worker_id)
 
     def wait_ready(self) -> list[tuple]:
         """Block until every worker reported ready (starting the ones that wait for the one before
@@ -88,6 +103,8 @@ class WorkerPool:
 
     def submit(self, unit: WorkUnit) -> int:
         worker_id = min(self.inflight, key=lambda w: (len(self.inflight[w]), w))
+        if not self.inflight[worker_id]:  # idle until now: the watchdog's clock starts with this unit
+            self.heard[worker_id] = time.monotonic()
         self.inflight[worker_id][unit.unit_id] = unit
         self.work_qs[worker_id].put(unit)
         return worker_id
@@ -102,6 +119,13 @@ class WorkerPool:
 
     def poll(self, timeout: float = 0.0) -> list[tuple]:
         """Messages available now (waits up to ``timeout`` for the first). Errors raise."""
+        messages, self.received = self.received + self._receive(0.0 if self.received else timeout), []
+        return messages
+
+    def _receive(self, timeout: float) -> list[tuple]:
+        """Read the result queue: note who was heard from, convert results, raise a fatal error.
+        A result of a unit no longer in flight (its worker was declared dead) is dropped: its
+        place in the buffer was already given back."""
         messages = []
         try:
             messages.append(self.result_q.get(timeout=timeout) if timeout > 0 else self.result_q.get_nowait())
@@ -109,18 +133,45 @@ class WorkerPool:
                 messages.append(self.result_q.get_nowait())
         except queue.Empty:
             pass
+        now, kept = time.monotonic(), []
         for kind, worker_id, payload in messages:
-            if kind == "result":
-                self.inflight[worker_id].pop(payload["unit_id"], None)
+            self.heard[worker_id] = now
+            if kind == "ready":
+                self.ready.add(worker_id)
+            elif kind == "result":
+                if self.inflight[worker_id].pop(payload["unit_id"], None) is None:
+                    continue
                 payload["batch"] = batch_from_numpy(payload["batch"])
             elif kind == "fatal":  # the worker hit bad input: the run stops with its one line
                 raise InputError(payload)
             elif kind == "error":
                 print(f"asyncrl: rollout worker {worker_id} failed:\n{payload}", file=sys.stderr, flush=True)
-        return messages
+            if kind != "alive":
+                kept.append((kind, worker_id, payload))
+        return kept
+
+    def kill_stuck(self) -> None:
+        """The watchdog: SIGKILL every worker that holds work and has been silent too long (or,
+        restarted, has not become ready in time); :meth:`restart_dead` then restarts it."""
+        self.received += self._receive(0.0)  # what arrived while the trainer was busy counts as heard
+        now = time.monotonic()
+        for worker_id, proc in self.processes.items():
+            if not self.inflight[worker_id] or not proc.is_alive():
+                continue
+            if worker_id in self.ready:
+                silent, limit = now - self.heard[worker_id], self.worker_timeout_s
+                cause = f"no result for {silent:.0f} s (async.worker_timeout_s={limit:g})"
+            else:
+                silent, limit = now - self.started[worker_id], self.start_timeout_s
+                cause = f"not ready {silent:.0f} s after its start (async.worker_start_timeout_s={limit:g})"
+            if silent > limit:
+                self.causes[worker_id] = cause
+                proc.kill()
+                proc.join(timeout=5)
 
     def restart_dead(self) -> list[WorkUnit]:
-        """Restart workers that died; returns the units they will never finish."""
+        """Restart workers that died or that the watchdog killed; returns the units they will never finish."""
+        self.kill_stuck()
         lost = []
         for worker_id, proc in list(self.processes.items()):
             if proc.is_alive():
@@ -129,17 +180,29 @@ class WorkerPool:
             lost += units
             self.inflight[worker_id].clear()
             self.restarts += 1
-            print(f"asyncrl: rollout worker {worker_id} died (exit code {proc.exitcode}); restarting it "
+            cause = self.causes.pop(worker_id, None)
+            what = f"killed: {cause}" if cause else f"died (exit code {proc.exitcode})"
+            print(f"asyncrl: rollout worker {worker_id} {what}; restarting it "
                   f"(restart {self.restarts}); {len(units)} work unit(s) lost", file=sys.stderr, flush=True)
             if self.restarts > 10 * len(self.specs):
                 raise WorkerError("rollout workers keep dying; giving up (see the errors above)")
             self._start(worker_id)
         return lost
 
-    def shutdown(self) -> None:
+    def shutdown(self, grace_s: float = 2.0) -> None:
+        """Stop every worker within about 2 × ``grace_s``: ask (a worker between units leaves in
+        0.2 s), then SIGTERM, then SIGKILL (a stopped or stuck process ignores the first two, and
+        multiprocessing would wait for it without end when the trainer exits)."""
         self.stop.set()
-        for proc in self.processes.values():
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=5)
+        procs = list(self.processes.values())
+        for ask in (None, "terminate", "kill"):
+            if ask is not None:
+                for proc in procs:
+                    if proc.is_alive():
+                        getattr(proc, ask)()
+            deadline = time.monotonic() + (grace_s if ask != "kill" else 10.0)
+            for proc in procs:
+                proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            procs = [proc for proc in procs if proc.is_alive()]
+            if not procs:
+                return

@@ -21,19 +21,19 @@ from asyncrl.rollout.scoring import check_reward
 _CHARS_PER_TOKEN_BOUND = 16
 
 
-def check_writable(out_dir: str | Path) -> None:
-    """``run.out_dir`` can hold a run directory: probe its nearest existing ancestor with a
-    throwaway directory (``os.access`` says yes to root everywhere, even on read-only mounts)."""
+def check_writable(out_dir: str | Path, key: str = "run.out_dir") -> None:
+    """``out_dir`` (the setting ``key``) can hold a run directory: probe its nearest existing ancestor
+    with a throwaway directory (``os.access`` says yes to root everywhere, even on read-only mounts)."""
     path = Path(out_dir).absolute()
     probe_at = path
     while not probe_at.exists():
         probe_at = probe_at.parent
     if not probe_at.is_dir():
-        raise ConfigError("run.out_dir", f"{probe_at} is not a directory (out_dir: {out_dir})")
+        raise ConfigError(key, f"{probe_at} is not a directory ({key.rpartition('.')[2]}: {out_dir})")
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".asyncrl-probe-", dir=probe_at))
     except OSError as err:
-        raise ConfigError("run.out_dir", f"cannot write under {probe_at}: {err.strerror or err}") from None
+        raise ConfigError(key, f"cannot write under {probe_at}: {err.strerror or err}") from None
 
 
 def _context_of(model) -> int | None:

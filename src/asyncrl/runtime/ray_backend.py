@@ -2,6 +2,11 @@
 object store: :mod:`asyncrl.runtime.channels.ray_store`). Nothing here assumes one machine: on a
 multi-node cluster (``RAY_ADDRESS``) the same code places actors anywhere.
 
+Without ``RAY_ADDRESS`` the run starts a private cluster on this machine, on loopback only
+(:func:`init_ray`), and ends it with the run: ``ray.shutdown`` on the way out, and a reaper
+(:func:`asyncrl.runtime.worker_entry.start_ray_reaper`) that kills what is left, also when the
+trainer is SIGKILLed (Ray ties its GCS server and raylet to the driver, but not the raylet's agents).
+
 On CUDA each actor asks Ray for its share of a GPU (:func:`actor_options`): Ray shows an actor only
 the GPUs it was given (``CUDA_VISIBLE_DEVICES``), none to an actor that asked for none. The actors
 start one at a time there, each once the one before it is ready, as the local pool's workers do.
@@ -9,24 +14,66 @@ start one at a time there, each once the one before it is ready, as the local po
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 
 import ray
 
 from asyncrl.config_loader import ConfigError
 from asyncrl.runtime.worker import RolloutWorker, WorkerSpec, WorkUnit, starts_alone, worker_gpu_share
+from asyncrl.runtime.worker_entry import start_ray_reaper, stop_ray_reaper
+
+SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray keeps a loopback node address
+_reaper: int | None = None  # the pipe that keeps the private cluster's reaper waiting (worker_entry)
+
+
+@contextlib.contextmanager
+def _loopback_only() -> Iterator[None]:
+    """While a private cluster starts: node address 127.0.0.1, so that every Ray server (GCS,
+    raylet, object manager, agents, the workers' and the driver's gRPC) listens on loopback only.
+    Ray turns a loopback node address into the machine's routable one unless clusters are
+    disabled (its setting for a single machine: the default on macOS and Windows), read at import
+    time in this process and from the environment in the processes it starts."""
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    saved_env = os.environ.get(SINGLE_MACHINE_ENV)
+    saved_flag = getattr(constants, "ENABLE_RAY_CLUSTER", None)
+    os.environ[SINGLE_MACHINE_ENV] = "0"
+    if saved_flag is not None:
+        constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        if saved_flag is not None:
+            constants.ENABLE_RAY_CLUSTER = saved_flag
+        if saved_env is None:
+            os.environ.pop(SINGLE_MACHINE_ENV, None)
+        else:
+            os.environ[SINGLE_MACHINE_ENV] = saved_env
 
 
 def init_ray(n_workers: int) -> bool:
-    """Connect to ``RAY_ADDRESS`` or start a private local cluster on loopback; True when this
-    process started Ray (and must stop it)."""
+    """Connect to ``RAY_ADDRESS`` (left as the user set it up), or start a private local cluster on
+    loopback whose processes a reaper ends with the run, however it ends; True when this process
+    started or joined Ray (and must shut it down)."""
+    global _reaper
     if ray.is_initialized():
         return False
     address = os.environ.get("RAY_ADDRESS")
-    local = {} if address else {"num_cpus": max(2, n_workers + 1), "_node_ip_address": "127.0.0.1"}
-    ray.init(address=address, include_dashboard=False, log_to_driver=True, **local)
+    if address:
+        ray.init(address=address, include_dashboard=False, log_to_driver=True)
+        return True
+    _reaper = start_ray_reaper(os.path.dirname(os.path.abspath(ray.__file__)))
+    try:
+        with _loopback_only():
+            ray.init(num_cpus=max(2, n_workers + 1), _node_ip_address="127.0.0.1", include_dashboard=False,
+                     log_to_driver=True)
+    except BaseException:
+        stop_ray_reaper(_reaper)  # what the failed start left running goes now
+        _reaper = None
+        raise
     return True
 
 
@@ -151,7 +198,10 @@ class RayPool:
         return lost
 
     def shutdown(self) -> None:
+        global _reaper
         for actor in self.actors.values():
             ray.kill(actor)
         if self.owns_ray:
             ray.shutdown()
+            stop_ray_reaper(_reaper)  # what Ray's shutdown left running is killed now
+            _reaper = None

@@ -4,15 +4,26 @@ A resumed run continues from the newest complete checkpoint of its run directory
 configuration saved there (``config.yaml``). Settings that only change how long the run goes on,
 how often it evaluates or saves, or how it reports may change on resume (:data:`MUTABLE`);
 anything else would make the resumed run a different experiment and is refused with one line.
+
+Every file of the checkpoint is read before it is trusted: a damaged one (torn, truncated, a file
+missing) is set aside with a one-line warning and the next older one is used; one whose weights or
+optimizer state hold NaN or inf is refused in one line.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-
-from asyncrl.checkpoint import CHECKPOINTS, latest_checkpoint, load_states
+from asyncrl.checkpoint import (
+    CHECKPOINTS,
+    DamagedCheckpoint,
+    NonFiniteCheckpoint,
+    check_checkpoint,
+    set_aside,
+    step_dirs,
+)
 from asyncrl.config import Config, ConfigError, load_config
 from asyncrl.config_loader import parse_override
 from asyncrl.lr_schedule import check_schedule
@@ -22,7 +33,7 @@ MUTABLE = ("trainer.steps", "eval.every", "eval.batch_size", "run.checkpoint_eve
            "run.checkpoint_on_signal", "run.progress", "run.tensorboard", "run.report_to",
            "run.log_completions_every", "run.report", "run.resume", "run.out_dir",
            "run.name", "async.worker_start_timeout_s", "policy.torch_threads", "policy.cache_dir",
-           "async.snapshots_on_host", "async.gpus_per_worker")
+           "async.snapshots_on_host", "async.gpus_per_worker", "async.worker_timeout_s", "reward.timeout_s")
 
 
 @dataclass
@@ -89,23 +100,48 @@ def find_resume(cfg: Config, run_dir: Path) -> Resume | None:
             raise ConfigError("run.name", f"run directory already exists: {run_dir} (resume it with "
                                           f"`asyncrl train --resume {run_dir}`, or choose another run.name)")
         return None
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
+    if not step_dirs(run_dir):
         if mode == "must":
             raise ConfigError("--resume", f"no complete checkpoint in {run_dir / 'checkpoints'}")
         return None  # auto: nothing to resume, start the run
     check_compatible(cfg, run_dir)
-    try:
-        trainer_state, run_state = load_states(checkpoint)
-    except Exception as err:  # noqa: BLE001 (a damaged file: say which, not a traceback)
-        raise ConfigError("--resume", f"cannot load checkpoint {checkpoint}: {type(err).__name__}: {err}") from None
+    checkpoint, trainer_state, run_state, damaged = _intact_checkpoint(run_dir)
     if "scheduler" in trainer_state:  # a longer decaying lr schedule: refused before anything is written
         check_schedule(cfg.trainer, trainer_state)
     resume = Resume(checkpoint, trainer_state, run_state)
     if resume.step >= cfg.trainer.steps and (run_dir / "summary.json").exists():
         raise ConfigError("trainer.steps", f"the run already finished {resume.step} steps; "
                                            f"raise trainer.steps to continue it")
+    _set_aside_damaged(run_dir, damaged, checkpoint)  # the run goes on: only now is anything moved
     return resume
+
+
+def _intact_checkpoint(run_dir: Path) -> tuple[Path, dict, dict, list[tuple[Path, str]]]:
+    """The newest checkpoint whose every file reads back, its states, and the damaged newer ones
+    with what is wrong with each. Non-finite weights are refused, not skipped: no kill leaves
+    them, and falling back to an older checkpoint would hide them."""
+    damaged: list[tuple[Path, str]] = []
+    for _, checkpoint in reversed(step_dirs(run_dir)):
+        try:
+            trainer_state, run_state = check_checkpoint(checkpoint)
+        except NonFiniteCheckpoint as err:
+            raise ConfigError("--resume", f"checkpoint {checkpoint} holds non-finite values ({err}); "
+                                          "refusing to resume from it") from None
+        except DamagedCheckpoint as err:
+            damaged.append((checkpoint, str(err)))
+            continue
+        return checkpoint, trainer_state, run_state, damaged
+    reasons = "; ".join(f"{path.name}: {why}" for path, why in damaged)
+    raise ConfigError("--resume", f"no intact checkpoint in {run_dir / CHECKPOINTS} ({reasons})")
+
+
+def _set_aside_damaged(run_dir: Path, damaged: list[tuple[Path, str]], used: Path) -> None:
+    """Move damaged checkpoints out of the rolling set (one warning line each): counted as kept,
+    one would make the next save prune the intact checkpoint this run resumes from."""
+    for path, why in damaged:
+        aside = set_aside(run_dir, path)
+        print(f"asyncrl: checkpoint {path} is damaged ({why}); moved to {aside.name}, resuming from the "
+              f"older {used.name}", file=sys.stderr, flush=True)
 
 
 def resume_config(run_dir: str | Path, overrides: list[str]) -> Config:

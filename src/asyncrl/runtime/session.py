@@ -22,10 +22,18 @@ from pathlib import Path
 import torch
 import yaml
 
-from asyncrl.checkpoint import save_checkpoint, set_global_rng_state
-from asyncrl.config import Config
+from asyncrl.checkpoint import save_checkpoint, set_global_rng_state, step_dirs
+from asyncrl.config import Config, ConfigError
+from asyncrl.disk import write_text_atomic
 from asyncrl.evaluation import eval_metrics
-from asyncrl.metrics import Ledger, MetricsWriter, json_safe, readable_floats
+from asyncrl.metrics import (
+    ROW_FILES,
+    Ledger,
+    MetricsWriter,
+    check_row_files,
+    json_safe,
+    readable_floats,
+)
 from asyncrl.policy.lora import apply_lora
 from asyncrl.policy.model import check_device, load_policy_for, set_deterministic
 from asyncrl.pretrain import warm_start
@@ -37,6 +45,7 @@ from asyncrl.runtime.eval_cache import load as load_cached_eval
 from asyncrl.runtime.eval_cache import store as store_cached_eval
 from asyncrl.runtime.preflight import check_task, check_writable
 from asyncrl.runtime.resume import Resume, find_resume
+from asyncrl.runtime.run_lock import RunLock
 from asyncrl.runtime.signals import StopRequests
 from asyncrl.stability.monitor import EssMonitor, EssStop
 from asyncrl.tasks import Problem, Task
@@ -77,9 +86,7 @@ def write_config(cfg: Config, run_dir: Path) -> None:
     data = cfg.to_dict()
     data["run"]["resume"] = "no"  # how this process started is not part of the run
     run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / "config.yaml.tmp"
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
-    tmp.rename(run_dir / "config.yaml")
+    write_text_atomic(run_dir / "config.yaml", yaml.safe_dump(data, sort_keys=False))
 
 
 def load_resumed_policy(cfg: Config, resume: Resume):
@@ -125,6 +132,7 @@ class Session:
     last_eval: dict[str, float] = field(default_factory=dict)  # metrics of the latest evaluation
     prompt_counts: dict[str, int] = field(default_factory=dict)  # over-long prompts dropped/truncated
     _clock: tuple[float, float] | None = None  # (perf_counter, eval_time_s) when the loop started
+    lock: RunLock | None = None  # the run directory's lock, held until the run ends
 
     @property
     def start_step(self) -> int:
@@ -136,14 +144,27 @@ class Session:
 
     @classmethod
     def open(cls, cfg: Config) -> "Session":
+        """Check everything, then take the run directory's lock and write ``config.yaml``: a refused
+        run writes nothing, and a second writer on the same run directory is refused in one line."""
         check_device(cfg.policy.device)
         check_writable(cfg.run.out_dir)  # before a warm start of minutes, not after it
         set_deterministic(cfg.run.deterministic)
         torch.manual_seed(cfg.run.seed)
         run_dir = run_dir_of(cfg)
+        lock = RunLock(run_dir)
+        lock.try_existing()  # a run directory another run is writing: refused now, before any work
+        try:
+            return cls._open(cfg, run_dir, lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def _open(cls, cfg: Config, run_dir: Path, lock: RunLock) -> "Session":
         resume = find_resume(cfg, run_dir)  # before any work: a refused run writes nothing
+        seen = _contents(run_dir)
         progress = TrainProgress(cfg.trainer.steps, f"{cfg.run.mode}/{cfg.loss.name}",
-                                 enabled=cfg.run.progress, batch_size=cfg.rollout.batch_size)
+                                 enabled=cfg.run.progress, batch_size=cfg.rollout.batch_size, hold_phases=True)
         progress.phase("loading task")
         task = cfg.task.build()
         rewards = cfg.reward.build(task)  # resolved from the config's import paths, as workers do; before a warm start
@@ -157,21 +178,32 @@ class Session:
         else:
             model, tokenizer = load_resumed_policy(cfg, resume)
         fit = check_task(cfg, task, tokenizer, model, rewards)  # overlong prompts, a broken reward: before the run dir
+        # rows kept: a resumed run's up to its checkpoint; -1 = none, for a run that starts afresh
+        # where an attempt without a checkpoint left rows (run.resume=auto): step 0 is written once
+        step = resume.step if resume else (-1 if any((run_dir / name).exists() for name in ROW_FILES) else 0)
+        try:
+            check_row_files(run_dir, step)
+        except ValueError as err:  # a damaged row: refused before config.yaml or any row is rewritten
+            raise ConfigError("--resume", str(err)) from None
+        lock.acquire()
+        if _contents(run_dir) != seen:  # another run wrote here since the checks above
+            raise ConfigError("run.name", f"{run_dir} was written by another run while this one started; "
+                                          "start it again")
+        write_config(cfg, run_dir)
+        progress.release_phases()  # the run is under way: what it did so far, then what it does
         note = fit.message(cfg.task.max_prompt_length)
         if note is not None and cfg.run.progress:
             progress.log(note)
         elif note is not None:
             print(f"asyncrl: {note}", file=sys.stderr)
-        write_config(cfg, run_dir)
         eval_problems = fit.eval[: cfg.eval.n_problems]
-        step = resume.step if resume else 0
         session = cls(cfg, run_dir, model, tokenizer, task, fit.train, eval_problems,
                       MetricsWriter(run_dir, open_trackers(cfg.run.report_to, run_dir, cfg, step), after_step=step),
                       progress,
                       ledger=Ledger(run_dir, after_step=step), resume=resume, policy_dir=policy_dir,
                       monitor=EssMonitor(cfg.trainer.ess_warning), rewards=rewards,
                       completions=CompletionLog(run_dir, cfg.run.log_completions_every, cfg.trainer.steps, step),
-                      prompt_counts=fit.counts())
+                      prompt_counts=fit.counts(), lock=lock)
         if resume is not None:
             session._restore(resume.run_state["session"])
         return session
@@ -302,14 +334,24 @@ class Session:
         return self._due(step, self.cfg.run.checkpoint_every)
 
     def close(self) -> None:
+        """Close the row files and trackers and release the run directory's lock."""
+        self._close_files()
+        self.release()
+
+    def _close_files(self) -> None:
         self.metrics.close()
         self.ledger.close()
         self.completions.close()
 
+    def release(self) -> None:
+        """Let another process write this run directory (a resume): the run is over."""
+        if self.lock is not None:
+            self.lock.release()
+
     def finish(self, steps: int, extra: dict, train_wall_s: float | None = None) -> dict:
         """Write ``summary.json`` (atomically, last: a run with one is finished) and return it.
         ``train_wall_s``: seconds of the training loop, evaluations after step 0 excluded."""
-        self.close()
+        self._close_files()  # the lock is released last, once summary.json and the report exist
         summary = {
             "mode": self.cfg.run.mode,
             "loss": self.cfg.loss.name,
@@ -336,12 +378,18 @@ class Session:
         summary.update(self.monitor.summary())
         summary.update(self.prompt_counts)
         summary.update(extra)
-        tmp = self.run_dir / "summary.json.tmp"
         summary = readable_floats(summary)  # 0.16875, not 0.16875000000000004: a file people read
-        tmp.write_text(json.dumps(json_safe(summary), indent=2, allow_nan=False))
-        tmp.rename(self.run_dir / "summary.json")
+        write_text_atomic(self.run_dir / "summary.json", json.dumps(json_safe(summary), indent=2, allow_nan=False))
         if self.cfg.run.report:
             from asyncrl.runtime.run_report import write_run_report_safely
 
             write_run_report_safely(self.run_dir, summary, log=self.progress.log)
+        self.release()
         return summary
+
+
+def _contents(run_dir: Path) -> tuple:
+    """What decides how a run starts in ``run_dir``: its checkpoints and whether it has a config
+    and a summary (compared before and after taking the lock)."""
+    return (tuple(step for step, _ in step_dirs(run_dir)),
+            *((run_dir / name).exists() for name in ("config.yaml", "summary.json")))

@@ -31,6 +31,20 @@ class Interrupted(Exception):
         return 128 + self.signum
 
 
+class StopNow(KeyboardInterrupt):
+    """The second SIGTERM / SIGINT: stop at once, with no checkpoint. A KeyboardInterrupt, so every
+    ``finally`` and context manager on the way out still runs; ``signum`` gives the exit status
+    (128 + signum: 143 for SIGTERM, as for the first)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
 class StopRequests:
     """Context manager that owns SIGTERM and SIGINT for the duration of a run (main thread only)."""
 
@@ -52,7 +66,7 @@ class StopRequests:
 
     def _handle(self, signum: int, frame) -> None:
         if self.signum is not None:  # the second signal: no more waiting for a safe point
-            raise KeyboardInterrupt(signal.Signals(signum).name)
+            raise StopNow(signum)
         self.signum = signum
 
     def check(self) -> None:

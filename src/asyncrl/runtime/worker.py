@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import os
 import queue
-import signal
-import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -103,25 +101,26 @@ def pin_to_cpu(cpu: int | None) -> None:
         os.sched_setaffinity(0, {cpu})
 
 
-def die_with_parent() -> int:
-    """Make this process end when the trainer does, even by SIGKILL (no orphaned workers holding
-    memory): Linux's parent-death signal, plus a parent-pid check the loop repeats elsewhere.
-    Ctrl-C reaches the whole process group: the trainer handles it and stops us, so ignore it here.
-    Returns the parent's pid."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = os.getppid()
-    if sys.platform.startswith("linux"):
-        import ctypes
+class Heartbeat:
+    """A worker process's sign of life for the pool's watchdog (``async.worker_timeout_s``): an
+    ``("alive", id, None)`` message, at most every ``interval_s``. Sent by the generating thread
+    itself, between decode chunks and before scoring, so a worker that is stopped or stuck sends none."""
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(1)
-    return parent
+    def __init__(self, result_q, worker_id: int, worker_timeout_s: float):
+        self.result_q, self.worker_id = result_q, worker_id
+        self.interval_s = min(5.0, worker_timeout_s / 4)
+        self.last = time.monotonic()
+
+    def __call__(self) -> None:
+        if time.monotonic() - self.last >= self.interval_s:
+            self.last = time.monotonic()
+            self.result_q.put(("alive", self.worker_id, None))
 
 
 class RolloutWorker:
     """The state of one rollout worker, wherever it runs. ``channel``: a WeightChannel."""
+
+    on_progress = None  # a Heartbeat in a worker process: called between decode chunks and before scoring
 
     def __init__(self, spec: WorkerSpec, channel):
         from transformers.utils import logging as hf_logging
@@ -171,6 +170,8 @@ class RolloutWorker:
 
         def between_chunks() -> bool:
             nonlocal updates
+            if self.on_progress is not None:
+                self.on_progress()
             if self.channel.latest() <= self.engine.version:
                 return False
             self._pull()
@@ -183,6 +184,8 @@ class RolloutWorker:
         prompts = encode_problems(self.tokenizer, chosen, unit.n, self.cfg.policy.chat_template,
                                   self.cfg.task.truncate_to)
         gen = self.engine.generate(prompts, between_chunks=between_chunks if self.spec.interruptible else None)
+        if self.on_progress is not None:
+            self.on_progress()
         batch = score(gen, chosen, unit.n, self.rewards, self.tokenizer)
         batch.group_ids = torch.tensor(unit.group_ids).repeat_interleave(unit.n)
         return {"unit_id": unit.unit_id, "batch": batch, "gen_time_s": time.perf_counter() - started,
@@ -190,11 +193,14 @@ class RolloutWorker:
 
 
 def worker_main(spec: WorkerSpec, channel, work_q, result_q, stop) -> None:
-    """Process entry point. Sends ("ready", id), ("result", id, payload) or ("error", id, text)."""
+    """Process entry point, started by :func:`asyncrl.runtime.worker_entry.start_guarded`. Sends
+    ("ready", id), ("alive", id) (a heartbeat), ("result", id, payload), ("fatal", id, one line) or
+    ("error", id, text)."""
     try:
-        parent = die_with_parent()
+        parent = os.getppid()  # the trainer (worker_entry.start checked); watched where no death signal is
         pin_to_cpu(spec.cpu)
         worker = RolloutWorker(spec, channel)
+        worker.on_progress = Heartbeat(result_q, spec.worker_id, spec.config["async"]["worker_timeout_s"])
         result_q.put(("ready", spec.worker_id, None))
         while not stop.is_set() and os.getppid() == parent:
             try:

@@ -12,9 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["Messages", "as_dicts", "completion_text", "parse_messages", "render_plain", "split_reference"]
+__all__ = ["ROLES", "Messages", "as_dicts", "completion_text", "parse_messages", "render_plain",
+           "split_reference"]
 
 Messages = tuple[tuple[str, str], ...]
+# the roles chat templates know (OpenAI's developer and function, Llama's ipython included); any
+# other would be rendered as a made-up speaker ("wizard: ...") and trained on as if meant
+ROLES = ("system", "developer", "user", "assistant", "tool", "function", "ipython")
 
 
 def parse_messages(value: Any, where: str, field: str) -> Messages:
@@ -30,6 +34,9 @@ def parse_messages(value: Any, where: str, field: str) -> Messages:
         role, content = message.get("role"), message.get("content")
         if not isinstance(role, str) or not role.strip():
             raise ValueError(f"{where}: field {field!r} item {i}: 'role' must be a non-empty string")
+        if role.strip() not in ROLES:
+            raise ValueError(f"{where}: field {field!r} item {i}: unknown role {role.strip()!r} "
+                             f"(known: {', '.join(ROLES)})")
         if not isinstance(content, str):
             raise ValueError(f"{where}: field {field!r} item {i}: 'content' must be a string, "
                              f"got {type(content).__name__}")

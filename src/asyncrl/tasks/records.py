@@ -81,6 +81,8 @@ def _read_json_lines(p: Path, shown: str) -> Iterator[tuple[str, dict]]:
             data = json.loads(p.read_text(encoding="utf-8-sig"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"{shown}: invalid JSON: {exc}") from None
+        except RecursionError:
+            raise ValueError(f"{shown}: JSON nested too deeply to read") from None
         for i, record in enumerate(data):
             where = f"{shown}: item {i}"
             if not isinstance(record, dict):
@@ -100,6 +102,8 @@ def _read_json_lines(p: Path, shown: str) -> Iterator[tuple[str, dict]]:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+            except RecursionError:  # the parser recurses once per level of [ or {
+                raise ValueError(f"{where}: JSON nested too deeply to read") from None
             if not isinstance(record, dict):
                 raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
             yield where, record

@@ -1,0 +1,181 @@
+"""The first code of the processes a run starts beside the trainer, so that none outlives it: the
+standard library only, because it runs before anything slow.
+
+**Rollout worker processes** (:func:`start_guarded`). A ``spawn`` child runs its target only after
+multiprocessing's bootstrap has imported the parent's ``__main__`` module and unpickled the
+target's arguments; a worker's arguments (its ``WorkerSpec``, the weight channel's shared tensors)
+import torch and asyncrl's runtime as they unpickle: seconds of imports. A trainer SIGKILLed then
+left the child to finish them and find ``getppid() == 1``, with nothing to compare it with: an
+orphan for good. So here
+
+* the target is :func:`start`, in this module, whose import is the standard library;
+* the real target and its arguments travel as one pickled byte string (:class:`PickledAtSpawn`,
+  pickled by multiprocessing's own pickler while the process is being spawned, when queues,
+  semaphores and shared tensors may be pickled) that :func:`start` unpickles only after
+  :func:`arm_parent_death_guard`;
+* the parent's ``__main__`` is hidden from the spawn: a worker needs nothing from it (reward
+  functions reach it by import path or by value) and importing it (the CLI, or the user's script)
+  would come before the guard.
+
+The guard: Linux's parent-death signal (SIGKILL when the spawning *thread* ends: workers are
+started from the trainer's main thread), then a check that the parent is still the trainer, by
+the pid the trainer passed: one that died before the signal was armed is caught there.
+
+**A private Ray cluster's processes** (:func:`start_ray_reaper`). Ray ties its GCS server and
+raylet to the driver, but the raylet's agents, once it is gone, wait up to a minute on the dead GCS
+before they exit. The reaper, a small process of its own, notes which Ray processes descend from
+the trainer, and when the trainer dies (or the run stops its cluster) kills those still alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+REAPER_POLL_S = 0.5  # how often the reaper notes the trainer's Ray processes
+
+
+class PickledAtSpawn:
+    """``value`` pickled on its own by multiprocessing's pickler while the process is spawned; the
+    child receives the bytes, and unpickles them when it chooses."""
+
+    def __init__(self, value: object):
+        self.value = value
+
+    def __reduce__(self):
+        from multiprocessing.reduction import ForkingPickler
+
+        return bytes, (bytes(ForkingPickler.dumps(self.value)),)
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """Spawn children import the parent's ``__main__`` before their target runs, unless it has no
+    spec and no file: a blank module stands in while the process starts."""
+    main = sys.modules.get("__main__")
+    if main is not None:
+        sys.modules["__main__"] = type(sys)("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+def start_guarded(ctx, target: Callable, args: tuple, name: str):
+    """Start ``target(*args)`` in a daemon process of the ``spawn`` context ``ctx`` whose
+    parent-death guard is armed before ``args`` are unpickled. Returns the started process."""
+    process = ctx.Process(target=start, args=(os.getpid(), PickledAtSpawn((target, args))), daemon=True, name=name)
+    with _main_hidden():
+        process.start()
+    return process
+
+
+def arm_parent_death_guard(parent_pid: int) -> None:
+    """End this process when ``parent_pid`` (the process that spawned it) does, even by SIGKILL;
+    exit at once if it already has. Ctrl-C reaches the whole process group: the trainer handles it
+    and stops its workers, so it is ignored here."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+
+
+def start(parent_pid: int, payload: bytes) -> None:
+    """Spawn target: arm the guard, then unpickle the real target and its arguments and run it."""
+    arm_parent_death_guard(parent_pid)
+    target, args = pickle.loads(payload)
+    target(*args)
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks) of a live process, else None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == b"Z" else (int(fields[1]), int(fields[19]))
+
+
+def _processes() -> dict[int, tuple[int, int]]:
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
+            table[int(entry)] = stat
+    return table
+
+
+def _descendants(roots: set[int], table: dict[int, tuple[int, int]]) -> set[int]:
+    found, frontier = set(), set(roots)
+    while frontier:
+        frontier = {pid for pid, (parent, _) in table.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _is_ray(pid: int, ray_dir: str) -> bool:
+    """A process of Ray's: its title is ``ray::...``, or it runs a file of the ray package."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    return argv[0].startswith("ray::") or any(arg.startswith(ray_dir + os.sep) for arg in argv)
+
+
+def reap_ray(trainer_pid: int, ray_dir: str) -> None:
+    """Reaper loop: until stdin (a pipe the trainer holds open) ends, note the trainer's Ray
+    descendants with their start times; then SIGKILL those still alive, and what they started
+    meanwhile."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    noted: dict[int, int] = {}  # pid -> start time (a reused pid has another)
+    while True:
+        table = _processes()
+        for pid in _descendants({trainer_pid}, table) - {os.getpid()}:  # its own argv names ray_dir
+            if pid not in noted and _is_ray(pid, ray_dir):
+                noted[pid] = table[pid][1]
+        readable, _, _ = select.select([0], [], [], REAPER_POLL_S)
+        if readable and not os.read(0, 64):
+            break
+    table = _processes()
+    alive = {pid for pid, started in noted.items() if pid in table and table[pid][1] == started}
+    for pid in (alive | _descendants(alive, table)) - {os.getpid()}:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def start_ray_reaper(ray_dir: str) -> int | None:
+    """Start :func:`reap_ray` for this process; returns the write end of its pipe, to close when
+    the run stops its Ray cluster (the trainer's death closes it too). None where there is no
+    ``/proc``."""
+    if not os.path.isdir("/proc"):
+        return None
+    read_end, write_end = os.pipe()  # not inherited by any other child: only this process holds the write end
+    try:
+        subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), "reap", str(os.getpid()), ray_dir],
+                         stdin=read_end, stdout=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        os.close(read_end)
+    return write_end
+
+
+def stop_ray_reaper(write_end: int | None) -> None:
+    """Let the reaper kill what is left of the cluster now (after ``ray.shutdown``: stragglers)."""
+    if write_end is not None:
+        with contextlib.suppress(OSError):
+            os.close(write_end)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["reap"]:
+    reap_ray(int(sys.argv[2]), sys.argv[3])
