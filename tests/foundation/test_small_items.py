@@ -171,10 +171,13 @@ def test_one_seed_by_k_verdict_claims_nothing():
     lines = headline_a3po_by_k(by_k, one)
     assert lines[0].count(ONE_SEED) == 2 and "[" not in lines[0]
     assert lines[-1].startswith("Verdict: none") and "beyond the seed spread" not in lines[-1]
-    # two seeds that happen to agree: a zero-width interval, but a test
+    # two seeds each: the verdict is the Welch test's (stats.compare_arms), a gap without one claims nothing
     two = {m: {"final_eval_reward": _stat(0.5, 0.0, 2)} for m in one}
-    lines = headline_a3po_by_k(by_k, two)
-    assert lines[-1] == "Verdict: A-3PO ends below recompute beyond the seed spread at K = 2."
+    assert headline_a3po_by_k(by_k, two)[-1].startswith("Verdict: no K where A-3PO's difference")
+    tested = {**gap, "verdict": "differs", "p_holm": 0.01, "mde": 2.0, "n_a": 2, "n_b": 2}
+    lines = headline_a3po_by_k({"2": {**by_k["2"], "eval_gap_loglinear_minus_recompute": tested}}, two)
+    assert lines[-1] == "Verdict: A-3PO ends below recompute (differs: Welch, Holm p < 0.05) at K = 2."
+    assert "(Holm p = 0.010, MDE 2.0: differs)" in lines[0]
 
 
 # the live line at 80 columns

@@ -2,8 +2,9 @@
 
 Each pairing is one loss × proximal strategy the benchmarks run: the atlas rows (each loss with its
 natural proximal policy, plus importance-weighted REINFORCE and decoupled PPO with a recomputed
-proximal policy), the a3po suite's sync arm (ppo against the behavior policy) and the probability-space
-mixture ``linear``. The inputs are one training batch of B = 8 sequences, T = 12 tokens, split into two
+proximal policy), the a3po suite's sync arm (ppo against the behavior policy), the probability-space
+mixture ``linear`` and the A-3PO variants (an α floor, an ESS-set floor, a truncated behavior weight,
+sequence level). The inputs are one training batch of B = 8 sequences, T = 12 tokens, split into two
 minibatches of 4 rows as ``Trainer.step`` splits it, at current version V = 16 with token versions
 giving every staleness 0..16, padded tails (version −1, outside the mask), and a ``recomputed`` tensor
 standing in for the exact proximal log-probs of the extra forward pass.
@@ -37,6 +38,13 @@ PAIRINGS: dict[str, tuple[str, str, dict]] = {
     "recompute": ("decoupled", "recompute", {}),
     "a3po-sync": ("ppo", "behav", {}),
     "linear": ("decoupled", "linear", {}),
+    # A-3PO variants that keep a trust region without a forward pass (docs/objectives.md)
+    "a3po-floor": ("decoupled", "loglinear_floor", {}),
+    # with a tight clip the floor changes which stale tokens are clipped on this batch (the default ε does not)
+    "a3po-floor-eps0.01": ("decoupled", "loglinear_floor", {"eps_low": 0.01}),
+    "a3po-ess": ("decoupled", "loglinear_ess", {}),  # this batch's ESS stays above 0.5: A-3PO's values
+    "decoupled_bounded": ("decoupled_bounded", "loglinear", {}),
+    "a3po_seq": ("a3po_seq", "loglinear", {}),
 }
 
 

@@ -18,11 +18,13 @@ from asyncrl.objectives.prox import ProxStrategy
 from .helpers import t
 
 
-def test_registry_holds_the_five_strategies_and_their_declarations():
-    assert list(PROX_STRATEGIES) == ["recompute", "loglinear", "linear", "behav", "none"]
+def test_registry_holds_the_strategies_and_their_declarations():
+    assert list(PROX_STRATEGIES) == ["recompute", "loglinear", "linear", "behav", "none", "loglinear_floor",
+                                     "loglinear_ess"]
     assert [name for name, s in PROX_STRATEGIES.items() if s.needs_forward] == ["recompute"]
     assert [name for name, s in PROX_STRATEGIES.items() if not s.gives_prox] == ["none"]
-    assert [name for name, s in PROX_STRATEGIES.items() if s.approximate] == ["loglinear", "linear", "behav"]
+    assert [name for name, s in PROX_STRATEGIES.items() if s.approximate] == ["loglinear", "linear", "behav",
+                                                                                "loglinear_floor", "loglinear_ess"]
     with pytest.raises(ValueError, match="'sometimes'.*known: recompute, loglinear"):
         prox_strategy("sometimes")
 
@@ -60,7 +62,8 @@ def test_a_new_strategy_is_a_subclass_and_one_registry_line(monkeypatch):
 
 # each loss's natural proximal policy: the atlas ran every loss with these
 NATURAL = {"decoupled": "loglinear", "ppo": "none", "tis": "none", "mis": "none", "cispo": "none", "opsm": "none",
-           "m2po": "none", "gspo": "none", "vaco": "none", "reinforce": "none", "ppo_kl": "none", "spo": "none"}
+           "m2po": "none", "gspo": "none", "vaco": "none", "reinforce": "none", "ppo_kl": "none", "spo": "none",
+           "decoupled_bounded": "loglinear", "a3po_seq": "loglinear"}
 
 
 def test_natural_prox_of_every_loss():
@@ -78,12 +81,13 @@ def test_natural_prox_is_consistent_and_registered(name):
 
 def test_pairing_rule_from_what_the_loss_reads():
     # decoupled is built on π_prox: every strategy that gives one, and not none
-    assert consistent_prox("decoupled") == ("recompute", "loglinear", "linear", "behav")
+    for name in ("decoupled", "decoupled_bounded", "a3po_seq"):
+        assert consistent_prox(name) == ("recompute", "loglinear", "linear", "behav", "loglinear_floor", "loglinear_ess")
     assert "natural one: loglinear" in prox_pairing_error("decoupled", "none")
     # m2po, vaco and reinforce act on π_θ/π_behav alone: an extra forward pass would be computed for
     # nothing; an approximation is one fused op and ignored (so the default trainer.prox still runs them)
     for name in ("m2po", "vaco", "reinforce"):
-        assert consistent_prox(name) == ("loglinear", "linear", "behav", "none")
+        assert consistent_prox(name) == ("loglinear", "linear", "behav", "none", "loglinear_floor", "loglinear_ess")
         assert "for nothing" in prox_pairing_error(name, "recompute")
     # the anchored losses run a coupled form without π_prox and a decoupled one with it
     for name in ("ppo", "tis", "mis", "cispo", "opsm", "gspo", "ppo_kl", "spo"):

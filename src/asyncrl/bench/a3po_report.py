@@ -13,11 +13,13 @@ from typing import Any
 import numpy as np
 
 from . import figures as F
+from . import wording as W
 from .report import CI_CAPTION, FigureList, line_figures, mean, method_table, mratio, points_gap, ratio, seed_points
 from .stats import as_float as _num
-from .stats import diff_ci, group_by_method, run_value, wall_time_key
+from .stats import compare_arms, group_by_method, run_value, verdicts_within, wall_time_key
 
 METHOD_ORDER = ("sync", "async-recompute", "async-loglinear")
+EQUIVALENCE_MARGIN = 0.03  # TOST margin in eval reward: "equivalent" means within 3 points
 
 # a3po line figures, after the A-3PO paper: (file, {panel title: metric}, x axis, title, y label(s), caption).
 A3PO_LINES = (
@@ -68,7 +70,7 @@ def build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
                        title="Proximal-policy time per step", ylabel="seconds (log scale)", colors=colors,
                        points=seed_points(groups, methods, "prox_time_per_step_s"))
     figs = [("fig1_prox_time.png", "Proximal-policy computation time per step (log scale), "
-                                   "error bars = 95% bootstrap CI over seeds, dots = seeds.")]
+                                   "error bars = 95% t interval over seeds, dots = seeds.")]
     figs += line_figures(fig_dir, groups, A3PO_LINES, colors)
     cols = [("final_eval_reward", "Final eval reward"), ("train_wall_s", "Train wall (s)"),
             ("time_per_step_s", "Time/step (s)"), ("prox_time_per_step_s", "Prox time/step (ms)", 1e3),
@@ -83,6 +85,10 @@ def build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
                       ("prox_abs_err_mean", "|ℓ_prox − ℓ_approx| mean"), ("prox_abs_err_max", "… max")]
         table += "\n" + method_table(methods, groups, stale_cols, "Per-run means over steps (the max column: "
                                        "the mean over steps of each step's largest token error).")
+        table += "\n" + W.comparison_table(
+            [(f"K = {k}: A-3PO − {name}", row[key]) for k, row in stale.items()
+             for key, name in (("eval_gap_loglinear_minus_recompute", "recompute"), ("eval_gap_loglinear_minus_sync",
+                                                                                    "sync")) if row[key]], scale=1.0)
         F.line_band_figure(fig_dir / "fig7_prox_error_vs_staleness.png", {"": _error_curves(groups)},
                            title="A-3PO's proximal log-prob error vs staleness", xlabel="token staleness "
                            "(versions behind)", ylabel="mean |ℓ_prox − ℓ_approx| per token", colors=colors)
@@ -94,7 +100,8 @@ def build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
 
 def _stale_summary(methods: Mapping[str, Any], groups: Mapping[str, list]) -> dict:
     """Per K of the a3po ``--ks`` variant (methods async-<prox>-k<K>): A-3PO against recompute and
-    sync (reward gaps in points with a bootstrap CI over both arms' seeds), speed-ups, and how far
+    sync (reward gaps in points with the Welch interval, Holm-adjusted p over every gap of the table, TOST
+    within EQUIVALENCE_MARGIN, MDE and verdict: compare_arms), speed-ups, and how far
     its proximal log-probs are from the exact ones (mean over measured tokens, and at the stalest
     token bin measured)."""
     out = {}
@@ -114,16 +121,21 @@ def _stale_summary(methods: Mapping[str, Any], groups: Mapping[str, list]) -> di
             "eval_gap_loglinear_minus_sync": _gap_ci(groups, m, "sync"),
             "speedup_vs_recompute": mratio(methods, rec, m, "train_wall_s"),
             "speedup_vs_sync": mratio(methods, "sync", m, "train_wall_s")}
+    verdicts_within([g for row in out.values() for key in ("eval_gap_loglinear_minus_recompute",
+                                                           "eval_gap_loglinear_minus_sync") if (g := row[key])])
     return out
 
 
 def _gap_ci(groups: Mapping[str, list], a: str, b: str) -> dict | None:
-    """{mean, ci_low, ci_high} of final eval reward a − b in points over the two arms' seeds."""
+    """compare_arms of final eval reward a − b over the two arms' seeds, with the differences (mean,
+    ci_low, ci_high, mde, margin) in points; the verdict comes with the table's Holm adjustment."""
     if a not in groups or b not in groups:
         return None
-    gap = diff_ci([run_value(r, "final_eval_reward") for r in groups[a]],
-                  [run_value(r, "final_eval_reward") for r in groups[b]])
-    return None if not math.isfinite(gap[0]) else dict(zip(("mean", "ci_low", "ci_high"), (100 * g for g in gap)))
+    gap = compare_arms([run_value(r, "final_eval_reward") for r in groups[a]],
+                       [run_value(r, "final_eval_reward") for r in groups[b]], EQUIVALENCE_MARGIN)
+    for key in ("mean", "ci_low", "ci_high", "mde", "margin"):
+        gap[key] = 100 * gap[key]
+    return None if not math.isfinite(gap["mean"]) else gap
 
 
 _STALE_ERR = "prox_abs_err_stale"  # + s: the step's mean error over tokens s versions behind

@@ -5,9 +5,12 @@ the policy-buffer and forward-lag rows; and the verdict per loss.
 Definitions (docs/benchmarks.md says the same in prose):
 
 - **sync**: ``ppo`` at K = 0 of the lag row (on-policy PPO-clip, i.e. sync GRPO). Every gap is
-  cell − sync in eval-reward points, with a bootstrap CI over both arms' seeds.
-- **below sync**: the gap's CI lies entirely below 0, with at least two seeds on both sides (one
-  seed has no spread to test against, so it is never "below").
+  cell − sync in eval-reward points, with the Welch 95 % interval over both arms' seeds, the Welch
+  p-value Holm-adjusted over every comparison in the same row's table, a TOST equivalence p within
+  ±``NEAR_SYNC`` and the minimum detectable difference (80 % power) beside it.
+- **verdict**: "differs" (Holm-adjusted p < 0.05), "equivalent" within ±NEAR_SYNC (TOST p < 0.05) or
+  "undecided"; **below sync** = differs with a negative gap. One seed has no spread to test
+  against, so it is always undecided.
 - **collapsed**: the mean final eval reward ends more than ``COLLAPSE_MARGIN`` below the mean initial
   one, or some step had a non-finite loss or a skipped update.
 - **target**: the train reward halfway between sync's start (mean of its first 5 steps) and its end
@@ -30,7 +33,7 @@ import numpy as np
 from . import figures as F
 from . import wording as W
 from .stats import as_float as _num
-from .stats import bootstrap_ci, diff_ci, finite, ordered, run_value, seed_stat
+from .stats import compare_arms, finite, mean_ci, ordered, run_value, seed_stat, verdicts_within
 
 COLLAPSE_MARGIN = 0.02  # above the seed-to-seed eval noise of the tiny-model suites, far below learning
 NEAR_SYNC = 0.03  # "stays within 3 points of sync"
@@ -63,8 +66,8 @@ def collapse_reasons(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     """Why a cell counts as collapsed (empty = healthy). A ``loss`` of null counts as non-finite:
     results.json writes NaN as null; only an absent key means "not logged"."""
     reasons = []
-    final = bootstrap_ci([run_value(r, "final_eval_reward") for r in runs])[0]
-    initial = bootstrap_ci([run_value(r, "initial_eval_reward") for r in runs])[0]
+    final = mean_ci([run_value(r, "final_eval_reward") for r in runs])[0]
+    initial = mean_ci([run_value(r, "initial_eval_reward") for r in runs])[0]
     if final < initial - COLLAPSE_MARGIN:  # False when either is NaN
         reasons.append(f"final eval reward fell more than {COLLAPSE_MARGIN} below initial")
     recs = [rec for r in runs for rec in r.get("metrics") or []]
@@ -119,8 +122,7 @@ def cell_stats(runs: Sequence[Mapping[str, Any]], sync_runs: Sequence[Mapping[st
     """Every statistic of one (loss, column) cell over its seeds."""
     final = [run_value(r, "final_eval_reward") for r in runs]
     sync_final = [run_value(r, "final_eval_reward") for r in sync_runs]
-    gap = diff_ci(final, sync_final)
-    tested = min(finite(final).size, finite(sync_final).size) >= 2  # one seed has no spread to test against
+    gap = compare_arms(final, sync_final, NEAR_SYNC)  # verdict and below_sync: set per table (atlas_grids)
     reached = finite([steps_to(r, target) for r in runs])
     reasons = collapse_reasons(runs)
     return {
@@ -128,8 +130,8 @@ def cell_stats(runs: Sequence[Mapping[str, Any]], sync_runs: Sequence[Mapping[st
         "final_eval_reward": seed_stat(final),
         "initial_eval_reward": seed_stat([run_value(r, "initial_eval_reward") for r in runs]),
         "final_eval_answer_acc": seed_stat([run_value(r, "final_eval_answer_acc") for r in runs]),
-        "gap_vs_sync": {"mean": gap[0], "ci_low": gap[1], "ci_high": gap[2]},
-        "below_sync": bool(tested and gap[2] < 0),
+        "gap_vs_sync": gap,
+        "below_sync": False,
         "steps_to_target": float(reached.mean()) if reached.size else math.nan,
         "reached_target": int(reached.size),
         "clip_or_mask_frac": seed_stat([clip_or_mask(r) for r in runs]),
@@ -174,7 +176,36 @@ def atlas_grids(runs: Sequence[Mapping[str, Any]]) -> dict:
         grid = {m: {str(c): cell_stats(cells[(m, c)], sync_runs, target) for c in cols if (m, c) in cells}
                 for m in losses}
         rows[row] = {"losses": losses, "cols": cols, "grid": grid}
+        _test_table(grid, row)
+    if "lag" in rows:
+        rows["lag"]["a3po_vs_recompute"] = _a3po_vs_recompute(_cells(runs, "lag"), rows["lag"]["cols"])
     return {"rows": rows, "sync_n": len(sync_runs), "target_train_reward": target}
+
+
+def _test_table(grid: Mapping[str, Mapping[str, Any]], row: str) -> None:
+    """Verdicts of one row's gaps to sync, Holm-adjusted together (the sync cell itself is the
+    reference, not a comparison)."""
+    family = [cell["gap_vs_sync"] for m, by_col in grid.items() for c, cell in by_col.items()
+              if not (row == "lag" and (m, c) == (SYNC[0], str(SYNC[1])))]
+    verdicts_within(family)
+    for m, by_col in grid.items():
+        for c, cell in by_col.items():
+            gap = cell["gap_vs_sync"]
+            gap.setdefault("verdict", "reference")
+            cell["below_sync"] = gap["verdict"] == "differs" and _num(gap["mean"]) < 0
+
+
+def _a3po_vs_recompute(cells: Mapping[tuple[str, Any], list], cols: Sequence[Any]) -> dict:
+    """{str(K): A-3PO (``decoupled``) − ``recompute`` final eval reward, compare_arms dict}, Holm-adjusted
+    over the K of the lag row: the approximation against the exact proximal policy it stands for."""
+    out = {}
+    for k in cols:
+        a, b = cells.get(("decoupled", k)), cells.get(("recompute", k))
+        if a and b:
+            out[str(k)] = compare_arms([run_value(r, "final_eval_reward") for r in a],
+                                       [run_value(r, "final_eval_reward") for r in b], NEAR_SYNC)
+    verdicts_within(list(out.values()))
+    return out
 
 
 def _matrix(block: Mapping[str, Any], key: str, field: str | None = "mean",
@@ -196,7 +227,7 @@ def _cell_text(cell: Mapping[str, Any] | None) -> str:
     mean, low, high = (_num(stat[k]) for k in ("mean", "ci_low", "ci_high"))
     text = W.mean_pm(mean, (high - low) / 2)
     if math.isfinite(_num(gap["mean"])):
-        text += f" ({100 * _num(gap['mean']):+.1f}{'*' if cell['below_sync'] else ''})"
+        text += f" ({100 * _num(gap['mean']):+.1f}{W.VERDICT_MARKS.get(gap.get('verdict'), '')})"
     return text + (" ✗" if cell["collapsed"] else "")
 
 
@@ -263,11 +294,19 @@ def build_atlas(results: Mapping[str, Any], fig_dir: Path, methods: dict) -> tup
     grids = atlas_grids(results.get("runs") or [])
     rows = grids["rows"]
     parts = []
-    caption = ("Cells: final eval reward, mean ± half-width of the 95% bootstrap CI over seeds, then "
-               "(gap to sync in points; * = its CI excludes 0); ✗ = collapsed; — = not run.")
+    caption = ("Cells: final eval reward, mean ± half-width of the 95% t interval over seeds, then (gap to "
+               f"sync in points; * = differs, ≈ = equivalent within {100 * NEAR_SYNC:g} points, by the tests "
+               "in the comparison tables); ✗ = collapsed; — = not run.")
     for row, block in rows.items():
         parts.append(f"**{row} row** ({ROW_AXES[row][1]})\n\n" + _table(block, ROW_AXES[row][0]))
+    for row, block in rows.items():
+        parts.append(f"Gaps to sync, {row} row:\n\n" + W.comparison_table(
+            [(f"{m} at {ROW_AXES[row][0]} = {c}", block["grid"][m][str(c)]["gap_vs_sync"])
+             for m in block["losses"] for c in block["cols"] if str(c) in block["grid"][m]
+             and block["grid"][m][str(c)]["gap_vs_sync"].get("verdict") != "reference"]))
     if "lag" in rows:
+        parts.append("A-3PO (decoupled) − recompute, lag row:\n\n" + W.comparison_table(
+            [(f"K = {k}", c) for k, c in rows["lag"]["a3po_vs_recompute"].items()]))
         parts.append(_diagnostics_tables(rows["lag"]))
         holds = {m: holds_to(rows["lag"]["grid"][m], rows["lag"]["cols"]) for m in rows["lag"]["losses"]}
         holds_own = {m: holds_to(rows["lag"]["grid"][m], rows["lag"]["cols"], own=True)

@@ -1,7 +1,7 @@
 """Turn a bench `results.json` into summary.json, table.md, figures/*.png and report.html.
 
 `write_report` is the entry point. It aggregates every method's runs across seeds
-(mean + 95% percentile-bootstrap CI), then calls the report builder of the suite named by
+(mean + 95% Student-t interval), then calls the report builder of the suite named by
 `results["suite"]` (its record in :mod:`asyncrl.bench.suites`); a builder returns its
 suite-specific headline numbers, a Markdown table and the figures it drew. The helpers below are
 what the builders share. The HTML report is self-contained (PNGs inlined as base64 data URIs) so it can be
@@ -33,7 +33,7 @@ from .stats import as_float as _num
 
 __all__ = ["md_to_html", "write_report"]
 
-CI_CAPTION = ("Cells: mean ± half-width of the 95% percentile-bootstrap CI of the mean over "
+CI_CAPTION = ("Cells: mean ± half-width of the 95% Student-t interval of the mean over "
               "seeds (n = number of seeds); n/a = not logged.")
 
 FigureList = list[tuple[str, str]]  # (file name under figures/, caption)
@@ -69,7 +69,7 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]], caption: str
     return W.md_table(header, rows) + "\n" + caption + "\n"
 
 
-BAND = "mean over seeds, band = 95% bootstrap CI (min/max where only one seed has the step)"
+BAND = "mean over seeds, band = 95% t interval (min/max where only one seed has the step)"
 
 
 def line_figures(fig_dir: Path, groups: Mapping[str, list], specs: Sequence[tuple], colors: dict

@@ -1,10 +1,10 @@
 """Small statistics helpers for `asyncrl bench` reports.
 
-Benchmarks run a handful of seeds per method, so every headline number is a mean over seeds
-with a percentile-bootstrap confidence interval. Everything here is plain numpy, deterministic
-(fixed seeds) and tolerant of missing data: NaN/None/inf values are dropped before anything
-is computed, because a run that crashed or a metric a method does not log must not poison the
-aggregate.
+Benchmarks run a handful of seeds per method (3-10), so every headline number is a mean over
+seeds with a Student-t confidence interval, and every comparison of two arms is a Welch test
+(the tests live in the last section). Nothing resamples: the numbers are the same on every
+render. Missing data is tolerated: NaN/None/inf values are dropped before anything is computed,
+because a run that crashed or a metric a method does not log must not poison the aggregate.
 
 The lower half reads the `runs` of a bench results.json (run dicts with "method", "summary"
 and per-step "metrics"): per-run values, grouping by method, and the per-method aggregate that
@@ -18,10 +18,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from scipy.stats import t as _t
 
-__all__ = ["STEP_METRICS", "SUMMARY_METRICS", "aggregate_methods", "as_float", "bootstrap_ci",
-           "eval_records", "finite", "group_by_method", "mean_curve", "method_curves", "ordered",
-           "run_value", "seed_stat", "wall_time_key"]
+__all__ = ["STEP_METRICS", "SUMMARY_METRICS", "aggregate_methods", "as_float", "compare_arms", "eval_records",
+           "finite", "group_by_method", "holm", "mean_ci", "mean_curve", "method_curves", "min_detectable_diff",
+           "ordered", "run_value", "seed_stat", "tost_p", "verdict", "verdicts_within", "wall_time_key",
+           "welch"]
 
 # Special `x` name for mean_curve: cumulative per-step training time (see _run_points).
 wall_time_key = "wall_time"
@@ -35,9 +37,7 @@ SUMMARY_METRICS = ("final_eval_reward", "initial_eval_reward", "train_wall_s", "
 STEP_METRICS = ("importance_weight_max", "importance_weight_min", "clipped_tokens", "entropy",
                 "ess_frac", "staleness_token_mean", "prox_abs_err_mean", "prox_abs_err_max")
 
-# Upper bound on the number of floats materialised at once by the vectorised bootstrap
-# (rows x n_boot x n); keeps memory around 32 MB however long the curves are.
-_MAX_BOOT_FLOATS = 4_000_000
+CONFIDENCE = 0.95
 
 
 def as_float(value: Any) -> float:
@@ -59,66 +59,38 @@ def finite(values: Iterable[Any] | np.ndarray) -> np.ndarray:
     return arr[np.isfinite(arr)]
 
 
-def _check_args(confidence: float, n_boot: int) -> None:
-    """Validate bootstrap parameters; raises ValueError on nonsense rather than returning junk."""
+def _check_confidence(confidence: float) -> None:
+    """Refuse a confidence level outside (0, 1) rather than return junk."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
 
 
-def _bootstrap_rows(data: np.ndarray, confidence: float, n_boot: int, seed: int
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Percentile bootstrap of the mean for each row of a NaN-free (rows, n) matrix.
+def _t_rows(data: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and t interval of the mean for each row of a NaN-free (rows, n) matrix, n >= 2.
 
-    Takes `data` of shape (rows, n) with n >= 1 and returns (mean, low, high), each of shape
-    (rows,). One (n_boot, n) index matrix is drawn and shared by all rows: rows are
-    independent quantities (e.g. different steps), so sharing resamples is harmless and makes
-    the whole computation a single fancy-indexing op per chunk.
-    """
-    rows, n = data.shape
+    Returns (mean, low, high), each of shape (rows,): mean ± t_{(1+c)/2, n−1} · s / √n, exact for
+    normal data at any n (no resampling, so nothing depends on an RNG seed)."""
+    n = data.shape[1]
     mean = data.mean(axis=1)
-    lo_b, hi_b = data.min(axis=1), data.max(axis=1)
-    if n == 1:
-        return mean, mean.copy(), mean.copy()
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(n_boot, n))
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.empty(rows), np.empty(rows)
-    chunk = max(1, _MAX_BOOT_FLOATS // (n_boot * n))
-    for start in range(0, rows, chunk):
-        part = data[start:start + chunk]
-        boot_means = part[:, idx].mean(axis=2)  # (chunk, n_boot)
-        q = np.quantile(boot_means, [alpha, 1.0 - alpha], axis=1)
-        low[start:start + chunk], high[start:start + chunk] = q[0], q[1]
-    # The percentile interval brackets the sample mean in exact arithmetic for any sensible
-    # n_boot, but float rounding (the same numbers summed in a different order) can put it one
-    # ulp outside, or put a mean of identical values one ulp off them. Clamp so the documented
-    # invariants min <= low <= mean <= high <= max hold exactly.
-    mean = np.clip(mean, lo_b, hi_b)
-    low = np.clip(np.minimum(low, mean), lo_b, hi_b)
-    high = np.clip(np.maximum(high, mean), lo_b, hi_b)
-    return mean, low, high
+    half = _t.ppf((1.0 + confidence) / 2.0, n - 1) * data.std(axis=1, ddof=1) / math.sqrt(n)
+    return mean, mean - half, mean + half
 
 
-def bootstrap_ci(values: Iterable[Any] | np.ndarray, *, confidence: float = 0.95,
-                 n_boot: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
-    """Mean and percentile-bootstrap confidence interval of the mean.
+def mean_ci(values: Iterable[Any] | np.ndarray, *, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """Mean and Student-t confidence interval of the mean over seeds.
 
-    Takes a 1-D collection of numbers (non-finite entries and None are dropped), the two-sided
-    `confidence` level, the number of bootstrap resamples and the RNG seed (fixed so reports are
-    reproducible). Returns (mean, low, high) as Python floats:
-    - no finite values  -> (nan, nan, nan);
-    - one finite value v -> (v, v, v) (a zero-width interval: there is no spread to resample);
-    - otherwise the (1-confidence)/2 and (1+confidence)/2 quantiles of `n_boot` resampled means,
-      guaranteed to satisfy min(values) <= low <= mean <= high <= max(values).
-    The index matrix is drawn once (n_boot x n), so memory is O(n_boot * n).
-    """
-    _check_args(confidence, n_boot)
+    Takes a 1-D collection of numbers (non-finite entries and None are dropped) and the two-sided
+    `confidence`. Returns (mean, low, high) as floats: (nan, nan, nan) without a finite value;
+    (v, v, v) for one value (no spread to estimate: callers check n before claiming anything);
+    otherwise mean ± t_{(1+c)/2, n−1} · s / √n. At n = 3 the t quantile is 4.30, not the 1.96 a
+    normal or bootstrap interval effectively uses, which is what keeps coverage at 95 % there."""
+    _check_confidence(confidence)
     arr = finite(values)
     if arr.size == 0:
         return (math.nan, math.nan, math.nan)
-    mean, low, high = _bootstrap_rows(arr[None, :], confidence, n_boot, seed)
+    if arr.size == 1:
+        return (float(arr[0]),) * 3
+    mean, low, high = _t_rows(arr[None, :], confidence)
     return (float(mean[0]), float(low[0]), float(high[0]))
 
 
@@ -161,7 +133,7 @@ def _run_points(records: Sequence[Mapping[str, Any]], key: str, x: str) -> dict[
 
 
 def mean_curve(runs: Sequence[Mapping[str, Any] | Sequence[Mapping[str, Any]]], key: str,
-               x: str = "step", *, confidence: float = 0.95, n_boot: int = 2_000, seed: int = 0
+               x: str = "step", *, confidence: float = CONFIDENCE
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Align one metric across seeds by step number and average it.
 
@@ -174,11 +146,11 @@ def mean_curve(runs: Sequence[Mapping[str, Any] | Sequence[Mapping[str, Any]]], 
 
     Returns (x, mean, low, high) as float arrays of equal length, sorted by step. x is the mean
     over seeds of the x value at that step (just the step for x="step"). The band is the
-    percentile-bootstrap CI of the mean (`confidence`, `n_boot`) where >= 2 seeds have a value,
+    t interval of the mean (`confidence`, as mean_ci) where >= 2 seeds have a value,
     and the min/max over seeds otherwise (which, for a single seed, is the value itself: a
     zero-width band). All four arrays are empty when no run has the metric.
     """
-    _check_args(confidence, n_boot)
+    _check_confidence(confidence)
     series = [s for s in (_run_points(_records(r), key, x) for r in runs) if s]
     steps = sorted(set().union(*series)) if series else []
     empty = np.array([], dtype=float)
@@ -193,7 +165,7 @@ def mean_curve(runs: Sequence[Mapping[str, Any] | Sequence[Mapping[str, Any]]], 
     counts = np.isfinite(ys).sum(axis=1)
     mean, low, high = (np.full(len(steps), np.nan) for _ in range(3))
     # np.sort moves NaNs to the end of each row, so the first `c` columns of rows with `c`
-    # finite values are exactly those values; group rows by `c` to bootstrap them in one go.
+    # finite values are exactly those values; group rows by `c` to compute their intervals in one go.
     compact = np.sort(ys, axis=1)
     for c in np.unique(counts):
         rows = np.flatnonzero(counts == c)
@@ -201,7 +173,7 @@ def mean_curve(runs: Sequence[Mapping[str, Any] | Sequence[Mapping[str, Any]]], 
             continue
         data = compact[rows, :c]
         if c >= 2:
-            m, lo, hi = _bootstrap_rows(data, confidence, n_boot, seed)
+            m, lo, hi = _t_rows(data, confidence)
         else:
             m, lo, hi = data.mean(axis=1), data.min(axis=1), data.max(axis=1)
         mean[rows], low[rows], high[rows] = m, lo, hi
@@ -249,8 +221,9 @@ def run_value(run: Mapping[str, Any], metric: str) -> float:
 
 
 def seed_stat(values: Sequence[float]) -> dict[str, float]:
-    """{"mean", "ci_low", "ci_high", "n"} of `values` across seeds (n counts finite values)."""
-    mean, low, high = bootstrap_ci(values)
+    """{"mean", "ci_low", "ci_high", "n"} of `values` across seeds: the t interval of mean_ci
+    (n counts finite values)."""
+    mean, low, high = mean_ci(values)
     return {"mean": mean, "ci_low": low, "ci_high": high, "n": int(finite(values).size)}
 
 
@@ -278,21 +251,122 @@ def aggregate_methods(runs: Sequence[Mapping[str, Any]], order: Sequence[str] = 
             for m, group in group_by_method(runs, order).items()}
 
 
-def diff_ci(values: Iterable[Any], reference: Iterable[Any], *, confidence: float = 0.95,
-            n_boot: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
-    """Mean difference mean(values) − mean(reference) of two independent samples (seeds of two
-    arms) with its percentile-bootstrap CI, each sample resampled on its own.
+# ---- Two arms: Welch test, equivalence (TOST), detectable difference, Holm -------------------
 
-    Returns (diff, low, high); NaNs when either sample has no finite value. A CI entirely below 0
-    says the first arm ends lower than the reference beyond the seed spread."""
-    _check_args(confidence, n_boot)
+ALPHA = 0.05
+POWER = 0.80
+
+
+def _welch_parts(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean(a) − mean(b), its standard error, Welch–Satterthwaite degrees of freedom) along the last
+    axis of NaN-free arrays a (..., n_a) and b (..., n_b), n_a, n_b >= 2; shapes (...). Both arms
+    without spread give se = 0 and df = NaN, so every p-value built on them is NaN (no test)."""
+    n_a, n_b = a.shape[-1], b.shape[-1]
+    v_a, v_b = a.var(axis=-1, ddof=1) / n_a, b.var(axis=-1, ddof=1) / n_b
+    se = np.sqrt(v_a + v_b)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        df = (v_a + v_b) ** 2 / (v_a ** 2 / (n_a - 1) + v_b ** 2 / (n_b - 1))
+    return a.mean(axis=-1) - b.mean(axis=-1), se, df
+
+
+def welch_p(a: np.ndarray, b: np.ndarray, shift: float = 0.0, alternative: str = "two-sided") -> np.ndarray:
+    """Welch t-test p-value of H0: mean(a) − mean(b) = ``shift``, along the last axis (vectorised, so a
+    calibration can test thousands of simulated pairs at once). ``alternative``: "two-sided", "less"
+    (H1: difference < shift) or "greater"; equals scipy.stats.ttest_ind(equal_var=False)."""
+    diff, se, df = _welch_parts(np.asarray(a, float), np.asarray(b, float))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        stat = (diff - shift) / se
+    if alternative == "two-sided":
+        return 2.0 * _t.sf(np.abs(stat), df)
+    if alternative == "less":
+        return _t.cdf(stat, df)
+    if alternative == "greater":
+        return _t.sf(stat, df)
+    raise ValueError(f"alternative: must be two-sided, less or greater, got {alternative!r}")
+
+
+def tost_p(a: np.ndarray, b: np.ndarray, margin: float) -> np.ndarray:
+    """Two one-sided Welch tests of equivalence within ±``margin``: the larger of the p-values of
+    H0: diff <= −margin and H0: diff >= +margin. p < alpha says |mean(a) − mean(b)| < margin at level
+    alpha; vectorised along the last axis like welch_p."""
+    if not margin > 0:
+        raise ValueError(f"margin: must be > 0, got {margin}")
+    return np.maximum(welch_p(a, b, -margin, "greater"), welch_p(a, b, margin, "less"))
+
+
+def min_detectable_diff(n_a: int, n_b: int, sd: float, *, alpha: float = ALPHA, power: float = POWER) -> float:
+    """Smallest true difference a two-sided t-test at ``alpha`` detects with probability ``power``,
+    from the pooled SD and the arm sizes: (t_{1−α/2, df} + t_{power, df}) · sd · √(1/n_a + 1/n_b),
+    df = n_a + n_b − 2 (the usual noncentral-t approximation). NaN with fewer than 2 seeds a side."""
+    if min(n_a, n_b) < 2 or not math.isfinite(sd):
+        return math.nan
+    df = n_a + n_b - 2
+    return float((_t.ppf(1.0 - alpha / 2.0, df) + _t.ppf(power, df)) * sd * math.sqrt(1.0 / n_a + 1.0 / n_b))
+
+
+def welch(values: Iterable[Any], reference: Iterable[Any], *, confidence: float = CONFIDENCE) -> dict[str, float]:
+    """Welch comparison of two arms' seeds: {"mean": mean(values) − mean(reference), "ci_low", "ci_high"
+    (the Welch t interval of that difference), "p" (two-sided Welch p), "mde" (min_detectable_diff
+    from the pooled SD), "n_a", "n_b"}. With fewer than two finite seeds on either side the interval
+    collapses to the difference and p, mde are NaN: one seed has no spread to test against."""
+    _check_confidence(confidence)
     a, b = finite(values), finite(reference)
+    out = {"mean": math.nan, "ci_low": math.nan, "ci_high": math.nan, "p": math.nan, "mde": math.nan,
+           "n_a": int(a.size), "n_b": int(b.size)}
     if a.size == 0 or b.size == 0:
-        return (math.nan, math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    boot = (a[rng.integers(0, a.size, size=(n_boot, a.size))].mean(axis=1)
-            - b[rng.integers(0, b.size, size=(n_boot, b.size))].mean(axis=1))
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(boot, [alpha, 1.0 - alpha])
+        return out
     diff = float(a.mean() - b.mean())
-    return (diff, float(min(low, diff)), float(max(high, diff)))
+    out.update(mean=diff, ci_low=diff, ci_high=diff)
+    if min(a.size, b.size) < 2:
+        return out
+    _, se, df = _welch_parts(a, b)
+    if float(se) > 0:
+        half = float(_t.ppf((1.0 + confidence) / 2.0, df) * se)
+        out.update(ci_low=diff - half, ci_high=diff + half, p=float(welch_p(a, b)))
+    pooled = math.sqrt(((a.size - 1) * a.var(ddof=1) + (b.size - 1) * b.var(ddof=1)) / (a.size + b.size - 2))
+    out["mde"] = min_detectable_diff(a.size, b.size, pooled)
+    return out
+
+
+def compare_arms(values: Iterable[Any], reference: Iterable[Any], margin: float) -> dict[str, float]:
+    """welch() plus "p_tost" (equivalence within ±``margin``, NaN below two seeds a side) and "margin";
+    the verdict needs the table's Holm adjustment, so verdicts_within adds it."""
+    out = welch(values, reference)
+    a, b = finite(values), finite(reference)
+    tested = min(a.size, b.size) >= 2
+    out.update(p_tost=float(tost_p(a, b, margin)) if tested else math.nan, margin=margin)
+    return out
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm step-down adjustment of a family of p-values (NaNs stay NaN and are not counted):
+    the i-th smallest of m becomes max over j <= i of min(1, (m − j + 1) · p_(j)). Rejecting
+    where the adjusted p < alpha keeps the chance of any false "differs" in the family <= alpha."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    idx = np.flatnonzero(np.isfinite(p))
+    order = idx[np.argsort(p[idx], kind="stable")]
+    m, running = order.size, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()
+
+
+def verdict(p_holm: float, p_tost: float, alpha: float = ALPHA) -> str:
+    """"differs" (Holm-adjusted Welch p < alpha), "equivalent" (TOST p < alpha) or "undecided"
+    (neither, or no test: NaN p-values)."""
+    if p_holm < alpha:
+        return "differs"
+    if p_tost < alpha:
+        return "equivalent"
+    return "undecided"
+
+
+def verdicts_within(comparisons: Sequence[dict[str, Any]], alpha: float = ALPHA) -> None:
+    """Holm-adjust the "p" of one table's comparisons (compare_arms dicts) together, in place, and
+    set each one's "p_holm" and "verdict"."""
+    adjusted = holm([as_float(c.get("p")) for c in comparisons])
+    for comp, p_adj in zip(comparisons, adjusted, strict=True):
+        comp["p_holm"] = p_adj
+        comp["verdict"] = verdict(p_adj, as_float(comp.get("p_tost")), alpha)

@@ -87,6 +87,51 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Verdicts of a two-arm comparison (stats.verdict); nothing in a report says more than its test.
+VERDICT_MARKS = {"differs": "*", "equivalent": "≈"}
+TEST_CAPTION = ("Each comparison: difference of the means in points with its 95 % Welch interval; the Welch "
+                "p-value Holm-adjusted over every comparison in the same table; the TOST equivalence p within "
+                "the stated margin; the minimum detectable difference (MDE: 80 % power, two-sided 5 %, from "
+                "the pooled SD). Verdict: differs (Holm p < 0.05), equivalent within the margin (TOST p < "
+                "0.05), else undecided.")
+
+
+def verdict_words(comp: Mapping[str, Any], scale: float = 100.0) -> str:
+    """"differs", "equivalent within 3 points", "undecided", or ONE_SEED when an arm has one seed
+    (``scale`` turns the stored margin into points: 100 for reward units, 1 when already in points)."""
+    if min(int(comp.get("n_a") or 0), int(comp.get("n_b") or 0)) < 2:
+        return ONE_SEED
+    if comp.get("verdict") == "equivalent":
+        return f"equivalent within {scale * as_float(comp.get('margin')):g} points"
+    return str(comp.get("verdict") or "undecided")
+
+
+def _p(x: Any) -> str:
+    x = as_float(x)
+    return "n/a" if not math.isfinite(x) else ("< 0.001" if x < 0.001 else f"{x:.3f}")
+
+
+def gap_ci(comp: Mapping[str, Any], scale: float = 100.0) -> str:
+    """"−20.8 [−27.2, −11.8]": the difference and its Welch interval, in points."""
+    mean, low, high = (scale * as_float(comp.get(k)) for k in ("mean", "ci_low", "ci_high"))
+    return "n/a" if not math.isfinite(mean) else f"{mean:+.1f} [{low:+.1f}, {high:+.1f}]".replace("-", "−")
+
+
+def comparison(comp: Mapping[str, Any], scale: float = 100.0) -> str:
+    """"−20.8 [−27.2, −11.8] points (Holm p = 0.040, MDE 11.0): differs"."""
+    return (f"{gap_ci(comp, scale)} points (Holm p = {_p(comp.get('p_holm'))}, MDE "
+            f"{scale * as_float(comp.get('mde')):.1f}): {verdict_words(comp, scale)}")
+
+
+def comparison_table(rows: Sequence[tuple[str, Mapping[str, Any]]], scale: float = 100.0) -> str:
+    """Markdown table of (label, compare_arms dict with its verdict) rows, with TEST_CAPTION under it."""
+    body = [[label, gap_ci(c, scale), _p(c.get("p_holm")), _p(c.get("p_tost")),
+             f"{scale * as_float(c.get('mde')):.1f}".replace("nan", "n/a"), verdict_words(c, scale)] for label, c in rows]
+    margin = next((scale * as_float(c.get("margin")) for _, c in rows), math.nan)
+    return md_table(["Comparison", "Gap, points [95 % Welch CI]", "p (Holm)", f"TOST p (±{margin:g})",
+                     "MDE (points)", "Verdict"], body) + "\n" + TEST_CAPTION + "\n"
+
+
 def headline_items(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(words, formatted value) for the summary's headline numbers, in table order."""
     return [(label, fmt(summary[key])) for key, (label, fmt) in HEADLINE_LABELS.items()
@@ -144,14 +189,21 @@ def partial_line(n_runs: int, cells_total: int | None) -> list[str]:
 
 
 def _gap_words(gap: Mapping[str, Any] | None, name: str, one_seed: bool = False) -> str:
-    """"4.0 points below async recompute [−6.1, −1.9]" (the bracket: 95 % CI of the gap; with
-    ``one_seed`` on either arm, ONE_SEED instead)."""
+    """"4.0 points below async recompute [−6.1, −1.9] (Holm p = 0.030, MDE 5.2: differs)" (the bracket:
+    95 % Welch interval of the gap; with ``one_seed`` on either arm, ONE_SEED instead)."""
     if not gap:
         return f"no comparison with {name}"
     mean, low, high = (as_float(gap.get(k)) for k in ("mean", "ci_low", "ci_high"))
     side = "above" if mean > 0 else "below"
     bracket = f"({ONE_SEED})" if one_seed else f"[{low:+.1f}, {high:+.1f}]"
-    return f"{abs(mean):.1f} points {side} {name} {bracket}".replace("-", "−")
+    test = (f" (Holm p = {_p(gap.get('p_holm'))}, MDE {as_float(gap.get('mde')):.1f}: {verdict_words(gap, 1.0)})"
+            if "verdict" in gap and not one_seed else "")
+    return f"{abs(mean):.1f} points {side} {name} {bracket}".replace("-", "−") + test
+
+
+def _below(gap: Mapping[str, Any] | None) -> bool:
+    """The gap is negative and its test says it differs (a gap without a verdict was never tested)."""
+    return bool(gap) and gap.get("verdict") == "differs" and as_float(gap.get("mean")) < 0
 
 
 def _one_seed(methods: Mapping[str, Any] | None, *names: str) -> bool:
@@ -168,7 +220,7 @@ def headline_a3po_by_k(by_k: Mapping[str, Mapping[str, Any]], methods: Mapping[s
         one_rec = _one_seed(methods, f"async-loglinear-k{k}", f"async-recompute-k{k}")
         one_sync = _one_seed(methods, f"async-loglinear-k{k}", "sync")
         untested = untested or (bool(rec_gap) and one_rec)
-        if rec_gap and not one_rec and as_float(rec_gap.get("ci_high")) < 0:
+        if not one_rec and _below(rec_gap):
             behind.append(k)
         err = (f"; its proximal log-probs are off the exact ones by {number(row.get('prox_abs_err_mean'))} per "
                f"token on average, {number(row.get('prox_abs_err_at_max_staleness'))} at staleness "
@@ -178,8 +230,9 @@ def headline_a3po_by_k(by_k: Mapping[str, Mapping[str, Any]], methods: Mapping[s
                      f"{_gap_words(row.get('eval_gap_loglinear_minus_sync'), 'sync', one_sync)}, training "
                      f"{ratio(row.get('speedup_vs_recompute'))} as fast as recompute and "
                      f"{ratio(row.get('speedup_vs_sync'))} as fast as sync{err}.")
-    verdict = (f"Verdict: A-3PO ends below recompute beyond the seed spread at K = {', '.join(behind)}."
-               if behind else "Verdict: A-3PO is not below recompute beyond the seed spread at any K run.")
+    verdict = (f"Verdict: A-3PO ends below recompute (differs: Welch, Holm p < 0.05) at K = {', '.join(behind)}."
+               if behind else "Verdict: no K where A-3PO's difference from recompute passes the test (Welch, "
+               "Holm p < 0.05); see each K's verdict.")
     if untested:
         verdict = f"Verdict: none ({ONE_SEED}; run more seeds to compare A-3PO with recompute)."
     return [*lines, verdict]
@@ -216,8 +269,8 @@ def headline_peer_trl(summary: Mapping[str, Any], methods: Mapping[str, Any]) ->
 
 
 def headline_atlas(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> list[str]:
-    """Sync's gain, which losses end below sync at the largest K (CI of the gap excludes 0) or
-    collapse, and how far each loss holds within ``near_sync`` of sync."""
+    """Sync's gain, which losses differ from sync (below it) or are equivalent to it at the largest K,
+    which collapse, and how far each loss's mean stays within ``near_sync`` of sync."""
     lag = (summary.get("rows") or {}).get("lag")
     if not lag or not lag.get("grid"):
         return ["No cell of the lag row finished."]
@@ -236,13 +289,16 @@ def headline_atlas(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> li
     collapsed = [m for m, row in grid.items() if row.get(str(k), {}).get("collapsed")]
     if sync and sync["n"] < 2 or all(row.get(str(k), {}).get("n", 0) < 2 for row in grid.values()):
         broke = f"{ONE_SEED}"
-    lines.append(f"At K = {k}, below sync beyond the seed spread: {broke}; collapsed: {', '.join(collapsed) or 'none'}.")
-    holds = summary.get("holds_to_k") or {}
     near = 100 * as_float(summary.get("near_sync"))
-    lines.append(f"Largest K within {near:.0f} points of sync (at it and every smaller K): " + ", ".join(
-        f"{m} {'none' if h is None else h}" for m, h in holds.items()) + ".")
+    equivalent = [m for m, row in grid.items() if row.get(str(k), {}).get("gap_vs_sync", {}).get("verdict") == "equivalent"]
+    lines.append(f"At K = {k}, below sync (Welch, Holm p < 0.05): {broke}; equivalent to sync within {near:g} "
+                 f"points (TOST): {', '.join(equivalent) or 'none'}; collapsed: {', '.join(collapsed) or 'none'}.")
+    holds = summary.get("holds_to_k") or {}
+    lines.append(f"Largest K whose mean is within {near:.0f} points of sync (at it and every smaller K; a point "
+                 "estimate, not a test): " + ", ".join(f"{m} {'none' if h is None else h}" for m, h in holds.items())
+                 + ".")
     own = summary.get("holds_own_to_k") or {}
     if own:
-        lines.append(f"Largest K within {near:.0f} points of the same loss at K = 0: " + ", ".join(
-            f"{m} {'none' if h is None else h}" for m, h in own.items()) + ".")
+        lines.append(f"Largest K whose mean is within {near:.0f} points of the same loss at K = 0 (point estimate): "
+                     + ", ".join(f"{m} {'none' if h is None else h}" for m, h in own.items()) + ".")
     return lines

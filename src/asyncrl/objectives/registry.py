@@ -21,7 +21,9 @@ from typing import Any, Callable
 
 from torch import Tensor
 
+from asyncrl.objectives.a3po_seq import A3POSeqParams, a3po_seq_loss
 from asyncrl.objectives.cispo import CISPOParams, cispo_loss
+from asyncrl.objectives.decoupled_bounded import DecoupledBoundedParams, decoupled_bounded_loss
 from asyncrl.objectives.gspo import GSPOParams, gspo_loss
 from asyncrl.objectives.is_corrections import MISParams, TISParams, mis_loss, tis_loss
 from asyncrl.objectives.m2po import M2POParams, m2po_loss
@@ -68,6 +70,9 @@ _CORES: dict[str, LossEntry] = {
     "reinforce": LossEntry(reinforce_loss, REINFORCEParams, reads_prox=PROX_NEVER),
     "ppo_kl": LossEntry(ppo_kl_loss, PPOKLParams),
     "spo": LossEntry(spo_loss, SPOParams),
+    "decoupled_bounded": LossEntry(decoupled_bounded_loss, DecoupledBoundedParams, reads_prox=PROX_REQUIRED,
+                                   natural_prox="loglinear"),
+    "a3po_seq": LossEntry(a3po_seq_loss, A3POSeqParams, reads_prox=PROX_REQUIRED, natural_prox="loglinear"),
 }
 
 

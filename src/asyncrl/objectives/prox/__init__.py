@@ -7,7 +7,7 @@ uses one without branching on its name:
     prox_logp = plan.minibatch(start, stop, behav_logp, logp, versions)         # per update; None = coupled
 
 A new strategy is one file with a ``ProxStrategy`` subclass and one line in ``PROX_STRATEGIES``.
-A-3PO is loglinear.py.
+A-3PO is loglinear.py; loglinear_floor.py and loglinear_ess.py bound its α from below.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from asyncrl.objectives.prox.base import ProxPlan, ProxStrategy
 from asyncrl.objectives.prox.behav import Behav
 from asyncrl.objectives.prox.linear import Linear
 from asyncrl.objectives.prox.loglinear import LogLinear, apply_loglinear, loglinear_plan, staleness_alpha
+from asyncrl.objectives.prox.loglinear_ess import LogLinearESS
+from asyncrl.objectives.prox.loglinear_floor import LogLinearFloor
 from asyncrl.objectives.prox.none import NoProx
 from asyncrl.objectives.prox.recompute import Recompute
 
@@ -28,6 +30,8 @@ PROX_STRATEGIES: dict[str, ProxStrategy] = {
     "linear": Linear(),
     "behav": Behav(),
     "none": NoProx(),
+    "loglinear_floor": LogLinearFloor(),
+    "loglinear_ess": LogLinearESS(),
 }
 
 
@@ -41,7 +45,7 @@ def prox_strategy(name: str) -> ProxStrategy:
 @torch.no_grad()
 def approximate_prox_logp(method: str, behav_logp: Tensor, logp: Tensor, versions: Tensor,
                           current_version: int | Tensor) -> Tensor:
-    """log π_prox of one batch by an approximating strategy (``loglinear``, ``linear``, ``behav``):
+    """log π_prox of one batch by an approximating strategy (``loglinear``, ``linear``, ``behav``, ...):
     the strategy's plan and its one minibatch, the rows the trainer computes.
 
     behav_logp, logp: [B, T] float (upcast to float32); versions: [B, T] integer; current_version: int.
