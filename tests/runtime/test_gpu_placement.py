@@ -122,7 +122,8 @@ class _FakeContext:
     Event = threading.Event
 
     def Process(self, target, args, daemon, name):  # multiprocessing's name
-        spec, _, work_q, result_q, _ = args
+        _parent_pid, payload = args  # worker_entry.start_guarded: (parent pid, PickledAtSpawn((target, args)))
+        spec, _, work_q, result_q, _ = payload.value[1]
         ctx = self
 
         class _Process:
