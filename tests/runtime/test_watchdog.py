@@ -92,8 +92,16 @@ def test_sigterm_with_a_stopped_worker_exits_with_its_checkpoint(tmp_path, model
 
 # -- the pool's parts, in-process (a forked sleeper stands in for a worker) --
 
+def _sleep_with_default_signals(seconds: float) -> None:
+    # a forked child inherits the test process's Python signal handlers (an in-process run earlier in
+    # the session may have installed asyncrl's SIGTERM handler); a real worker has the defaults
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    time.sleep(seconds)
+
+
 def _sleeper(ctx) -> multiprocessing.Process:
-    proc = ctx.Process(target=time.sleep, args=(120,), daemon=True)
+    proc = ctx.Process(target=_sleep_with_default_signals, args=(120,), daemon=True)
     proc.start()
     return proc
 
