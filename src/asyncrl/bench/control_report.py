@@ -1,7 +1,9 @@
 """Report of ``asyncrl bench control``: summary.json, table.md, figures/*.png, report.html.
 
-Scores: a run's final score (mean raw return of its last 10 % of iterations) is min-max normalised
-per env over every run of that env in the results (no human reference scores exist for MuJoCo).
+Scores: a run's final score (mean raw return of its last 10 % of iterations) is normalised per env
+between fixed reference scores, ``(score − random) / (expert − random)`` (:data:`REFERENCE_SCORES`),
+so a study's numbers do not move with its own best or worst run; an env without references is
+min-max normalised over every run of that env in the results.
 Per arm × buffer capacity the runs of all envs and seeds are pooled into an IQM with a stratified
 (per-env) bootstrap 95 % CI, the same for the area under the normalised-return curve (AUC: mean
 normalised return over training), plus performance profiles and IQM-over-training curves.
@@ -32,13 +34,28 @@ def _arms(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     return [a for a in ARM_ORDER if a in present] + sorted(present - set(ARM_ORDER))
 
 
+# (random, expert) returns per MuJoCo env family: the reference scores D4RL publishes for its v2
+# envs (a uniform-random policy and a SAC expert). Gymnasium's v5 envs keep v2's reward terms,
+# weights and 1,000-step episodes for these four (v5 changes defaults of options and a few edge
+# cases, not the reward's scale), so the v2 references are used for v5 as they are.
+REFERENCE_SCORES: dict[str, tuple[float, float]] = {
+    "hopper": (-20.272305, 3234.3), "halfcheetah": (-280.178953, 12135.0),
+    "walker2d": (1.629008, 4592.3), "ant": (-325.6, 3879.7),
+}
+
+
+def reference_range(env: str) -> tuple[float, float] | None:
+    """(random, expert) of ``env`` ("Hopper-v5" -> the hopper references), None if it has none."""
+    return REFERENCE_SCORES.get(env.split("-")[0].lower())
+
+
 def _env_ranges(runs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, float]]:
-    """{env: (min, max)} of the final scores of every run of that env."""
+    """{env: (low, high)}: the reference scores, else the min and max final score over its runs."""
     scores: dict[str, list[float]] = defaultdict(list)
     for run in runs:
         if run["summary"].get("final_score") is not None:
             scores[run["params"]["env"]].append(run["summary"]["final_score"])
-    return {env: (min(v), max(v)) for env, v in scores.items()}
+    return {env: reference_range(env) or (min(v), max(v)) for env, v in scores.items()}
 
 
 def scored_runs(runs: Sequence[Mapping[str, Any]]) -> list[dict]:
@@ -83,7 +100,7 @@ def _ci(stat: Sequence[float]) -> str:
 def _tables(agg: dict, rows: Sequence[dict], arms: Sequence[str], capacities: Sequence[int]) -> str:
     head = "| arm | " + " | ".join(f"N = {c}" for c in capacities) + " |\n|---|" + "---|" * len(capacities)
     parts = []
-    for key, title in (("iqm_final", "IQM of the min-max normalised final return"),
+    for key, title in (("iqm_final", "IQM of the normalised final return, (score − random) / (expert − random)"),
                        ("iqm_auc", "IQM of the area under the normalised-return curve")):
         body = "\n".join(f"| {arm} | " + " | ".join(_ci(agg[arm][c][key]) for c in capacities) + " |"
                          for arm in arms)
