@@ -22,13 +22,18 @@ def atlas_losses() -> dict[str, dict[str, object]]:
     how they are used on stale data in their papers. So a new loss joins the atlas when it is
     registered. Two more arms: plain importance-weighted REINFORCE (TIS in its bypass form with a cap
     above e^20, the bound on any log-weight: ρ·A·∇ℓ, nothing truncated), and decoupled PPO with the
-    exact proximal policy recomputed by an extra forward pass (the baseline A-3PO approximates)."""
+    exact proximal policy recomputed by an extra forward pass (the baseline A-3PO approximates); and A-3PO
+    with the α floor (``loglinear_floor``) or the ESS-chosen α (``loglinear_ess``)."""
     from asyncrl.objectives import LOSSES, natural_prox
 
     arms = {name: {"loss.name": name, "trainer.prox": natural_prox(name), **ATLAS_PARAMS.get(name, {})}
             for name in LOSSES}
     arms["is_reinforce"] = {"loss.name": "tis", "trainer.prox": "none", "loss.params.cap": 1e9}
     arms["recompute"] = {"loss.name": "decoupled", "trainer.prox": "recompute"}
+    # A-3PO with its α bounded from below, the proximal-side variants (the loss-side ones,
+    # decoupled_bounded and a3po_seq, are registered losses and join above).
+    arms["a3po_floor"] = {"loss.name": "decoupled", "trainer.prox": "loglinear_floor"}
+    arms["a3po_ess"] = {"loss.name": "decoupled", "trainer.prox": "loglinear_ess"}
     return arms
 
 
