@@ -76,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
                             "be on storage every node sees")
     bench.add_argument("--in-process", action="store_true",
                        help="run asyncrl cells in this process (faster start-up; default for atlas)")
+    bench.add_argument("--only", metavar="GLOBS",
+                       help="comma-separated globs over cell names without the seed (e.g. 'ppo-k0,*-k16'): run "
+                            "and report only the cells they match")
     bench.add_argument("--list", action="store_true", help="print the cells and exit")
     bench.add_argument("--runs-dir", metavar="DIR",
                        help="where each cell's run directory goes (default: OUT/runs); the study in --out "
@@ -216,7 +219,8 @@ def _bench(args) -> int:
             raise ValueError(f"--jobs: must be >= 1, got {args.jobs}")
         request = CellRequest(quick=args.quick, seeds=args.seeds, methods=_csv(args.methods, str, "--methods"),
                               ks=_ks(args), rows=_csv(args.rows, str, "--rows"), envs=_csv(args.envs, str, "--envs"),
-                              extra=tuple(args.overrides), config=args.config)
+                              extra=tuple(args.overrides), config=args.config,
+                              only=_csv(args.only, str, "--only"))
         cells = build_cells(suite.name, request)
         if suite.validate is not None:  # every cell's config, before running anything
             suite.validate(cells)

@@ -69,7 +69,7 @@ class Trainer:
         self.rng = torch.Generator().manual_seed(seed)  # minibatch permutation, sampled on the CPU
         self.autocast_dtype = AUTOCAST_DTYPES[cfg.autocast]
         self.scaler = self._grad_scaler()
-        self.prox = prox_strategy(cfg.prox)  # how each step obtains log π_prox (asyncrl.objectives.prox)
+        self.prox = prox_strategy(cfg.prox, cfg.prox_params)  # how each step obtains log π_prox (asyncrl.objectives.prox)
 
     def _grad_scaler(self) -> torch.amp.GradScaler | None:
         """float16 autocast: a dynamic loss scale, so small gradients do not flush to zero in fp16."""

@@ -313,6 +313,14 @@ def test_a3po_staleness_variant_reports_the_approximation_error(tmp_path):
     assert k4["speedup_vs_recompute"] == pytest.approx(80 / 50) and k4["speedup_vs_sync"] == pytest.approx(2.0)
     assert k4["realized_staleness"] == pytest.approx((1.2 + 2.4 + 3.6 + 3.9) / 4)
     assert k4["prox_abs_err_mean"] == pytest.approx(0.0275 + 0.005)
+    assert k4["prox_abs_err_mean_stale_steps"] == pytest.approx(0.0275 + 0.005)  # every step here is stale
+    from asyncrl.bench.a3po_report import _stale_steps_error
+
+    fresh_first = {"metrics": [{"staleness_token_mean": 0.0, "prox_abs_err_mean": 0.0},
+                               {"staleness_token_mean": 2.0, "prox_abs_err_mean": 0.04},
+                               {"staleness_token_mean": 3.0, "prox_abs_err_mean": 0.02}]}
+    assert _stale_steps_error([fresh_first]) == pytest.approx(0.03)  # not 0.02: the fresh step is left out
+    assert _stale_steps_error([{"metrics": [{"staleness_token_mean": 0.0, "prox_abs_err_mean": 0.0}]}]) is None
     from asyncrl.bench.a3po_report import _error_curves
 
     x, mean, low, high = _error_curves({"ll": [r for r in runs if r["method"] == "async-loglinear-k4"]})["ll"]

@@ -63,6 +63,18 @@ def test_atlas_extra_arms():
     assert is_reinforce.loss.params["cap"] > math.exp(20)  # log-weights are clamped to ±20
     recompute = load_config(None, list(cells["recompute"].overrides))
     assert (recompute.loss.name, recompute.trainer.prox) == ("decoupled", "recompute")
+    variants = {c.method: c for c in build_cells("atlas", methods=["a3po_floor", "a3po_ess"], ks=[16], rows=["lag"])}
+    assert [load_config(None, list(variants[m].overrides)).trainer.prox for m in ("a3po_floor", "a3po_ess")] == \
+        ["loglinear_floor", "loglinear_ess"]
+
+
+def test_only_keeps_the_matching_cells_of_every_seed_in_order():
+    cells = build_cells("atlas", seeds=2, methods=["ppo", "decoupled"], ks=[0, 4, 16], rows=["lag"],
+                        only=["ppo-k0", "*-k16"])
+    assert [c.name for c in cells] == ["ppo-k0-s0", "ppo-k16-s0", "decoupled-k16-s0",
+                                       "ppo-k0-s1", "ppo-k16-s1", "decoupled-k16-s1"]
+    with pytest.raises(ValueError, match="--only: 'ppo-k2' matches no cell"):
+        build_cells("atlas", methods=["ppo"], ks=[0, 4], rows=["lag"], only=["ppo-k0", "ppo-k2"])
 
 
 def test_atlas_rows_filter():

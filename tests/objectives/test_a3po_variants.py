@@ -151,3 +151,22 @@ def test_a3po_seq_with_loglinear_prox_is_a3po_on_the_sequence_mean_log_ratio():
     mean_log_rho = (logp - behav).mean(-1)
     torch.testing.assert_close(stats["seq_ratio_max"], (mean_log_rho.max() / 8).exp(), rtol=1e-5, atol=0)
     torch.testing.assert_close(stats["seq_behav_weight_max"], (mean_log_rho.max() * 7 / 8).exp(), rtol=1e-5, atol=0)
+
+
+def test_prox_params_build_the_strategy_and_bad_ones_name_the_parameter():
+    from asyncrl.config import load_config
+    from asyncrl.config_loader import ConfigError
+    from asyncrl.objectives import prox_strategy
+
+    assert prox_strategy("loglinear_floor", {"alpha_min": 0.5}).alpha_min == 0.5
+    assert prox_strategy("loglinear_floor").alpha_min == 0.25  # the registered default
+    assert prox_strategy("loglinear_ess", {"ess_target": 0.7}).ess_target == 0.7
+    cfg = load_config(None, ["trainer.prox=loglinear_floor", "trainer.prox_params.alpha_min=0.125"])
+    assert cfg.trainer.prox_params == {"alpha_min": 0.125}
+    for overrides, match in [
+        (["trainer.prox=loglinear_floor", "trainer.prox_params.alpha_min=2"], r"trainer\.prox_params\.alpha_min=2"),
+        (["trainer.prox=loglinear_floor", "trainer.prox_params.alpah=0.1"], r"prox_params\.alpah: .*known: alpha_min"),
+        (["trainer.prox_params.alpha_min=0.1"], r"prox_params\.alpha_min: not a parameter of .*'loglinear'"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            load_config(None, overrides)

@@ -115,6 +115,7 @@ def _stale_summary(methods: Mapping[str, Any], groups: Mapping[str, list]) -> di
         out[match.group(1)] = {
             "realized_staleness": _finite(mean(methods, m, "staleness_token_mean")),
             "prox_abs_err_mean": _finite(mean(methods, m, "prox_abs_err_mean")),
+            "prox_abs_err_mean_stale_steps": _stale_steps_error(groups.get(m, [])),
             "prox_abs_err_at_max_staleness": _finite(float(errs[-1])) if len(xs) else None,
             "max_measured_staleness": int(xs[-1]) if len(xs) else None,
             "eval_gap_loglinear_minus_recompute": _gap_ci(groups, m, rec),
@@ -136,6 +137,20 @@ def _gap_ci(groups: Mapping[str, list], a: str, b: str) -> dict | None:
     for key in ("mean", "ci_low", "ci_high", "mde", "margin"):
         gap[key] = 100 * gap[key]
     return None if not math.isfinite(gap["mean"]) else gap
+
+
+def _stale_steps_error(runs: list) -> float | None:
+    """Mean over runs of each run's mean ``prox_abs_err_mean`` over the steps with stale tokens
+    (``staleness_token_mean`` > 0): a step trained on fresh data only has an error of exactly 0,
+    which the plain mean over steps averages in."""
+    per_run = []
+    for run in runs:
+        errs = [_num(rec.get("prox_abs_err_mean")) for rec in run.get("metrics") or []
+                if _num(rec.get("staleness_token_mean", math.nan)) > 0]
+        errs = [e for e in errs if math.isfinite(e)]
+        if errs:
+            per_run.append(float(np.mean(errs)))
+    return float(np.mean(per_run)) if per_run else None
 
 
 _STALE_ERR = "prox_abs_err_stale"  # + s: the step's mean error over tokens s versions behind

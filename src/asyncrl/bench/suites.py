@@ -9,6 +9,7 @@ registered suite. A new suite is one file defining ``SUITE = Suite(...)`` and on
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ class CellRequest:
     envs: list[str] | None = None
     extra: tuple[str, ...] = ()  # dotted key=value applied to every cell last
     config: str | None = None  # YAML config file or preset every cell starts from
+    only: list[str] | None = None  # fnmatch globs over cell names without the "-s<seed>" suffix
 
 
 Builder = Callable[["Suite", CellRequest, int], list[Cell]]  # (suite, request, seed) -> that seed's cells
@@ -104,7 +106,20 @@ def build_cells(name: str, request: CellRequest | None = None, **kwargs) -> list
     n_seeds = suite.n_seeds(request)
     if n_seeds < 1:
         raise ValueError("--seeds: must be >= 1")
-    return [cell for seed in range(n_seeds) for cell in suite.cells(suite, request, seed)]
+    cells = [cell for seed in range(n_seeds) for cell in suite.cells(suite, request, seed)]
+    return cells if request.only is None else keep_only(cells, request.only)
+
+
+def keep_only(cells: list[Cell], globs: list[str]) -> list[Cell]:
+    """The cells whose name without its ``-s<seed>`` suffix matches one of ``globs`` (fnmatch), in
+    order; ValueError naming a glob that matches no cell (a typo would otherwise drop cells silently)."""
+    def stem(cell: Cell) -> str:
+        return cell.name.rsplit("-s", 1)[0] if cell.name.endswith(f"-s{cell.seed}") else cell.name
+
+    for glob in globs:
+        if not any(fnmatch.fnmatchcase(stem(c), glob) for c in cells):
+            raise ValueError(f"--only: {glob!r} matches no cell (e.g. {', '.join(stem(c) for c in cells[:3])})")
+    return [c for c in cells if any(fnmatch.fnmatchcase(stem(c), glob) for glob in globs)]
 
 
 def validate_train_cells(cells: list[Cell]) -> None:

@@ -222,8 +222,9 @@ def headline_a3po_by_k(by_k: Mapping[str, Mapping[str, Any]], methods: Mapping[s
         untested = untested or (bool(rec_gap) and one_rec)
         if not one_rec and _below(rec_gap):
             behind.append(k)
-        err = (f"; its proximal log-probs are off the exact ones by {number(row.get('prox_abs_err_mean'))} per "
-               f"token on average, {number(row.get('prox_abs_err_at_max_staleness'))} at staleness "
+        err = (f"; its proximal log-probs are off the exact ones by "
+               f"{number(row.get('prox_abs_err_mean_stale_steps', row.get('prox_abs_err_mean')))} per token on "
+               f"average over the steps with stale tokens, {number(row.get('prox_abs_err_at_max_staleness'))} at staleness "
                f"{row.get('max_measured_staleness')}" if row.get("max_measured_staleness") is not None else "")
         lines.append(f"At look-ahead W = K = {k} (realized staleness {number(row.get('realized_staleness'))}): "
                      f"A-3PO ends {_gap_words(rec_gap, 'async recompute', one_rec)} and "

@@ -112,6 +112,9 @@ class TrainerConfig:
     prox: str = setting(
         "loglinear", "proximal policy: recompute (extra forward), loglinear (A-3PO), linear, behav, none "
                      "(coupled) (asyncrl.objectives.PROX_STRATEGIES)", names=_prox_names)
+    prox_params: dict[str, Any] = setting(
+        help="the proximal strategy's parameters, e.g. trainer.prox_params.alpha_min=0.125 for "
+             "loglinear_floor or .ess_target for loglinear_ess; {} = its defaults", factory=dict)
     prox_error: bool = setting(
         False, "also compute the exact proximal log-probs (one extra forward pass per step, as recompute) "
                "and log the approximation's error |exact - approx| per token: prox_abs_err_{mean,max}")
@@ -145,6 +148,7 @@ class TrainerConfig:
             raise ValueError("grad_clip: must be > 0")
         if self.prox_error_every < 1:
             raise ValueError("prox_error_every: must be >= 1")
+        self._check_prox_params()
         if self.weight_decay < 0:
             raise ValueError("weight_decay: must be >= 0")
         if self.n_minibatches < 1:
@@ -164,6 +168,16 @@ class TrainerConfig:
             raise ValueError("min_lr_ratio: must be in [0, 1]")
         if self.kl_coef < 0:
             raise ValueError("kl_coef: must be >= 0 (0 = no KL penalty)")
+
+    def _check_prox_params(self) -> None:
+        from asyncrl.objectives import PROX_STRATEGIES, prox_strategy
+
+        if self.prox not in PROX_STRATEGIES:
+            return  # the name's own check says so
+        try:
+            prox_strategy(self.prox, self.prox_params)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"prox_params.{err}") from None  # err starts with the parameter's name
 
 
 def check_prox_pairing(loss: LossConfig, trainer: TrainerConfig) -> None:

@@ -12,6 +12,9 @@ A-3PO is loglinear.py; loglinear_floor.py and loglinear_ess.py bound its α from
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor
 
@@ -35,11 +38,28 @@ PROX_STRATEGIES: dict[str, ProxStrategy] = {
 }
 
 
-def prox_strategy(name: str) -> ProxStrategy:
-    """The strategy registered as ``name``; ValueError naming the known ones otherwise."""
+def prox_strategy(name: str, params: Mapping[str, object] | None = None) -> ProxStrategy:
+    """The strategy registered as ``name``, built with ``params`` when given (its constructor's
+    keyword arguments, e.g. ``alpha_min`` of ``loglinear_floor``). ValueError naming the known
+    strategies for an unknown name, or naming the parameter and its known ones for a bad one."""
     if name not in PROX_STRATEGIES:
         raise ValueError(f"unknown proximal strategy {name!r}; known: {', '.join(PROX_STRATEGIES)}")
-    return PROX_STRATEGIES[name]
+    strategy = PROX_STRATEGIES[name]
+    if not params:
+        return strategy
+    known = prox_param_names(name)
+    for key in params:
+        if key not in known:
+            raise ValueError(f"{key}: not a parameter of proximal strategy {name!r} "
+                             f"(known: {', '.join(known) or 'none'})")
+    return type(strategy)(**params)
+
+
+def prox_param_names(name: str) -> list[str]:
+    """The keyword parameters strategy ``name`` takes (its constructor's)."""
+    signature = inspect.signature(type(PROX_STRATEGIES[name]).__init__)
+    return [p for p in signature.parameters if p != "self"
+            and signature.parameters[p].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
 
 
 @torch.no_grad()
