@@ -98,6 +98,8 @@ def _train(cfg) -> int:
 
     try:
         summary = train(cfg)
+        if summary is None:  # a torchrun rank other than 0: rank 0 reports the run
+            return 0
     except Interrupted as stop:
         hint = f"; continue with: asyncrl train --resume {stop.checkpoint.parent.parent}" if stop.checkpoint else ""
         print(f"asyncrl: {stop}{hint}", file=sys.stderr)

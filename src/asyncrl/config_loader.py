@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import math
+import os
 import re
 import types
 import typing
@@ -40,7 +41,8 @@ def guarded(command: "Callable[[], int]") -> int:
     try:
         return command()
     except ConfigError as err:
-        print(f"asyncrl: {err}", file=sys.stderr)
+        if os.environ.get("RANK", "0") in ("", "0"):  # under torchrun every rank reads the config: rank 0 says it
+            print(f"asyncrl: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
         code = getattr(stop, "exit_code", None)  # asyncrl.runtime.signals.StopNow carries its signal

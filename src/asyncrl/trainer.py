@@ -27,11 +27,13 @@ import math
 import time
 import warnings
 from collections import defaultdict
+from functools import partial
 
 import torch
 
 from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.config.training import check_micro_batching
+from asyncrl.distributed.data_parallel import SingleProcess
 from asyncrl.lr_schedule import build_scheduler, check_schedule, schedule_key
 from asyncrl.objectives import ProxPlan, group_advantages, policy_loss, prox_strategy
 from asyncrl.policy.logprobs import completion_logprobs
@@ -50,8 +52,11 @@ class Trainer:
 
     def __init__(self, model: torch.nn.Module, cfg: TrainerConfig, loss: LossConfig, *,
                  temperature: float = 1.0, seed: int = 0, reference: ReferencePolicy | None = None,
-                 lm_head_fp32: bool = False):
+                 lm_head_fp32: bool = False, parallel: SingleProcess | None = None):
         self.model = model
+        # who trains which rows of a minibatch (asyncrl.distributed.data_parallel): one process, or
+        # torchrun's ranks each with their share
+        self.parallel = parallel or SingleProcess()
         self.reference = reference if cfg.kl_coef > 0 else None  # frozen starting policy of the KL penalty
         self.cfg = cfg
         self.loss = loss
@@ -60,9 +65,10 @@ class Trainer:
         self.version = 0
         self.device = next(model.parameters()).device
         check_hparams(cfg.grad_clip, [(cfg.lr, (cfg.beta1, cfg.beta2), cfg.weight_decay)])
-        check_micro_batching(loss, cfg)
-        # fused AdamW: one kernel for all parameters on CUDA (the foreach path elsewhere)
-        fused = {"fused": True} if self.device.type == "cuda" else {}
+        check_micro_batching(loss, cfg, ranks=self.parallel.size)
+        # fused AdamW: one kernel for all parameters on CUDA (the foreach path elsewhere, and for
+        # sharded parameters)
+        fused = {"fused": True} if self.device.type == "cuda" and not self.parallel.split else {}
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay, **fused)
         self.scheduler = build_scheduler(self.optimizer, cfg)
@@ -100,11 +106,12 @@ class Trainer:
         return torch.cat([part[0] for part in parts]), entropy
 
     def _forward(self, batch: Batch, with_entropy: bool):
+        # a sharded model computes them itself, inside its FSDP root (asyncrl.distributed.fsdp)
+        logprobs = getattr(self.model, "completion_logprobs", None) or partial(completion_logprobs, self.model)
         with self._autocast():
-            return completion_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
-                                       batch.completion_mask, temperature=self.temperature,
-                                       with_entropy=with_entropy, logits_chunk=self.cfg.logits_chunk,
-                                       lm_head_fp32=self.lm_head_fp32)
+            return logprobs(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask,
+                            temperature=self.temperature, with_entropy=with_entropy,
+                            logits_chunk=self.cfg.logits_chunk, lm_head_fp32=self.lm_head_fp32)
 
     def _prox_setup(self, batch: Batch, sizes: list[int]) -> tuple[ProxPlan, torch.Tensor | None, bool, float, float]:
         """The step's proximal plan, after the extra no-grad forward pass (in micro-batches, or
@@ -117,11 +124,27 @@ class Trainer:
         t0 = time.perf_counter()
         if self.prox.needs_forward or measure:
             with torch.no_grad():
-                exact_logp = self.logprobs(batch, rows_per_forward=cfg.micro_batch_size or max(sizes))[0]
+                exact_logp = self._exact_logprobs(batch, sizes)
             if measure:  # the measurement is not the approximation's cost
                 error_time, t0 = time.perf_counter() - t0, time.perf_counter()
         plan = self.prox.plan(batch.behav_logp, batch.versions, self.version, exact_logp)
         return plan, exact_logp, measure, time.perf_counter() - t0, error_time
+
+    def _exact_logprobs(self, batch: Batch, sizes: list[int]) -> torch.Tensor:
+        """[B, T] log-probs of the whole step's batch under the current weights (no grad): in
+        micro-batches in one process; each rank its share of each minibatch, gathered, with several."""
+        par = self.parallel
+        if not par.split:
+            return self.logprobs(batch, rows_per_forward=self.cfg.micro_batch_size or max(sizes))[0]
+        out, start = [], 0
+        for size in sizes:
+            mb = batch.rows(start, start + size)
+            offset, bounds = par.plan(size, self.cfg.micro_batch_size)
+            own = [self._forward(mb.rows(offset + lo, offset + hi) if hi > lo else mb.rows(0, 1), False)[0][:hi - lo]
+                   for lo, hi in bounds]  # an empty range runs a stand-in row: every rank, the same passes
+            out.append(par.gather_rows(torch.cat(own), size))
+            start += size
+        return torch.cat(out)
 
     def step(self, batch: Batch) -> dict[str, float]:
         """Train on ``batch`` (any number of versions behind) and advance the version by one."""
@@ -173,27 +196,37 @@ class Trainer:
         """One optimizer update on minibatch ``mb`` (rows ``start:`` of the step's batch): forward and
         backward per micro-batch, gradients accumulated, then clip and step. Appends the update's
         statistics, computed over the whole minibatch, to ``stats``."""
-        cfg = self.cfg
-        bounds = micro_bounds(len(mb), cfg.micro_batch_size)
+        cfg, par = self.cfg, self.parallel
+        offset, bounds = par.plan(len(mb), cfg.micro_batch_size)  # this process's rows: offset + [lo, hi)
         mask = mb.completion_mask
+        shared = par.split or len(bounds) > 1
         # the minibatch's counts: each micro-batch's loss is its share of the minibatch's mean
-        counts = {} if len(bounds) == 1 else {"global_num_tokens": mask.sum(), "global_num_seqs": mask.any(-1).sum()}
+        counts = {"global_num_tokens": mask.sum(), "global_num_seqs": mask.any(-1).sum()} if shared else {}
         self._begin_update()
         parts, finite = MinibatchParts(), True
         for lo, hi in bounds:
-            micro = mb.rows(lo, hi)
+            real = hi > lo  # else a stand-in row whose loss counts zero: every rank runs the same passes
+            a, b = (offset + lo, offset + hi) if real else (0, 1)
+            micro = mb.rows(a, b)
             logp, entropy = self.logprobs(micro, with_entropy=True)
             t0 = time.perf_counter()
-            prox_logp = plan.minibatch(start + lo, start + hi, micro.behav_logp, logp, micro.versions)  # None: coupled
+            prox_logp = plan.minibatch(start + a, start + b, micro.behav_logp, logp, micro.versions)  # None: coupled
             parts.prox_time += time.perf_counter() - t0
             ref_logp = None if self.reference is None else self.reference.logprobs(
                 micro, temperature=self.temperature, autocast=self._autocast(), logits_chunk=cfg.logits_chunk,
                 lm_head_fp32=self.lm_head_fp32)
             loss, loss_stats, kl = self._objective(micro, logp, prox_logp, ref_logp, counts)
-            finite = finite and self._backward(loss)  # after a non-finite loss the update is skipped
-            parts.add(logp, entropy, prox_logp, ref_logp, loss, loss_stats, kl)
+            # after a non-finite loss the update is skipped (ranks still run the backward pass: it is a collective)
+            finite = self._backward(loss * (par.loss_scale if real else 0.0), always=par.split) and finite
+            if real:
+                parts.add(logp, entropy, prox_logp, ref_logp, loss, loss_stats, kl)
         parts.join()
-        if len(bounds) > 1:  # the statistics of the whole minibatch, from its detached log-probs
+        if par.split:  # the whole minibatch's log-probs on every rank
+            parts.logp, parts.entropy = par.gather_rows(parts.logp, len(mb)), par.gather_rows(parts.entropy, len(mb))
+            parts.prox_logp = par.gather_rows(parts.prox_logp, len(mb))
+            parts.ref_logp = par.gather_rows(parts.ref_logp, len(mb))
+        finite = par.all_finite(finite)
+        if shared:  # the statistics of the whole minibatch, from its detached log-probs
             with torch.no_grad():
                 parts.loss, parts.loss_stats, parts.kl = self._objective(mb, parts.logp, parts.prox_logp,
                                                                          parts.ref_logp, {})
@@ -251,13 +284,13 @@ class Trainer:
                                            for g in self.optimizer.param_groups])
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _backward(self, loss: torch.Tensor) -> bool:
+    def _backward(self, loss: torch.Tensor, always: bool = False) -> bool:
         """Accumulates the gradient of a finite ``loss`` (scaled under float16); False, and no
-        backward pass, when it is not finite."""
-        if not torch.isfinite(loss):
-            return False
-        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
-        return True
+        backward pass unless ``always`` (sharded: the pass is a collective), when it is not finite."""
+        finite = bool(torch.isfinite(loss))
+        if finite or always:
+            (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+        return finite
 
     def _finish_update(self, finite: bool) -> float:
         """Clip + step on the accumulated gradients; returns the pre-clip grad norm, or NaN if the
@@ -267,7 +300,7 @@ class Trainer:
             return math.nan
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        grad_norm = self.parallel.norm(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip))
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             if self.scaler is not None:
@@ -280,8 +313,11 @@ class Trainer:
             self.scaler.update()
         return grad_norm.item()
 
+    def close(self) -> None:
+        """Nothing to release in one process (several ranks: asyncrl.distributed.ranks.LeaderTrainer)."""
+
     def state_dict(self) -> dict:
-        state = {"optimizer": self.optimizer.state_dict(), "version": self.version,
+        state = {"optimizer": self.parallel.optimizer_state(self.optimizer), "version": self.version,
                  "rng": self.rng.get_state(), "scheduler": self.scheduler.state_dict(),
                  "schedule": schedule_key(self.cfg)}
         if self.scaler is not None:
@@ -296,7 +332,7 @@ class Trainer:
             group["lr"] = lr
 
     def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.parallel.load_optimizer_state(self.optimizer, state["optimizer"])
         self.version = int(state["version"])
         self.rng.set_state(state["rng"])
         if "scheduler" in state:  # checkpoints written before lr schedules existed: constant lr

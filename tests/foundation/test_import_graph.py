@@ -29,14 +29,17 @@ LAYERS: list[tuple[str, ...]] = [
      "asyncrl.config_peers", "asyncrl.disk"),
     # the parts, each usable alone: pure objectives, problems and rewards, trackers, the buffer
     ("asyncrl.objectives", "asyncrl.stability", "asyncrl.control", "asyncrl.tasks", "asyncrl.rewards",
-     "asyncrl.tracking", "asyncrl.metrics", "asyncrl.buffer"),
+     "asyncrl.tracking", "asyncrl.metrics", "asyncrl.buffer",
+     # which process of a torchrun job this is, and the sharded trainer's settings
+     "asyncrl.distributed", "asyncrl.distributed.world", "asyncrl.distributed.config"),
     # the typed run configuration, which checks names against the registries below it
     ("asyncrl.config",),
     # machinery over one model: weights, generation engines, evaluation, warm start, the trainer
     ("asyncrl.policy", "asyncrl.checkpoint", "asyncrl.reference", "asyncrl.rollout", "asyncrl.evaluation",
-     "asyncrl.pretrain", "asyncrl.trainer", "asyncrl.trainer_steps"),
+     "asyncrl.pretrain", "asyncrl.trainer", "asyncrl.trainer_steps",
+     "asyncrl.distributed.data_parallel", "asyncrl.distributed.fsdp"),
     # the training loop, batch sources, workers, weight channels, backends
-    ("asyncrl.runtime",),
+    ("asyncrl.runtime", "asyncrl.distributed.ranks"),
     # what runs many trainings or describes the config to users
     ("asyncrl.bench", "asyncrl.config_help", "asyncrl.api"),
     ("asyncrl.cli",),

@@ -33,6 +33,8 @@ from asyncrl.config.asynchrony import AsyncConfig
 from asyncrl.config.model import ModelConfig, PolicyConfig, PretrainConfig
 from asyncrl.config.run import RunConfig
 from asyncrl.config.task import RewardConfig, TaskConfig
+from asyncrl.distributed.config import check_ranks
+from asyncrl.distributed.world import torchrun_world
 from asyncrl.config.training import (EvalConfig, LossConfig, RolloutConfig, TrainerConfig, check_micro_batching,
                                      check_prox_pairing)
 
@@ -70,7 +72,8 @@ class Config:
         if self.policy.lm_head_fp32 and self.rollout.engine == "vllm":
             raise ValueError("policy.lm_head_fp32: not supported with rollout.engine=vllm (transformers engine only)")
         check_prox_pairing(self.loss, self.trainer)
-        check_micro_batching(self.loss, self.trainer)
+        check_micro_batching(self.loss, self.trainer, ranks=torchrun_world().size)  # under torchrun: its world
+        check_ranks(self, torchrun_world().size)
         if channel == "cuda" and not self.policy.device.startswith("cuda"):
             raise ValueError(f"async.weight_channel: 'cuda' needs policy.device=cuda, got {self.policy.device!r}")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from asyncrl.distributed.config import FsdpConfig
 from asyncrl.stability.config import (EssWarningConfig, VcpoConfig)
 from asyncrl.config_loader import (
     setting,
@@ -128,6 +129,7 @@ class TrainerConfig:
                 "dynamic loss scale); none = full")
     vcpo: VcpoConfig = field(default_factory=VcpoConfig)  # ESS-scaled lr, OPOB (docs/stability.md)
     ess_warning: EssWarningConfig = field(default_factory=EssWarningConfig)
+    fsdp: FsdpConfig = field(default_factory=FsdpConfig)  # several trainer ranks (torchrun; docs/scaling.md)
     # learning-rate schedule over trainer.steps (asyncrl.lr_schedule; docs/training.md): linear
     # warm-up from 0 over warmup_steps, then constant / linear / cosine decay to min_lr_ratio · lr
     lr_schedule: Literal["constant", "linear", "cosine"] = setting(
@@ -199,19 +201,29 @@ MICRO_BATCH_EXACT_LOSSES = frozenset({"ppo", "decoupled", "tis", "mis", "cispo",
                                       "ppo_kl", "spo"})
 
 
-def check_micro_batching(loss: LossConfig, trainer: TrainerConfig) -> None:
+def check_micro_batching(loss: LossConfig, trainer: TrainerConfig, ranks: int = 1) -> None:
     """ValueError("trainer.micro_batch_size: ...") when micro-batches would not give the minibatch's
     update for this loss: a loss with a whole-minibatch statistic, or denominators that count only the
-    tokens kept after filtering (known only once every micro-batch is computed)."""
-    if trainer.micro_batch_size == 0:
+    tokens kept after filtering (known only once every micro-batch is computed). ``ranks`` > 1 (a
+    torchrun world: each rank trains a share of every minibatch, as a micro-batch) makes the same
+    checks, naming the world size, and refuses what a rank cannot compute from its share."""
+    if trainer.micro_batch_size == 0 and ranks == 1:
         return
+    what = "trainer.micro_batch_size" if ranks == 1 else f"torchrun with {ranks} trainer ranks"
     if loss.name not in MICRO_BATCH_EXACT_LOSSES:
-        raise ValueError(f"trainer.micro_batch_size: loss {loss.name!r} is not split exactly into micro-batches "
-                         f"(a statistic over the whole minibatch); use 0 or one of "
+        raise ValueError(f"{what}: loss {loss.name!r} is not split exactly into micro-batches "
+                         f"(a statistic over the whole minibatch); use {'0 or ' if ranks == 1 else ''}one of "
                          f"{', '.join(sorted(MICRO_BATCH_EXACT_LOSSES))}")
     if loss.params.get("keep_filtered_in_denominator", True) is False:
-        raise ValueError("trainer.micro_batch_size: needs loss.params.keep_filtered_in_denominator=true (a "
+        raise ValueError(f"{what}: needs loss.params.keep_filtered_in_denominator=true (a "
                          "denominator of kept tokens is known only after the whole minibatch); use 0")
+    from asyncrl.objectives import prox_strategy
+
+    if getattr(prox_strategy(trainer.prox), "minibatch_statistic", False):
+        raise ValueError(f"{what}: trainer.prox={trainer.prox!r} sets π_prox from a statistic of the whole "
+                         "minibatch, which a part of it does not have")
+    if ranks > 1 and trainer.vcpo.opob:
+        raise ValueError(f"{what}: trainer.vcpo.opob (a per-sequence gradient norm) runs in one process only")
 
 
 @dataclass

@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> int:
         summary = train(load_config(args.config, args.overrides))
+        if summary is None:  # a torchrun rank other than 0
+            return 0
         print(json.dumps({k: summary[k] for k in ("mode", "steps", "final_eval_reward", "run_dir")}))
         return 0
 

@@ -22,6 +22,8 @@ import time
 import torch
 
 from asyncrl.config import Config
+from asyncrl.distributed.ranks import LeaderTrainer, follow
+from asyncrl.distributed.world import World, close_world, init_world, torchrun_world
 from asyncrl.reference import build_reference
 from asyncrl.runtime.record import Totals, step_record
 from asyncrl.runtime.session import Session, workers_before_eval
@@ -31,14 +33,34 @@ from asyncrl.stability.monitor import EssStop
 from asyncrl.trainer import Trainer
 
 
-def train(cfg: Config) -> dict:
+def train(cfg: Config) -> dict | None:
     """Run ``cfg`` to the end (or resume it, per ``run.resume``); returns the summary (also written
-    to ``<run dir>/summary.json``)."""
+    to ``<run dir>/summary.json``). Under ``torchrun`` rank 0 runs the loop and the other ranks
+    follow it (asyncrl.distributed.ranks); they return None."""
+    world = torchrun_world()
+    init_world(world, cfg.policy.device)
+    try:
+        if not world.leader:
+            follow(cfg, world)
+            return None
+        return _lead(cfg, world)
+    finally:
+        close_world()
+
+
+def _trainer(cfg: Config, session: Session, world: World):
+    """The trained model's Trainer: on the session's model, or on a sharded copy of it with several ranks."""
+    reference = build_reference(cfg, session.model, session.policy_dir)  # None unless trainer.kl_coef > 0
+    if world.distributed:
+        return LeaderTrainer(cfg, session.model, session.policy_dir, world, reference)
+    return Trainer(session.model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
+                   reference=reference, lm_head_fp32=cfg.policy.lm_head_fp32)
+
+
+def _lead(cfg: Config, world: World) -> dict:
     torch.set_num_threads(cfg.policy.torch_threads)
     session = Session.open(cfg)
-    reference = build_reference(cfg, session.model, session.policy_dir)  # None unless trainer.kl_coef > 0
-    trainer = Trainer(session.model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
-                      reference=reference, lm_head_fp32=cfg.policy.lm_head_fp32)
+    trainer = _trainer(cfg, session, world)
     totals = Totals()
     if session.resume is not None:
         trainer.load_state_dict(session.resume.trainer_state)
@@ -80,7 +102,9 @@ def train(cfg: Config) -> dict:
             saved = None
             if cfg.run.checkpoint_on_signal and done > session.start_step:
                 saved = session.checkpoint(done, trainer, source, totals)
+            trainer.close()
             session.close()
             raise Interrupted(stop.signum, done, saved) from None
+        trainer.close()
         extra = {**source.summary(), "stopped_early": done < cfg.trainer.steps}
     return session.finish(done, {**totals.summary(done), **extra}, session.train_wall_s())

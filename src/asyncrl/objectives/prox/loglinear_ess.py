@@ -64,6 +64,8 @@ class LogLinearESS(ProxStrategy):
     """``loglinear_ess``: ``ess_target`` in (0, 1] (the ESS fraction the behavior weights keep, 0.5),
     ``iterations`` >= 1 bisection steps (20: a* to within 1e-6)."""
 
+    minibatch_statistic = True  # the floor is a statistic of the whole minibatch: not split into micro-batches
+
     def __init__(self, ess_target: float = 0.5, iterations: int = 20) -> None:
         check_real("ess_target", ess_target, low=0.0, high=1.0, low_open=True)
         check_real("iterations", iterations, low=1.0)

@@ -1,0 +1,105 @@
+"""Which process of a ``torchrun`` job this is, and the process group the trainer ranks share.
+
+``torchrun --nproc_per_node N [--nnodes M ...] -m asyncrl train ...`` starts N × M copies of the same
+command with ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` in their environment; a plain ``asyncrl
+train`` has none of them and is a world of one. Rank 0 is the leader: it owns the run directory,
+the batch source, evaluation, logging and checkpoints; the other ranks only train their share of
+each minibatch (asyncrl.distributed.follower).
+
+The process group is gloo on the CPU and NCCL on CUDA, where each rank takes the GPU of its
+``LOCAL_RANK``. Its timeout is long: followers wait in a broadcast while the leader evaluates or
+writes a checkpoint, which can take minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+
+GROUP_TIMEOUT = timedelta(hours=2)
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+@dataclass(frozen=True)
+class World:
+    """rank of size (global), local_rank on this node."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+
+def torchrun_world(env: dict[str, str] | None = None) -> World:
+    """The world ``torchrun`` describes in the environment (a world of one without it).
+    ValueError naming the variable for a malformed one."""
+    env = os.environ if env is None else env
+    values = {}
+    for key, default in (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", 0)):
+        raw = env.get(key)
+        try:
+            values[key] = default if raw is None else int(raw)
+        except ValueError:
+            raise ValueError(f"{key}={raw!r}: not an integer (set by torchrun)") from None
+    world = World(values["RANK"], values["WORLD_SIZE"], values["LOCAL_RANK"])
+    if world.size < 1 or not 0 <= world.rank < world.size:
+        raise ValueError(f"RANK={world.rank}, WORLD_SIZE={world.size}: need 0 <= RANK < WORLD_SIZE")
+    return world
+
+
+def init_world(world: World, device: str) -> None:
+    """Join the trainer ranks' process group (no-op for a world of one). ``device``: the policy's
+    device setting; on CUDA each rank uses GPU ``LOCAL_RANK``."""
+    if not world.distributed or torch.distributed.is_initialized():
+        return
+    die_with_agent()
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.set_device(world.local_rank)
+    torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=GROUP_TIMEOUT)
+
+
+def die_with_agent() -> None:
+    """End this rank when torchrun's agent (its parent) ends, even by SIGKILL: the agent starts each
+    rank in a session of its own, so nothing else would reach it, and a rank left behind holds its
+    GPU and blocks the port. Exit at once if the agent is already gone (reparented to init)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() == 1:
+        os._exit(1)
+
+
+def close_world() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def broadcast_object(obj: object, world: World) -> object:
+    """Rank 0's ``obj`` on every rank (the others pass anything). A pickled CPU broadcast, for
+    commands and batches: tensors in ``obj`` travel through the host."""
+    if not world.distributed:
+        return obj
+    box = [obj if world.leader else None]
+    torch.distributed.broadcast_object_list(box, src=0, device=_object_device())
+    return box[0]
+
+
+def _object_device() -> torch.device | None:
+    """broadcast_object_list stages objects on the current CUDA device under NCCL."""
+    return torch.device("cuda", torch.cuda.current_device()) \
+        if torch.distributed.get_backend() == "nccl" else None
+

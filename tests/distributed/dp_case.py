@@ -1,0 +1,65 @@
+"""One Trainer.step of a fixed model and batch, in one process or as one rank of a gloo world of two:
+run here by the test (world 1) and as ``python dp_case.py RANK DIR CASE MICRO N_MINIBATCHES`` by
+each rank (world 2). Writes rank 0's gradients (each update's, before the optimizer step), weights
+after the step and statistics to DIR/<name>.pt."""
+
+import copy
+import sys
+from pathlib import Path
+
+import torch
+
+from asyncrl.config import LossConfig, TrainerConfig
+from asyncrl.reference import ReferencePolicy
+from asyncrl.trainer import Trainer
+
+CASES = {
+    "a3po": (LossConfig(name="decoupled"), {"prox": "loglinear", "prox_error": True}, 0.0),
+    "recompute": (LossConfig(name="decoupled"), {"prox": "recompute"}, 0.0),
+    "gspo_kl": (LossConfig(name="gspo", params={"agg": "seq_mean_token_mean"}), {"prox": "none"}, 0.5),
+}
+
+
+def run_case(model, batch, case: str, micro: int, n_minibatches: int, parallel=None, shard=None):
+    """(stats, {name: weight after the step}, [[grad per parameter] per update]) of one step."""
+    loss, cfg, kl = CASES[case]
+    reference = None
+    if kl:
+        reference = ReferencePolicy(copy.deepcopy(model))
+        with torch.no_grad():  # a reference away from the policy: a non-zero penalty gradient
+            for param in reference.model.parameters():
+                param.add_(0.01 * torch.randn(param.shape, generator=torch.Generator().manual_seed(3)))
+    trained = model if shard is None else shard(model)
+    trainer = Trainer(trained, TrainerConfig(n_minibatches=n_minibatches, lr=1e-3, micro_batch_size=micro,
+                                             kl_coef=kl, grad_clip=1e9, **cfg),
+                      loss, reference=reference, seed=5, parallel=parallel)
+    trainer.version = 2
+    trainer.optimizer.param_groups[0]["eps"] = 1e-3  # see tests/foundation/test_micro_batches.py
+    from asyncrl.distributed.data_parallel import full
+
+    grads = []
+    trainer.optimizer.register_step_pre_hook(
+        lambda *_: grads.append([full(p.grad).clone() for p in trained.parameters() if p.grad is not None]))
+    stats = trainer.step(batch)
+    weights = {name.removeprefix("policy."): full(p.detach()).clone() for name, p in trained.named_parameters()}
+    return stats, weights, grads
+
+
+def main(rank: int, out: Path, case: str, micro: int, n_minibatches: int) -> None:
+    from asyncrl.distributed.data_parallel import DataParallel
+    from asyncrl.distributed.fsdp import shard_model
+    from asyncrl.distributed.world import World
+
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    world = World(rank, 2, rank)
+    model, batch = torch.load(out / "input.pt", weights_only=False)
+    stats, weights, grads = run_case(model, batch, case, micro, n_minibatches, parallel=DataParallel(world),
+                                     shard=lambda m: shard_model(m, world, __import__(
+                                         "asyncrl.distributed.config", fromlist=["FsdpConfig"]).FsdpConfig()))
+    if rank == 0:
+        torch.save((stats, weights, grads), out / f"{case}-{micro}-{n_minibatches}.pt")
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))

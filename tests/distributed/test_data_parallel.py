@@ -1,0 +1,70 @@
+"""Two trainer ranks (FSDP2 on gloo) give one process's update: the same gradients, weights and
+logged statistics to 1e-6 (float32) for A-3PO, decoupled + recompute and GSPO with a KL penalty,
+with and without micro-batches, and with shares uneven enough that a rank runs a stand-in pass."""
+
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from asyncrl.distributed.data_parallel import SingleProcess, shares
+
+HERE = Path(__file__).parent
+TIMES = ("train_time_s", "prox_time_s", "prox_error_time_s")
+
+
+def test_shares_cover_the_rows_in_order_and_differ_by_at_most_one():
+    assert shares(5, 2) == [(0, 3), (3, 5)]
+    assert shares(4, 3) == [(0, 2), (2, 3), (3, 4)]
+    assert shares(2, 3) == [(0, 1), (1, 2), (2, 2)]
+    assert SingleProcess().plan(7, 3) == (0, [(0, 3), (3, 6), (6, 7)])
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _world_two(tmp_path: Path, case: str, micro: int, n_minibatches: int):
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, str(HERE / "dp_case.py"), str(rank), str(tmp_path), case, str(micro),
+                               str(n_minibatches)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for rank in range(2)]
+    logs = [proc.communicate(timeout=240)[0] for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), "\n".join(logs)[-3000:]
+    return torch.load(tmp_path / f"{case}-{micro}-{n_minibatches}.pt", weights_only=False)
+
+
+@pytest.mark.parametrize("case, micro, n_minibatches", [
+    ("a3po", 0, 2), ("recompute", 3, 2), ("gspo_kl", 0, 2),
+    ("a3po", 1, 3),  # minibatches of 6, 5, 5 rows: shares 3 + 2, three micro-batches each: a stand-in pass
+])
+def test_two_ranks_give_the_update_of_one_process(policy_and_batch, tmp_path, case, micro, n_minibatches):
+    sys.path.insert(0, str(HERE))
+    from dp_case import run_case
+
+    model, batch = policy_and_batch
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.save((model, batch), tmp_path / "input.pt")
+    two_stats, two_weights, two_grads = _world_two(tmp_path, case, micro, n_minibatches)
+    model.load_state_dict(start)
+    one_stats, one_weights, one_grads = run_case(model, batch, case, 0, n_minibatches)
+    assert len(one_grads) == len(two_grads) == n_minibatches
+    for update_one, update_two in zip(one_grads, two_grads):
+        assert len(update_one) == len(update_two)
+        for g1, g2 in zip(update_one, update_two):
+            torch.testing.assert_close(g2, g1, rtol=1e-6, atol=1e-6)
+    assert one_weights.keys() == two_weights.keys()
+    for name, weight in one_weights.items():
+        torch.testing.assert_close(two_weights[name], weight, rtol=1e-6, atol=1e-6)
+    assert set(one_stats) == set(two_stats)
+    for key, value in one_stats.items():
+        if key not in TIMES and not (isinstance(value, float) and math.isnan(value)):
+            assert two_stats[key] == pytest.approx(value, rel=1e-6, abs=1e-6), key

@@ -1,0 +1,112 @@
+"""``torchrun --nproc_per_node 2 -m asyncrl.cli train``: two trainer ranks (FSDP2 on gloo) train the
+run one process trains. Sync mode: the same batches (rank 0 generates them), every prompt group
+trained once (ledger), the same weights after five steps to 1e-5 and the same logged statistics; a
+world-2 run killed with SIGKILL resumes at world 1 and at world 2 to the uninterrupted run's weights."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "foundation"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
+from test_e2e_train import TINY  # noqa: E402
+from test_resume import comparable, rows, wait_for_step  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+from resume_campaign import alive, descendants  # noqa: E402
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+STATS = ("loss", "grad_norm", "ess_frac", "clipped_tokens", "entropy", "reward_mean")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("cache"))
+
+
+def _port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+def command(world: int, *args: str) -> list[str]:
+    cli = ["-m", "asyncrl.cli", *args]
+    if world == 1:
+        return [sys.executable, *cli]
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
+            "--master_addr", "127.0.0.1", "--master_port", _port(), *cli]
+
+
+def train(tmp_path: Path, world: int, *args: str) -> subprocess.CompletedProcess:
+    out = subprocess.run(command(world, *args), capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(run_dir / "checkpoint" / "model.safetensors")
+
+
+def assert_same_weights(a: dict, b: dict, tol: float = 1e-5) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=tol, atol=tol)
+
+
+def base(cache: str, name: str, steps: int) -> list[str]:
+    return [*TINY, f"policy.cache_dir={cache}", f"run.name={name}", f"trainer.steps={steps}", "eval.every=0"]
+
+
+def test_two_ranks_train_the_run_of_one(tmp_path, cache):
+    one = train(tmp_path, 1, "train", *base(cache, "one", 5))
+    two = train(tmp_path, 2, "train", *base(cache, "two", 5))
+    assert len(two.stdout.strip().splitlines()) == 1, two.stdout  # rank 0 reports; the other rank is quiet
+    assert json.loads(two.stdout)["run_dir"] == "runs/two" and json.loads(one.stdout)["steps"] == 5
+    assert_same_weights(weights(tmp_path / "runs" / "one"), weights(tmp_path / "runs" / "two"))
+    ledger_one, ledger_two = rows(tmp_path / "runs/one/ledger.jsonl"), rows(tmp_path / "runs/two/ledger.jsonl")
+    assert ledger_one == ledger_two  # the same prompt groups, each trained at one step
+    metrics_one, metrics_two = rows(tmp_path / "runs/one/metrics.jsonl"), rows(tmp_path / "runs/two/metrics.jsonl")
+    assert any(r.get("frac_zero_adv_groups", 1) < 1 for r in metrics_one), "no reward signal: test is vacuous"
+    for a, b in zip(metrics_one, metrics_two, strict=True):
+        for key in STATS:
+            if key in a:
+                assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-5), (a["step"], key)
+
+
+@pytest.mark.slow
+def test_world_two_killed_resumes_at_world_one_and_two(tmp_path, cache):
+    steps = 8
+    train(tmp_path, 1, "train", *base(cache, "whole", steps), "trainer.lr=0.0002")
+    killed = tmp_path / "runs" / "killed"
+    proc = subprocess.Popen(command(2, "train", *base(cache, "killed", steps), "trainer.lr=0.0002",
+                                    "run.checkpoint_every=1"),
+                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    wait_for_step(proc, killed / "metrics.jsonl", 2)
+    ranks = descendants(proc.pid)
+    assert len(ranks) >= 2, ranks
+    proc.kill()  # torchrun's agent: its ranks (each in a session of its own) go with it
+    proc.communicate()
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in ranks), "a rank outlived torchrun"
+    assert not (killed / "summary.json").exists()
+    shutil.copytree(killed, tmp_path / "runs" / "killed2", symlinks=True)  # "checkpoint" is a link
+    train(tmp_path, 1, "train", "--resume", str(killed))
+    train(tmp_path, 2, "train", "--resume", str(tmp_path / "runs" / "killed2"))
+    whole = weights(tmp_path / "runs" / "whole")
+    for run in ("killed", "killed2"):
+        assert_same_weights(whole, weights(tmp_path / "runs" / run))
+        assert rows(tmp_path / "runs" / run / "ledger.jsonl") == rows(tmp_path / "runs" / "whole" / "ledger.jsonl")
+        assert len(comparable(rows(tmp_path / "runs" / run / "metrics.jsonl"))) == steps + 1
