@@ -92,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(cfg) -> int:
+    from asyncrl.distributed.world import RankLost
     from asyncrl.runtime import train
     from asyncrl.runtime.pool import WorkerError
     from asyncrl.runtime.signals import Interrupted
@@ -104,7 +105,7 @@ def _train(cfg) -> int:
         hint = f"; continue with: asyncrl train --resume {stop.checkpoint.parent.parent}" if stop.checkpoint else ""
         print(f"asyncrl: {stop}{hint}", file=sys.stderr)
         return stop.exit_code
-    except WorkerError as err:
+    except (WorkerError, RankLost) as err:
         print(f"asyncrl: {err}", file=sys.stderr)
         return 1
     keys = ("mode", "steps", "initial_eval_reward", "final_eval_reward", "wall_time_s", "run_dir")

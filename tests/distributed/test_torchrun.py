@@ -6,6 +6,7 @@ world-2 run killed with SIGKILL resumes at world 1 and at world 2 to the uninter
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -110,3 +111,37 @@ def test_world_two_killed_resumes_at_world_one_and_two(tmp_path, cache):
         assert_same_weights(whole, weights(tmp_path / "runs" / run))
         assert rows(tmp_path / "runs" / run / "ledger.jsonl") == rows(tmp_path / "runs" / "whole" / "ledger.jsonl")
         assert len(comparable(rows(tmp_path / "runs" / run / "metrics.jsonl"))) == steps + 1
+
+
+def _rank_pids(agent: int) -> dict[int, int]:
+    """{RANK: pid} of torchrun's ranks (read from each process's environment)."""
+    found = {}
+    for pid in descendants(agent):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ranks = [int(item[5:]) for item in env if item.startswith(b"RANK=")]
+        if ranks and b"asyncrl.cli" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            found[ranks[0]] = pid
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", [0, 1])
+def test_sigkill_of_a_rank_ends_the_job_in_one_line_and_leaves_no_process(tmp_path, cache, victim):
+    run_dir = tmp_path / "runs" / "victim"
+    proc = subprocess.Popen(command(2, "train", *base(cache, "victim", 200)), cwd=tmp_path, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_step(proc, run_dir / "metrics.jsonl", 2)
+    pids = _rank_pids(proc.pid)
+    assert sorted(pids) == [0, 1], pids
+    os.kill(pids[victim], signal.SIGKILL)
+    started = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - started < 30 and proc.returncode != 0
+    assert not any(alive(pid) for pid in pids.values()), "a rank outlived the job"
+    ours = [line for line in err.splitlines() if line.startswith("asyncrl:")]
+    if victim == 1:  # rank 0 says it once, in one line; a dead rank 0 says nothing
+        assert len(ours) == 1 and "another rank of the job failed or was killed" in ours[0], err[-2000:]
+    assert "[rank0]: Traceback" not in err and "[rank1]: Traceback" not in err, err[-3000:]

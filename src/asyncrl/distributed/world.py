@@ -103,3 +103,21 @@ def _object_device() -> torch.device | None:
     return torch.device("cuda", torch.cuda.current_device()) \
         if torch.distributed.get_backend() == "nccl" else None
 
+
+
+class RankLost(Exception):
+    """A collective failed because another rank is gone (it failed, or was killed)."""
+
+    def __init__(self, rank: int, cause: BaseException):
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        super().__init__(f"trainer rank {rank}: another rank of the job failed or was killed "
+                         f"({first[:200]}); torchrun's summary names it")
+
+
+def lost_rank(err: BaseException) -> bool:
+    """``err`` is a collective's failure on a peer's death (gloo: the connection closed; NCCL: a
+    communicator error), not this rank's own fault."""
+    if isinstance(err, torch.distributed.DistError):
+        return True
+    text = str(err)
+    return any(mark in text for mark in ("Connection closed by peer", "Connection reset by peer", "NCCL error"))

@@ -23,7 +23,7 @@ import torch
 
 from asyncrl.config import Config
 from asyncrl.distributed.ranks import LeaderTrainer, follow
-from asyncrl.distributed.world import World, close_world, init_world, torchrun_world
+from asyncrl.distributed.world import RankLost, World, close_world, init_world, lost_rank, torchrun_world
 from asyncrl.reference import build_reference
 from asyncrl.runtime.record import Totals, step_record
 from asyncrl.runtime.session import Session, workers_before_eval
@@ -44,6 +44,10 @@ def train(cfg: Config) -> dict | None:
             follow(cfg, world)
             return None
         return _lead(cfg, world)
+    except RuntimeError as err:
+        if world.distributed and lost_rank(err):
+            raise RankLost(world.rank, err) from None
+        raise
     finally:
         close_world()
 
