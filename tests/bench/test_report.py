@@ -361,3 +361,20 @@ def test_atlas_with_one_seed_claims_no_difference(tmp_path):
     cell = summary["rows"]["lag"]["grid"]["ppo"]["4"]
     assert cell["gap_vs_sync"]["mean"] == pytest.approx(-0.3) and cell["below_sync"] is False
     assert any("below sync (Welch, Holm p < 0.05): one seed: no test" in line for line in summary["headline"])
+
+
+def test_atlas_compares_a3po_variants_with_a3po_and_skips_own_k0_when_absent(tmp_path):
+    """A variant beside A-3PO at the same K: its gap to A-3PO with the ±2-point equivalence test,
+    Holm over the variant table; a loss run without K = 0 has no "holds its own K = 0" entry."""
+    runs = [_run("ppo", s, train_wall=10, final=0.40 + 0.01 * s, params={"K": 0, "row": "lag"}) for s in range(3)]
+    for s in range(3):
+        runs.append(_run("decoupled", s, train_wall=10, final=0.20 + 0.01 * s, params={"K": 16, "row": "lag"}))
+        runs.append(_run("a3po_floor", s, train_wall=10, final=0.35 + 0.01 * s, params={"K": 16, "row": "lag"}))
+        runs.append(_run("a3po_floor", s, train_wall=10, final=0.38 + 0.01 * s, params={"K": 4, "row": "lag"}))
+    summary = write_report(tmp_path, _results("atlas", runs))
+    table = summary["rows"]["lag"]["variants_vs_a3po"]
+    assert list(table) == ["a3po_floor at K = 16"]  # no A-3PO run at K = 4: nothing to compare there
+    gap = table["a3po_floor at K = 16"]
+    assert gap["mean"] == pytest.approx(0.15) and gap["margin"] == 0.02 and gap["verdict"] == "differs"
+    assert "A-3PO variants − A-3PO (decoupled)" in (tmp_path / "table.md").read_text()
+    assert summary["holds_own_to_k"] == {"ppo": 0}  # the others have no K = 0 cell

@@ -37,6 +37,10 @@ from .stats import compare_arms, finite, mean_ci, ordered, run_value, seed_stat,
 
 COLLAPSE_MARGIN = 0.02  # above the seed-to-seed eval noise of the tiny-model suites, far below learning
 NEAR_SYNC = 0.03  # "stays within 3 points of sync"
+# A-3PO's variants that keep a trust region without a forward pass, compared with A-3PO itself; a
+# variant should cost nothing where A-3PO holds: equivalence within 2 points
+A3PO_VARIANTS = ("a3po_floor", "a3po_ess", "decoupled_bounded", "a3po_seq")
+VARIANT_MARGIN = 0.02
 SYNC = ("ppo", 0)  # the reference cell: on-policy PPO-clip
 TARGET_START, TARGET_END, TARGET_SMOOTH = 5, 10, 5
 ROW_AXES = {"lag": ("K", "K (exact lag)"), "buffer": ("N", "N (policy buffer capacity)"),
@@ -147,7 +151,9 @@ def holds_to(row: Mapping[str, Mapping[str, Any]], ks: Sequence[Any], own: bool 
     its smallest K). ``own``: of the loss's own first K instead of sync, so a loss that learns less
     than PPO even on fresh data is judged on what staleness takes from it."""
     last = None
-    first = next((row[str(k)] for k in ks if str(k) in row), None)
+    first = row.get(str(ks[0])) if ks else None
+    if own and first is None:  # the loss has no cell at the row's first K: nothing to measure against
+        return None
     for k in ks:
         cell = row.get(str(k))
         if cell is None:
@@ -179,6 +185,7 @@ def atlas_grids(runs: Sequence[Mapping[str, Any]]) -> dict:
         _test_table(grid, row)
     if "lag" in rows:
         rows["lag"]["a3po_vs_recompute"] = _a3po_vs_recompute(_cells(runs, "lag"), rows["lag"]["cols"])
+        rows["lag"]["variants_vs_a3po"] = _variants_vs_a3po(_cells(runs, "lag"), rows["lag"]["cols"])
     return {"rows": rows, "sync_n": len(sync_runs), "target_train_reward": target}
 
 
@@ -204,6 +211,22 @@ def _a3po_vs_recompute(cells: Mapping[tuple[str, Any], list], cols: Sequence[Any
         if a and b:
             out[str(k)] = compare_arms([run_value(r, "final_eval_reward") for r in a],
                                        [run_value(r, "final_eval_reward") for r in b], NEAR_SYNC)
+    verdicts_within(list(out.values()))
+    return out
+
+
+def _variants_vs_a3po(cells: Mapping[tuple[str, Any], list], cols: Sequence[Any]) -> dict:
+    """{"<variant> at K = k": variant − A-3PO (``decoupled``) final eval reward, compare_arms dict with
+    equivalence margin VARIANT_MARGIN}, Holm-adjusted over the table: what each bound on A-3PO's α or
+    weight gains at high staleness, and whether it costs anything where A-3PO holds."""
+    out = {}
+    for variant in A3PO_VARIANTS:
+        for k in cols:
+            a, b = cells.get((variant, k)), cells.get(("decoupled", k))
+            if a and b:
+                out[f"{variant} at K = {k}"] = compare_arms([run_value(r, "final_eval_reward") for r in a],
+                                                            [run_value(r, "final_eval_reward") for r in b],
+                                                            VARIANT_MARGIN)
     verdicts_within(list(out.values()))
     return out
 
@@ -307,10 +330,14 @@ def build_atlas(results: Mapping[str, Any], fig_dir: Path, methods: dict) -> tup
     if "lag" in rows:
         parts.append("A-3PO (decoupled) − recompute, lag row:\n\n" + W.comparison_table(
             [(f"K = {k}", c) for k, c in rows["lag"]["a3po_vs_recompute"].items()]))
+        if rows["lag"]["variants_vs_a3po"]:
+            parts.append(f"A-3PO variants − A-3PO (decoupled), lag row (equivalence within "
+                         f"±{100 * VARIANT_MARGIN:g} points):\n\n" + W.comparison_table(
+                             list(rows["lag"]["variants_vs_a3po"].items())))
         parts.append(_diagnostics_tables(rows["lag"]))
         holds = {m: holds_to(rows["lag"]["grid"][m], rows["lag"]["cols"]) for m in rows["lag"]["losses"]}
         holds_own = {m: holds_to(rows["lag"]["grid"][m], rows["lag"]["cols"], own=True)
-                     for m in rows["lag"]["losses"]}
+                     for m in rows["lag"]["losses"] if str(rows["lag"]["cols"][0]) in rows["lag"]["grid"][m]}
     else:
         holds, holds_own = {}, {}
     target = grids["target_train_reward"]
