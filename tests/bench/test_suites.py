@@ -153,3 +153,10 @@ def test_a_newly_registered_loss_joins_the_atlas_with_the_proximal_policy_it_dec
     mine = [c for c in cells if c.method == "my_loss"]
     assert len(mine) == 1 and "trainer.prox=linear" in mine[0].overrides and "loss.name=my_loss" in mine[0].overrides
     assert mine[0].params["prox"] == "linear"
+
+
+def test_a3po_floor_arm_runs_at_each_k_with_its_error_measured():
+    cells = build_cells("a3po", seeds=1, methods=["sync", "async-a3po-floor"], ks=[4, 16])
+    assert [c.name for c in cells] == ["sync-s0", "async-a3po-floor-k4-s0", "async-a3po-floor-k16-s0"]
+    cfg = load_config(None, list(cells[2].overrides))
+    assert (cfg.trainer.prox, cfg.async_.max_ahead, cfg.trainer.prox_error) == ("loglinear_floor", 16, True)

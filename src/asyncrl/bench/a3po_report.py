@@ -18,7 +18,7 @@ from .report import CI_CAPTION, FigureList, line_figures, mean, method_table, mr
 from .stats import as_float as _num
 from .stats import compare_arms, group_by_method, run_value, verdicts_within, wall_time_key
 
-METHOD_ORDER = ("sync", "async-recompute", "async-loglinear")
+METHOD_ORDER = ("sync", "async-recompute", "async-loglinear", "async-a3po-floor")
 EQUIVALENCE_MARGIN = 0.03  # TOST margin in eval reward: "equivalent" means within 3 points
 
 # a3po line figures, after the A-3PO paper: (file, {panel title: metric}, x axis, title, y label(s), caption).
@@ -86,9 +86,11 @@ def build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
         table += "\n" + method_table(methods, groups, stale_cols, "Per-run means over steps (the max column: "
                                        "the mean over steps of each step's largest token error).")
         table += "\n" + W.comparison_table(
-            [(f"K = {k}: A-3PO − {name}", row[key]) for k, row in stale.items()
-             for key, name in (("eval_gap_loglinear_minus_recompute", "recompute"), ("eval_gap_loglinear_minus_sync",
-                                                                                    "sync")) if row[key]], scale=1.0)
+            [(f"K = {k}: {name}", row[key]) for k, row in stale.items()
+             for key, name in (("eval_gap_loglinear_minus_recompute", "A-3PO − recompute"),
+                               ("eval_gap_loglinear_minus_sync", "A-3PO − sync"),
+                               ("eval_gap_floor_minus_loglinear", "A-3PO floor − A-3PO"),
+                               ("eval_gap_floor_minus_sync", "A-3PO floor − sync")) if row[key]], scale=1.0)
         F.line_band_figure(fig_dir / "fig7_prox_error_vs_staleness.png", {"": _error_curves(groups)},
                            title="A-3PO's proximal log-prob error vs staleness", xlabel="token staleness "
                            "(versions behind)", ylabel="mean |ℓ_prox − ℓ_approx| per token", colors=colors)
@@ -120,10 +122,14 @@ def _stale_summary(methods: Mapping[str, Any], groups: Mapping[str, list]) -> di
             "max_measured_staleness": int(xs[-1]) if len(xs) else None,
             "eval_gap_loglinear_minus_recompute": _gap_ci(groups, m, rec),
             "eval_gap_loglinear_minus_sync": _gap_ci(groups, m, "sync"),
+            # A-3PO with its α floored, where run (--methods async-a3po-floor): against A-3PO and sync
+            "eval_gap_floor_minus_loglinear": _gap_ci(groups, f"async-a3po-floor-k{match.group(1)}", m),
+            "eval_gap_floor_minus_sync": _gap_ci(groups, f"async-a3po-floor-k{match.group(1)}", "sync"),
             "speedup_vs_recompute": mratio(methods, rec, m, "train_wall_s"),
             "speedup_vs_sync": mratio(methods, "sync", m, "train_wall_s")}
     verdicts_within([g for row in out.values() for key in ("eval_gap_loglinear_minus_recompute",
-                                                           "eval_gap_loglinear_minus_sync") if (g := row[key])])
+                                                           "eval_gap_loglinear_minus_sync", "eval_gap_floor_minus_loglinear",
+                                                           "eval_gap_floor_minus_sync") if (g := row[key])])
     return out
 
 
