@@ -145,3 +145,42 @@ def test_sigkill_of_a_rank_ends_the_job_in_one_line_and_leaves_no_process(tmp_pa
     if victim == 1:  # rank 0 says it once, in one line; a dead rank 0 says nothing
         assert len(ours) == 1 and "another rank of the job failed or was killed" in ours[0], err[-2000:]
     assert "[rank0]: Traceback" not in err and "[rank1]: Traceback" not in err, err[-3000:]
+
+
+@pytest.mark.slow
+def test_two_node_job_on_loopback(tmp_path, cache):
+    """``torchrun --nnodes 2`` with two agents on 127.0.0.1 and c10d rendezvous trains the one-process
+    run; the ranks listen on loopback only, and nothing outlives the job. torchrun's own rendezvous
+    store (in an agent) listens on every interface whatever the address it is given (docs/scaling.md)."""
+    psutil = pytest.importorskip("psutil")
+    one = train(tmp_path, 1, "train", *base(cache, "one", 5))
+    assert json.loads(one.stdout)["steps"] == 5
+    port = _port()
+    agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+                                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job",
+                                "--local-addr", "127.0.0.1", "-m", "asyncrl.cli", "train", *base(cache, "nodes", 5)],
+                               cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for _ in range(2)]
+    ranks, listening = {}, set()
+    while any(agent.poll() is None for agent in agents):
+        for agent in agents:
+            try:
+                family = psutil.Process(agent.pid).children(recursive=True)
+            except psutil.Error:
+                continue
+            for member in family:
+                try:
+                    ranks.setdefault(member.pid, member.create_time())
+                    listening |= {(member.pid, c.laddr.ip) for c in member.net_connections(kind="inet")
+                                  if c.status == psutil.CONN_LISTEN}
+                except psutil.Error:
+                    continue
+        time.sleep(0.2)
+    outs = [agent.communicate() for agent in agents]
+    assert all(agent.returncode == 0 for agent in agents), "\n".join(err[-2000:] for _, err in outs)
+    reports = [out for out, _ in outs if out.strip()]
+    assert len(reports) == 1 and json.loads(reports[0])["steps"] == 5  # rank 0's node reports, once
+    assert len(ranks) >= 2 and listening, (ranks, listening)
+    assert [(pid, ip) for pid, ip in listening if ip not in ("127.0.0.1", "::ffff:127.0.0.1")] == []
+    assert not any(alive(pid) for pid in ranks)
+    assert_same_weights(weights(tmp_path / "runs" / "one"), weights(tmp_path / "runs" / "nodes"))
