@@ -54,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("overrides", nargs="*", metavar="dotted.key=value")
     from asyncrl.bench.suites import suite_names
 
+    export = sub.add_parser("export", help="write a run's newest checkpoint as a plain Hugging Face model folder")
+    export.add_argument("run_dir", metavar="RUN_DIR")
+    export.add_argument("--out", metavar="DIR", help="the folder to write (default: RUN_DIR/hf); must not exist")
     bench = sub.add_parser("bench", help=f"run a benchmark suite ({' | '.join(suite_names())}) and write its report")
     bench.add_argument("suite", choices=suite_names())
     bench.add_argument("--quick", action="store_true", help="the few-minute variant (smoke test)")
@@ -261,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         _quiet_hub()
         return _bench(args)
+    if args.command == "export":
+        return _export(args)
     if args.help_keys is not None or getattr(args, "list_presets", False):
         return _describe(args)
     if args.command == "config":
@@ -269,6 +274,18 @@ def main(argv: list[str] | None = None) -> int:
         with paths_only():  # printing a config runs no user code: reward modules are not imported
             return guarded(lambda: _print_config(_config(args)))
     return guarded(lambda: COMMANDS[args.command](_quiet_hub(_config(args))))
+
+
+def _export(args) -> int:
+    from asyncrl.export import export_run
+
+    try:
+        out, step = export_run(args.run_dir, args.out)
+    except ValueError as err:
+        print(f"asyncrl: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps({"export": str(out), "step": step}))
+    return 0
 
 
 def _describe(args) -> int:
