@@ -378,3 +378,15 @@ def test_atlas_compares_a3po_variants_with_a3po_and_skips_own_k0_when_absent(tmp
     assert gap["mean"] == pytest.approx(0.15) and gap["margin"] == 0.02 and gap["verdict"] == "differs"
     assert "A-3PO variants − A-3PO (decoupled)" in (tmp_path / "table.md").read_text()
     assert summary["holds_own_to_k"] == {"ppo": 0}  # the others have no K = 0 cell
+
+
+def test_scale_report_gives_the_training_phase_speedup_of_two_ranks(tmp_path):
+    runs = []
+    for seed in range(2):  # 4 steps of 10 s: step 2.5 s; training 1.0 s (one rank) vs 0.5 s (two)
+        runs.append(_run("sync-w1", seed, train_wall=10, final=0.40 + 0.01 * seed, train=1.0, sps=20.0))
+        runs.append(_run("sync-w2", seed, train_wall=8, final=0.40 + 0.01 * seed, train=0.5, sps=25.0))
+    summary = write_report(tmp_path, _results("scale", runs))
+    pair = summary["pairs"]["sync-w2 / sync-w1"]
+    # training phase: 20 × 2.5 / 1.0 = 50 against 25 × 2.0 / 0.5 = 100 samples/s
+    assert pair["train_phase_speedup"] == pytest.approx(2.0) and pair["samples_per_s_speedup"] == pytest.approx(1.25)
+    assert pair["eval_gap"]["mean"] == pytest.approx(0.0) and "sync-w2 / sync-w1: 2.00×" in summary["headline"][0]

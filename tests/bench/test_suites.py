@@ -160,3 +160,18 @@ def test_a3po_floor_arm_runs_at_each_k_with_its_error_measured():
     assert [c.name for c in cells] == ["sync-s0", "async-a3po-floor-k4-s0", "async-a3po-floor-k16-s0"]
     cfg = load_config(None, list(cells[2].overrides))
     assert (cfg.trainer.prox, cfg.async_.max_ahead, cfg.trainer.prox_error) == ("loglinear_floor", 16, True)
+
+
+def test_scale_cells_run_world_two_under_torchrun():
+    from asyncrl.bench.runner import cell_command
+    from asyncrl.bench.suite_scale import train_phase_samples_per_s
+
+    cells = {c.method: c for c in build_cells("scale", seeds=1)}
+    assert list(cells) == ["sync-w1", "sync-w1-t2", "sync-w2", "async-w1", "async-w2"]
+    assert cells["sync-w1"].runner == "train" and cells["sync-w2"].runner == "torchrun"
+    command = cell_command(cells["async-w2"], Path("runs"))
+    assert command[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    assert "run.mode=async" in command and load_config(None, list(cells["sync-w1-t2"].overrides)).policy.torch_threads == 2
+    # 64 samples per 2 s step, 0.5 s of it training: 128 samples/s in the training phase
+    run = {"summary": {"samples_per_s": 32.0, "time_per_step_s": 2.0, "train_time_per_step_s": 0.5}}
+    assert train_phase_samples_per_s(run) == pytest.approx(128.0)

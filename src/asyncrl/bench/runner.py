@@ -69,6 +69,10 @@ def _asyncrl_command_args(cell: Cell, runs_dir: Path) -> list[str]:
 _OFFLINE = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 RUNNERS: dict[str, CellRunner] = {
     "train": CellRunner("asyncrl.runtime", _asyncrl_command_args, ("train",), _OFFLINE, in_process=True),
+    # several trainer ranks: torchrun on this machine (a free rendezvous port of its own per cell)
+    "torchrun": CellRunner("torch.distributed.run", lambda c, d: [
+        "--standalone", "--nproc_per_node", str(c.params["world"]), "-m", "asyncrl.runtime",
+        *_asyncrl_command_args(c, d)], env=_OFFLINE),
     "trl": CellRunner("asyncrl.bench.peer_trl", _asyncrl_command_args, env=_OFFLINE),
     "control": CellRunner("asyncrl.control", lambda c, d: [*c.overrides, f"out_dir={d / c.name}"],
                           env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}),

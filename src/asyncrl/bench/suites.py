@@ -24,6 +24,7 @@ SUITES: dict[str, str] = {
     "atlas": "asyncrl.bench.suite_atlas:SUITE",
     "peer-trl": "asyncrl.bench.suite_peer_trl:SUITE",
     "control": "asyncrl.bench.suite_control:SUITE",
+    "scale": "asyncrl.bench.suite_scale:SUITE",
 }
 OPTIONS = ("ks", "rows", "envs", "config")  # the CLI filters a suite may take besides --methods/--seeds
 
