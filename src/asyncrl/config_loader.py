@@ -41,7 +41,9 @@ def guarded(command: "Callable[[], int]") -> int:
     try:
         return command()
     except ConfigError as err:
-        if os.environ.get("RANK", "0") in ("", "0"):  # under torchrun every rank reads the config: rank 0 says it
+        # under torchrun every rank reads the config and finds the same error: rank 0 says it (an
+        # error of one rank's own, ``every_rank = False``, is said by that rank)
+        if os.environ.get("RANK", "0") in ("", "0") or not getattr(err, "every_rank", True):
             print(f"asyncrl: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:

@@ -21,6 +21,8 @@ from datetime import timedelta
 
 import torch
 
+from asyncrl.config_loader import ConfigError
+
 GROUP_TIMEOUT = timedelta(hours=2)
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -67,6 +69,12 @@ def init_world(world: World, device: str) -> None:
     die_with_agent()
     cuda = torch.device(device).type == "cuda"
     if cuda:
+        if world.local_rank >= torch.cuda.device_count():
+            err = ConfigError("policy.device", f"cuda: rank {world.rank} has LOCAL_RANK {world.local_rank} but this "
+                                               f"node has {torch.cuda.device_count()} GPU(s); use --nproc_per_node "
+                                               "<= the number of GPUs")
+            err.every_rank = False
+            raise err
         torch.cuda.set_device(world.local_rank)
     torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=GROUP_TIMEOUT)
 
