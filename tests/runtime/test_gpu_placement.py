@@ -215,7 +215,7 @@ def _run_loop(monkeypatch, device: str) -> list[str]:
     cfg.run.mode = "async"
     monkeypatch.setattr(loop.Session, "open", classmethod(lambda cls, c: Session()))
     monkeypatch.setattr(loop, "build_reference", lambda *a: None)
-    monkeypatch.setattr(loop, "Trainer", lambda *a, **k: types.SimpleNamespace(version=0))
+    monkeypatch.setattr(loop, "Trainer", lambda *a, **k: types.SimpleNamespace(version=0, close=lambda: None))
     monkeypatch.setattr(loop, "open_source", lambda c, s: Source())
     assert loop.train(cfg) == {"steps": 0}
     return events
