@@ -48,7 +48,9 @@ def _stop_a_worker_after_step(proc: subprocess.Popen, metrics: Path, step: int) 
 
 
 def test_stopped_worker_is_killed_and_replaced(tmp_path, model_dir):
-    proc = _start(tmp_path, model_dir, "trainer.steps=6", "async.worker_timeout_s=4")
+    # 12 steps: more than the look-ahead can hold once the worker stops after step 1 (max_staleness 4),
+    # so the run needs the stopped worker and its watchdog must fire
+    proc = _start(tmp_path, model_dir, "trainer.steps=12", "async.worker_timeout_s=4")
     run_dir = tmp_path / "runs" / "fault"
     stopped = _stop_a_worker_after_step(proc, run_dir / "metrics.jsonl", 1)
     stopped_at = time.monotonic()
@@ -63,7 +65,7 @@ def test_stopped_worker_is_killed_and_replaced(tmp_path, model_dir):
     assert time.monotonic() - stopped_at < 120
     assert not alive(stopped)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == list(range(7))
+    assert [r["step"] for r in rows] == list(range(13))
     assert rows[-1]["worker_restarts"] == 1
     assert_nothing_half_written(tmp_path / "runs", finished=True)
 
