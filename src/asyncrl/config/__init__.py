@@ -72,8 +72,9 @@ class Config:
         if self.policy.lm_head_fp32 and self.rollout.engine == "vllm":
             raise ValueError("policy.lm_head_fp32: not supported with rollout.engine=vllm (transformers engine only)")
         check_prox_pairing(self.loss, self.trainer)
-        check_micro_batching(self.loss, self.trainer, ranks=torchrun_world().size)  # under torchrun: its world
-        check_ranks(self, torchrun_world().size)
+        ranks = torchrun_world().size  # under torchrun: its world
+        check_micro_batching(self.loss, self.trainer, ranks=ranks)
+        check_ranks(self, ranks)
         if channel == "cuda" and not self.policy.device.startswith("cuda"):
             raise ValueError(f"async.weight_channel: 'cuda' needs policy.device=cuda, got {self.policy.device!r}")
 

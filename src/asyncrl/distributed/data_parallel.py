@@ -26,7 +26,7 @@ import math
 import torch
 from torch import Tensor
 
-from asyncrl.distributed.world import World
+from asyncrl.distributed.world import World, collective_device
 
 
 def shares(rows: int, size: int) -> list[tuple[int, int]]:
@@ -38,11 +38,6 @@ def shares(rows: int, size: int) -> list[tuple[int, int]]:
         bounds.append((lo, hi))
         lo = hi
     return bounds
-
-
-def split_even(rows: int, parts: int) -> list[tuple[int, int]]:
-    """[(lo, hi)] of ``parts`` near-equal ranges covering ``rows`` (empty ranges when rows < parts)."""
-    return shares(rows, parts)
 
 
 class SingleProcess:
@@ -93,10 +88,10 @@ class DataParallel(SingleProcess):
                              "(fewer trainer.n_minibatches, or a larger batch)")
         largest = math.ceil(rows / self.size)
         n_micro = 1 if micro_batch_size <= 0 else math.ceil(largest / micro_batch_size)
-        return lo, split_even(hi - lo, n_micro)
+        return lo, shares(hi - lo, n_micro)  # empty ranges when the share has fewer rows than n_micro
 
     def all_finite(self, finite: bool) -> bool:
-        flag = torch.tensor([1 if finite else 0], dtype=torch.int32, device=_collective_device())
+        flag = torch.tensor([1 if finite else 0], dtype=torch.int32, device=collective_device())
         torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
         return bool(flag.item())
 
@@ -109,7 +104,7 @@ class DataParallel(SingleProcess):
         local = tensor.detach()
         padded = local.new_zeros((largest, *local.shape[1:]))
         padded[: local.shape[0]] = local
-        device = _collective_device()
+        device = collective_device()
         parts = [torch.empty_like(padded, device=device) for _ in range(self.size)]
         torch.distributed.all_gather(parts, padded.to(device))
         return torch.cat([part[: hi - lo] for part, (lo, hi) in zip(parts, bounds)]).to(tensor.device)
@@ -149,7 +144,3 @@ def _like(value: Tensor, param: Tensor) -> Tensor:
         return distribute_tensor(value.to(param.device), param.device_mesh, param.placements)
     return value
 
-
-def _collective_device() -> torch.device:
-    return torch.device("cuda", torch.cuda.current_device()) \
-        if torch.distributed.get_backend() == "nccl" else torch.device("cpu")

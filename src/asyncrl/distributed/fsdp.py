@@ -31,7 +31,7 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 @torch.no_grad()
-def broadcast_parameters(model: torch.nn.Module, world: World) -> None:
+def broadcast_parameters(model: torch.nn.Module) -> None:
     """Rank 0's parameters and buffers on every rank (before sharding), in place."""
     for tensor in [*model.parameters(), *model.buffers()]:
         torch.distributed.broadcast(tensor.data, src=0)

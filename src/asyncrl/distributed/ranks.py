@@ -33,7 +33,7 @@ def sharded_trainer(cfg, model: torch.nn.Module, world: World, reference=None):
     """A Trainer of ``model`` (sharded in place) with this rank's data-parallel share."""
     from asyncrl.trainer import Trainer
 
-    broadcast_parameters(model, world)
+    broadcast_parameters(model)
     return Trainer(shard_model(model, world, cfg.trainer.fsdp), cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
                    reference=reference, lm_head_fp32=cfg.policy.lm_head_fp32, parallel=DataParallel(world))
 
@@ -64,8 +64,7 @@ class LeaderTrainer:
 
     def load_state_dict(self, state: dict) -> None:
         broadcast_object(("load", state), self.world)
-        self.trainer.load_state_dict(state)
-        copy_into(self.model, full_state(self.trainer.model))  # (unchanged weights; keeps the call order)
+        self.trainer.load_state_dict(state)  # optimizer and counters only: the weights are already rank 0's
 
     def close(self) -> None:
         """The other ranks' run is over (call once, after the last collective)."""
@@ -97,7 +96,6 @@ def follow(cfg, world: World) -> None:
             trainer.state_dict()
         elif command == "load":
             trainer.load_state_dict(payload)
-            full_state(trainer.model)
         elif command == "done":
             return
         else:

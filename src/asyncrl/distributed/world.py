@@ -102,14 +102,14 @@ def broadcast_object(obj: object, world: World) -> object:
     if not world.distributed:
         return obj
     box = [obj if world.leader else None]
-    torch.distributed.broadcast_object_list(box, src=0, device=_object_device())
+    torch.distributed.broadcast_object_list(box, src=0, device=collective_device())
     return box[0]
 
 
-def _object_device() -> torch.device | None:
-    """broadcast_object_list stages objects on the current CUDA device under NCCL."""
+def collective_device() -> torch.device:
+    """Where a collective's tensors must be: the rank's GPU under NCCL, the host under gloo."""
     return torch.device("cuda", torch.cuda.current_device()) \
-        if torch.distributed.get_backend() == "nccl" else None
+        if torch.distributed.get_backend() == "nccl" else torch.device("cpu")
 
 
 
