@@ -5,6 +5,9 @@ Layout of a run directory::
     checkpoints/step-000040/   the newest complete checkpoint (and older ones, up to ``keep``)
         config.json, model.safetensors, tokenizer files    an HF model (transformers / vLLM load it)
         trainer_state.pt     optimizer, trainer RNG, version, step, the process-wide RNGs
+        optimizer/           with several trainer ranks: the optimizer's state tensors, each rank's
+                             shard written by torch.distributed.checkpoint (trainer_state.pt then
+                             holds only the param groups; asyncrl.distributed.sharded_state)
         run_state.pt         the batch source (prompt cursor, buffer, in-flight work, engine RNG),
                              the evaluation history and the run totals
     checkpoint -> checkpoints/step-000040    a symlink to the newest one
@@ -126,8 +129,10 @@ def checkpoint_bytes(run_dir: Path, *states) -> int:
 
 
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: dict, run_state: dict,
-                    keep: int = 2) -> Path:
+                    keep: int = 2, write_shards=None, shard_bytes: int = 0) -> Path:
     """Write checkpoint ``step`` of ``run_dir`` atomically; keep the newest ``keep`` (0 = all).
+    ``write_shards(folder)``, if given, writes the trainer ranks' shards into the folder being
+    written (``shard_bytes`` of them) before it is fsynced and renamed.
     Without room for it: :class:`asyncrl.disk.DiskFull`, nothing of it left behind."""
     from asyncrl.policy.lora import base_model_of, export_state_dict, is_peft_model
 
@@ -138,7 +143,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     shutil.rmtree(tmp, ignore_errors=True)
     weights = export_state_dict(model)
     trainer_state = {**trainer_state, "step": step, "global_rng": global_rng_state()}
-    needed = checkpoint_bytes(Path(run_dir), weights, trainer_state, run_state)
+    needed = checkpoint_bytes(Path(run_dir), weights, trainer_state, run_state) + shard_bytes
     free = free_bytes(root)
     if free is not None and free < needed:
         raise disk_full(final, needed, _keep_hint(Path(run_dir)))
@@ -150,6 +155,8 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
         tokenizer.save_pretrained(tmp)
         torch.save(trainer_state, tmp / TRAINER_STATE)
         torch.save(run_state, tmp / RUN_STATE)
+        if write_shards is not None:
+            write_shards(tmp)
         _fsync_tree(tmp)
     except BaseException as err:  # a torn folder must not outlive the error (nor fill the disk)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -200,6 +207,9 @@ def load_states(checkpoint: Path) -> tuple[dict, dict]:
     """(trainer state, run state) of a checkpoint folder, without arbitrary unpickling."""
     trainer_state = torch.load(checkpoint / TRAINER_STATE, map_location="cpu", weights_only=True)
     run_state = torch.load(checkpoint / RUN_STATE, map_location="cpu", weights_only=True)
+    optimizer = trainer_state.get("optimizer")
+    if isinstance(optimizer, dict) and "sharded" in optimizer:  # the shards' folder, made absolute
+        trainer_state["optimizer"] = {**optimizer, "sharded": str(Path(checkpoint) / optimizer["sharded"])}
     return trainer_state, run_state
 
 
@@ -258,6 +268,22 @@ def _non_finite_state(obj, where: str) -> str | None:
     return None
 
 
+def _non_finite_shards(folder: Path) -> str | None:
+    """The first non-finite value among a shards folder's tensors, read whole one at a time (a
+    missing or torn shard file is :class:`DamagedCheckpoint`)."""
+    from asyncrl.distributed.sharded_state import read_tensor, tensor_names
+
+    try:
+        names = tensor_names(folder)
+        for key, (size, dtype) in sorted(names.items()):
+            found = _first_non_finite(f"{folder.name}/{key}", read_tensor(folder, key, size, dtype))
+            if found:
+                return found
+    except Exception as err:  # noqa: BLE001 (DCP's error for a missing or torn file varies)
+        raise DamagedCheckpoint(f"{folder.name}/: {_first_line(err)}") from None
+    return None
+
+
 def check_checkpoint(checkpoint: Path) -> tuple[dict, dict]:
     """Read every file of ``checkpoint``; return its (trainer state, run state). Raises
     :class:`DamagedCheckpoint` (missing or unreadable file) or :class:`NonFiniteCheckpoint`."""
@@ -278,7 +304,9 @@ def check_checkpoint(checkpoint: Path) -> tuple[dict, dict]:
         raise DamagedCheckpoint(_first_line(err)) from None
     for path in weights:
         _check_weights(path)
-    found = _non_finite_state(trainer_state.get("optimizer", {}), "optimizer")
+    optimizer = trainer_state.get("optimizer", {})
+    found = _non_finite_shards(Path(optimizer["sharded"])) if "sharded" in optimizer else \
+        _non_finite_state(optimizer, "optimizer")
     if found:
         raise NonFiniteCheckpoint(f"{TRAINER_STATE}: {found}")
     return trainer_state, run_state

@@ -28,6 +28,7 @@ import time
 import warnings
 from collections import defaultdict
 from functools import partial
+from pathlib import Path
 
 import torch
 
@@ -324,10 +325,19 @@ class Trainer:
             state["grad_scaler"] = self.scaler.state_dict()
         return state
 
+    def write_shards(self, checkpoint: Path) -> None:
+        """Into a checkpoint folder being written, the state :meth:`state_dict` leaves out: with
+        several ranks, each rank's shard of the optimizer state (every rank calls it)."""
+        self.parallel.write_shards(self.optimizer, checkpoint)
+
+    def shard_bytes(self) -> int:
+        """Bytes :meth:`write_shards` adds to a checkpoint (its free-space check)."""
+        return self.parallel.shard_bytes(self.optimizer)
+
     def load_optimizer_state(self, state: dict) -> None:
         """Optimizer state from a checkpoint (the ESS rollback) under the current step's scheduled lr:
         the saved param groups carry the lr of the step they were saved at."""
-        self.optimizer.load_state_dict(state)
+        self.parallel.load_optimizer_state(self.optimizer, state)
         for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
             group["lr"] = lr
 

@@ -103,6 +103,8 @@ def test_world_two_killed_resumes_at_world_one_and_two(tmp_path, cache):
         time.sleep(0.1)
     assert not any(alive(pid) for pid in ranks), "a rank outlived torchrun"
     assert not (killed / "summary.json").exists()
+    # the optimizer state as DCP shards, one file per rank: resumed below at world 1 and 2
+    assert len(list((killed / "checkpoint" / "optimizer").glob("*.distcp"))) == 2
     shutil.copytree(killed, tmp_path / "runs" / "killed2", symlinks=True)  # "checkpoint" is a link
     train(tmp_path, 1, "train", "--resume", str(killed))
     train(tmp_path, 2, "train", "--resume", str(tmp_path / "runs" / "killed2"))

@@ -22,6 +22,7 @@ torchrun case.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -63,10 +64,25 @@ class SingleProcess:
         return value
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
+        """The optimizer's entry of a checkpoint's trainer state: here the whole state dict."""
         return optimizer.state_dict()
 
+    def write_shards(self, optimizer: torch.optim.Optimizer, checkpoint: Path) -> None:
+        """Nothing: one process's optimizer state is all in :meth:`optimizer_state`."""
+
+    def shard_bytes(self, optimizer: torch.optim.Optimizer) -> int:
+        """Bytes :meth:`write_shards` writes, all ranks together."""
+        return 0
+
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
-        optimizer.load_state_dict(state)
+        """A checkpoint's optimizer entry: whole (a single-process checkpoint) or sharded (written by
+        several ranks, read here as whole tensors)."""
+        from asyncrl.distributed.sharded_state import is_sharded, load_shards
+
+        if is_sharded(state):
+            load_shards(optimizer, state, distributed=False)
+        else:
+            optimizer.load_state_dict(state)
 
 
 class DataParallel(SingleProcess):
@@ -113,15 +129,33 @@ class DataParallel(SingleProcess):
         return full(value)
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
-        """The single-process ``optimizer.state_dict()``: every state tensor gathered whole (a
-        collective; every rank gets the same dict), so a checkpoint loads at any world size."""
-        state = optimizer.state_dict()
-        state["state"] = {index: {key: full(value) for key, value in sorted(per_param.items())}
-                          for index, per_param in sorted(state["state"].items())}
-        return state
+        """A sharded entry (no collective): the state's tensors go to the checkpoint's shards folder
+        (:meth:`write_shards`), each rank its own piece."""
+        from asyncrl.distributed.sharded_state import shard_entry
+
+        return shard_entry(optimizer)
+
+    def write_shards(self, optimizer: torch.optim.Optimizer, checkpoint: Path) -> None:
+        """This rank's piece of the optimizer state into the checkpoint folder's shards folder (a
+        collective, with DCP)."""
+        from asyncrl.distributed.sharded_state import SHARDS, save_shards
+
+        save_shards(optimizer, Path(checkpoint) / SHARDS)
+
+    def shard_bytes(self, optimizer: torch.optim.Optimizer) -> int:
+        # a DTensor's numel() is its whole tensor's: the sum is every rank's shards together
+        return sum(value.numel() * value.element_size() for per_param in optimizer.state_dict()["state"].values()
+                   for value in per_param.values() if isinstance(value, Tensor))
 
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
-        """A single-process state dict (same on every rank), each tensor cut to this rank's shard."""
+        """A checkpoint's optimizer entry at this world size: a sharded one (any world size wrote it)
+        through DCP, each rank reading its shard; a single-process one (the same on every rank) with
+        each tensor cut to this rank's shard."""
+        from asyncrl.distributed.sharded_state import is_sharded, load_shards
+
+        if is_sharded(state):
+            load_shards(optimizer, state, distributed=True)
+            return
         params = [p for group in optimizer.param_groups for p in group["params"]]
         local = dict(state)
         local["state"] = {index: {key: _like(value, params[int(index)]) for key, value in per_param.items()}

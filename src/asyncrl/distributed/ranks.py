@@ -5,8 +5,8 @@ would and trains a sharded copy of its model. Every call of the trainer that nee
 is announced to them first, as a command broadcast from rank 0:
 
     ("step", batch)   train the step's batch (each rank its share), then gather the whole weights
-    ("state", None)   gather the optimizer state (a checkpoint)
-    ("load", state)   load a checkpoint's trainer state
+    ("save", folder)  write this rank's shard of the optimizer state into a checkpoint folder
+    ("load", state)   load a checkpoint's trainer state (a sharded one: each rank reads its shard)
     ("done", None)    the run is over
 
 so the others execute the same collectives in the same order, and need no run directory, source or
@@ -58,9 +58,9 @@ class LeaderTrainer:
         copy_into(self.model, full_state(self.trainer.model))
         return stats
 
-    def state_dict(self) -> dict:
-        broadcast_object(("state", None), self.world)
-        return self.trainer.state_dict()
+    def write_shards(self, checkpoint: Path) -> None:
+        broadcast_object(("save", str(checkpoint)), self.world)
+        self.trainer.write_shards(checkpoint)
 
     def load_state_dict(self, state: dict) -> None:
         broadcast_object(("load", state), self.world)
@@ -92,8 +92,8 @@ def follow(cfg, world: World) -> None:
         if command == "step":
             trainer.step(payload)
             full_state(trainer.model)
-        elif command == "state":
-            trainer.state_dict()
+        elif command == "save":
+            trainer.write_shards(Path(payload))
         elif command == "load":
             trainer.load_state_dict(payload)
         elif command == "done":

@@ -328,7 +328,8 @@ class Session:
         self.completions.flush()
         run_state = {"source": source.state_dict(), "session": self.state_dict(), "totals": totals.state_dict()}
         return save_checkpoint(self.run_dir, step, self.model, self.tokenizer, trainer.state_dict(), run_state,
-                               keep=self.cfg.run.keep_checkpoints)
+                               keep=self.cfg.run.keep_checkpoints, write_shards=trainer.write_shards,
+                               shard_bytes=trainer.shard_bytes())
 
     def checkpoint_due(self, step: int) -> bool:
         return self._due(step, self.cfg.run.checkpoint_every)
