@@ -37,7 +37,8 @@ LAYERS: list[tuple[str, ...]] = [
     # machinery over one model: weights, generation engines, evaluation, warm start, the trainer
     ("asyncrl.policy", "asyncrl.checkpoint", "asyncrl.reference", "asyncrl.rollout", "asyncrl.evaluation",
      "asyncrl.pretrain", "asyncrl.trainer", "asyncrl.trainer_steps",
-     "asyncrl.distributed.data_parallel", "asyncrl.distributed.fsdp", "asyncrl.export"),
+     "asyncrl.distributed.data_parallel", "asyncrl.distributed.fsdp", "asyncrl.distributed.sharded_state",
+     "asyncrl.export"),
     # the training loop, batch sources, workers, weight channels, backends
     ("asyncrl.runtime", "asyncrl.distributed.ranks"),
     # what runs many trainings or describes the config to users
