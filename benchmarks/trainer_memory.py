@@ -10,7 +10,11 @@ loss (decoupled + loglinear, A-3PO). Each variant runs in a fresh child process:
 
 Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` minus the memory allocated before the
 first step; on the CPU the peak resident set (``ru_maxrss``) minus the one after the model, batch
-and trainer are built. Both include the optimizer state created at the first step.
+and trainer are built. Both include the optimizer state created at the first step. With
+``--baseline process`` the reference point is instead the process before the model is built, so the
+peak also holds the parameters: the figure ``asyncrl plan`` estimates (tests/foundation/test_plan.py).
+On the CPU that mode also makes the resident set follow the allocated bytes and leaves out the
+first step's code pages (``_process_baseline``).
 
     .venv/bin/python benchmarks/trainer_memory.py --batch 16 --seq 1024 --prompt 64 --out trainer_memory.json
     .venv/bin/python benchmarks/trainer_memory.py --device cuda --dtype float32 --autocast bfloat16 \\
@@ -101,6 +105,39 @@ def _rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
+def _status_bytes(key: str) -> int:
+    """A size from /proc/self/status (``VmRSS``: resident now; ``VmHWM``: its high-water mark)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {key}")
+
+
+def _process_baseline(args, trainer_module, configs) -> int:
+    """The CPU reference point of ``--baseline process``, before the model is built:
+
+    * glibc returns every block of 64 KiB or more to the system when it is freed (a fixed mmap
+      threshold), so the resident set follows the bytes allocated, as ``max_memory_allocated`` does
+      on CUDA, instead of keeping freed heap it may reuse later;
+    * one trainer step of a throwaway 1-layer model has run first, so the code pages and one-time
+      buffers that the first forward and backward pass fault in are already resident;
+    * the high-water mark is then reset (``/proc/self/clear_refs``), and the baseline is the
+      resident set at that moment; the peak is ``VmHWM`` at the end minus it."""
+    import ctypes
+    import gc
+
+    ctypes.CDLL("libc.so.6").mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
+    small = argparse.Namespace(**{**vars(args), "vocab": 512, "hidden": 32, "intermediate": 64, "layers": 1,
+                                  "heads": 2, "kv_heads": 1, "batch": 4, "seq": 32, "prompt": 8})
+    loss_cfg, trainer_cfg = configs
+    trainer_module.Trainer(build_model(small), trainer_cfg, loss_cfg).step(build_batch(small))
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")  # resets VmHWM to the current resident set (Linux >= 4.0)
+    return _status_bytes("VmRSS")
+
+
 def child(args) -> dict:
     """One variant in this (fresh) process: the warm-up step's statistics, peak memory, step times."""
     import asyncrl.trainer as trainer_module
@@ -109,17 +146,19 @@ def child(args) -> dict:
     torch.set_num_threads(args.threads)
     if args.variant == "legacy":
         trainer_module.completion_logprobs = legacy_completion_logprobs
-    model, batch = build_model(args), build_batch(args)
     cfg = TrainerConfig(n_minibatches=args.minibatches, micro_batch_size=args.micro_batch, lr=1e-5,
                         logits_chunk=args.logits_chunk, autocast=args.autocast)
-    trainer = trainer_module.Trainer(model, cfg, LossConfig())
     cuda = args.device.startswith("cuda")
+    rss_hwm = args.baseline == "process" and not cuda
+    if args.baseline == "process":
+        base = _process_baseline(args, trainer_module, (LossConfig(), cfg)) if rss_hwm else torch.cuda.memory_allocated()
+    model, batch = build_model(args), build_batch(args)
+    trainer = trainer_module.Trainer(model, cfg, LossConfig())
     _sync(args.device)
+    if args.baseline == "trainer":
+        base = torch.cuda.memory_allocated() if cuda else _rss_bytes()
     if cuda:
-        base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
-    else:
-        base = _rss_bytes()
     first = trainer.step(batch)
     times = []
     for _ in range(args.steps):
@@ -128,8 +167,8 @@ def child(args) -> dict:
         trainer.step(batch)
         _sync(args.device)
         times.append(time.perf_counter() - start)
-    peak = (torch.cuda.max_memory_allocated() if cuda else _rss_bytes()) - base
-    return {"variant": args.variant, "peak_mib": peak / 2**20, "step_s": statistics.median(times),
+    top = torch.cuda.max_memory_allocated() if cuda else _status_bytes("VmHWM") if rss_hwm else _rss_bytes()
+    return {"variant": args.variant, "peak_mib": (top - base) / 2**20, "step_s": statistics.median(times),
             "step_times_s": times, "first_step": {k: first.get(k) for k in COMPARED}}
 
 
@@ -188,6 +227,9 @@ def parse_args(argv=None):
     parser.add_argument("--autocast", default="none", choices=["none", "bfloat16", "float16"])
     parser.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing of the decoder layers")
     parser.add_argument("--steps", type=int, default=3, help="timed steps after the warm-up step")
+    parser.add_argument("--baseline", default="trainer", choices=["trainer", "process"],
+                        help="peak measured from: trainer = after model, batch and trainer are built; "
+                             "process = before the model is built (the peak then includes the parameters)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, the first is the base")
     parser.add_argument("--variant", default=None, help=argparse.SUPPRESS)  # set in the child processes

@@ -1,4 +1,4 @@
-"""``asyncrl train | pretrain | eval | config | bench``: parse, call the library, nothing else.
+"""``asyncrl train | pretrain | eval | config | bench | export | plan``: parse, call the library, nothing else.
 
 Bad input (config key, file, value) exits 2 with one line on stderr and no traceback.
 """
@@ -57,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write a run's newest checkpoint as a plain Hugging Face model folder")
     export.add_argument("run_dir", metavar="RUN_DIR")
     export.add_argument("--out", metavar="DIR", help="the folder to write (default: RUN_DIR/hf); must not exist")
+    _plan_parser(sub)
     bench = sub.add_parser("bench", help=f"run a benchmark suite ({' | '.join(suite_names())}) and write its report")
     bench.add_argument("suite", choices=suite_names())
     bench.add_argument("--quick", action="store_true", help="the few-minute variant (smoke test)")
@@ -92,6 +93,40 @@ def _parser() -> argparse.ArgumentParser:
                             "in --out (results.json + steps.csv.gz, e.g. a committed folder)")
     bench.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="applied to every cell")
     return parser
+
+
+def _plan_parser(sub) -> None:
+    from asyncrl.plan import PRESETS, Rates
+
+    plan = sub.add_parser("plan", help="per-GPU memory and step time of a run, on paper (docs/scaling.md)")
+    plan.add_argument("--model", metavar="PRESET|PATH",
+                      help=f"a Qwen2.5 shape ({', '.join(PRESETS)}) or a Hugging Face config.json / model folder "
+                           "(default: the config's policy.model_path, else its embedded model)")
+    plan.add_argument("--config", metavar="FILE|PRESET", default="gpu-gsm8k",
+                      help="the run config the batch shape and precision come from (default: gpu-gsm8k); "
+                           "its task and reward sections are ignored")
+    plan.add_argument("--gpus", type=int, default=1, help="trainer ranks, one GPU each (FSDP2; default 1)")
+    plan.add_argument("--table", action="store_true",
+                      help="the Qwen2.5 0.5B / 1.5B / 7B / 32B shapes at 1-64 GPUs instead of one plan")
+    plan.add_argument("--prompt-tokens", type=int, default=256, help="prompt positions per sequence (default 256)")
+    plan.add_argument("--decode-tps", type=float, default=Rates.decode_tps,
+                      help=f"generated tokens/s of the rollout engines together (default {Rates.decode_tps:g}, "
+                           "a placeholder: measure yours)")
+    plan.add_argument("--train-tflops", type=float, default=Rates.train_flops / 1e12,
+                      help=f"achieved TFLOP/s per trainer GPU (default {Rates.train_flops / 1e12:.1f}: 40 %% of "
+                           "an H100's bf16 dense peak)")
+    plan.add_argument("--bus-gbps", type=float, default=Rates.bus_gbps,
+                      help=f"GB/s the weights move at, per GPU (default {Rates.bus_gbps:g}, NVLink-class)")
+    plan.add_argument("--gpu-gib", type=float, default=Rates.gpu_gib,
+                      help=f"memory of one GPU in GiB (default {Rates.gpu_gib:g}, an H100)")
+    plan.add_argument("--markdown", action="store_true", help="print Markdown tables (for docs)")
+    plan.add_argument("overrides", nargs="*", metavar="dotted.key=value")
+
+
+def _plan(args) -> int:
+    from asyncrl.plan_cli import run_plan
+
+    return run_plan(args)
 
 
 def _train(cfg) -> int:
@@ -266,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         return _bench(args)
     if args.command == "export":
         return _export(args)
+    if args.command == "plan":
+        return _plan(args)
     if args.help_keys is not None or getattr(args, "list_presets", False):
         return _describe(args)
     if args.command == "config":

@@ -41,8 +41,8 @@ LAYERS: list[tuple[str, ...]] = [
      "asyncrl.export"),
     # the training loop, batch sources, workers, weight channels, backends
     ("asyncrl.runtime", "asyncrl.distributed.ranks"),
-    # what runs many trainings or describes the config to users
-    ("asyncrl.bench", "asyncrl.config_help", "asyncrl.api"),
+    # what runs many trainings or describes the config to users (plan: its memory and time on paper)
+    ("asyncrl.bench", "asyncrl.config_help", "asyncrl.api", "asyncrl.plan", "asyncrl.plan_cli"),
     ("asyncrl.cli",),
 ]
 

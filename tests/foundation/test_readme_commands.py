@@ -6,6 +6,7 @@
   arguments: every key, value, file, preset, model directory and reward function is checked),
   in a scratch directory holding the files the README's recipes name;
 - `asyncrl bench ...` builds and validates every cell (`--list`);
+- `asyncrl plan ...` runs as written (it only prints an estimate);
 - the Python recipe runs with `asyncrl.train` swapped for `asyncrl.api.build_config`, which takes
   the same arguments and checks them without training.
 
@@ -92,6 +93,8 @@ def test_readme_command_is_valid(line, scratch, monkeypatch, capsys):
     command, rest = args[0], args[1:]
     if command == "bench":
         code = main([*args, "--list"])
+    elif command == "plan":
+        code = main(args)
     else:
         assert command in ("train", "eval", "pretrain"), line
         if "--out" in rest:  # eval's output folder: not a config key

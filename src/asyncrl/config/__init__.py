@@ -87,8 +87,11 @@ def _sections_with_name() -> set[str]:
             if any(sf.name == "name" for sf in dataclasses.fields(f.default_factory()))}
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Defaults ← YAML file ← overrides; raises ConfigError (one line naming the key)."""
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+                ignore: tuple[str, ...] = ()) -> Config:
+    """Defaults ← YAML file ← overrides; raises ConfigError (one line naming the key). The sections
+    in ``ignore`` keep their defaults whatever the file and overrides say (``asyncrl plan`` ignores
+    ``task`` and ``reward``, which change no memory and may name files it never reads)."""
     data: dict[str, Any] = read_yaml(resolve_config_path(path)) if path else {}
     named = _sections_with_name()
     for text in overrides:
@@ -99,6 +102,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             value = merge({}, value)
         apply_override(data, parts, value)
     _rename_old_keys(data)
+    for section in ignore:
+        data.pop(section, None)
     return from_dict(Config, data)
 
 

@@ -1,0 +1,432 @@
+"""Capacity on paper (``asyncrl plan``): per-GPU memory and step time of a run, from its shapes.
+
+Pure arithmetic over a :class:`ModelShape` (a Qwen2.5 preset or a Hugging Face ``config.json``) and
+a :class:`PlanInputs` (batch shape, precision, world size, rollout placement), with no torch. Every
+number is in bytes or seconds; docs/scaling.md ("Capacity planning") states each formula, and
+tests/foundation/test_plan.py checks the peak against trainer steps measured on the CPU and against
+the H200 runs in benchmarks/results/2026-11-26-gpu.
+
+Memory is that of rank 0 (the busiest rank) of an FSDP2 world of ``gpus`` ranks. What the trainer
+holds throughout (parameters, optimizer state, rank 0's replica) adds to the largest of four
+moments of a step, which never overlap:
+
+* the start of the backward pass: every saved activation, the bf16 weight copies autocast keeps for
+  the backward pass, the LM head's chunk buffers, FSDP's gathered root and prefetched layers, and
+  the gradients when micro-batches accumulate;
+* the end of the backward pass: every gradient, and the tied embedding's dense gradient;
+* the optimizer step: gradients and AdamW's temporaries;
+* with several ranks, the whole-weight gather after the step (every rank, asyncrl.distributed.fsdp).
+
+The activation formula is derived for Hugging Face's Qwen2 decoder layer with SDPA attention and a
+padding mask (so K/V are repeated to every head and each layer converts the mask to a float bias),
+counting what autograd saves (checked tensor by tensor on the CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+GIB = 2**30
+H100_BF16_DENSE_FLOPS = 989.4e12  # NVIDIA H100 SXM, bf16 tensor cores, dense
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+TABLE_SIZES = ("0.5B", "1.5B", "7B", "32B")
+TABLE_GPUS = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A Qwen2-style decoder (RMSNorm, GQA attention with q/k/v biases, SwiGLU MLP)."""
+
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    tied: bool
+    head_dim: int = 0  # 0: hidden // heads
+    qkv_bias: bool = True
+
+    @property
+    def dim(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def layer_params(self) -> int:
+        """One decoder layer: q, k, v, o projections (+ q/k/v biases), gate/up/down, two norms."""
+        q, kv = self.heads * self.dim, self.kv_heads * self.dim
+        attn = self.hidden * (q + 2 * kv) + q * self.hidden + (q + 2 * kv if self.qkv_bias else 0)
+        return attn + 3 * self.hidden * self.intermediate + 2 * self.hidden
+
+    @property
+    def root_params(self) -> int:
+        """Outside the layers: embeddings, final norm, LM head (FSDP2's root module)."""
+        return self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.layer_params + self.root_params
+
+
+# Qwen2.5 shapes, from the models' config.json (7B and 32B have a 152,064-row vocabulary, untied)
+PRESETS = {
+    "0.5B": ModelShape("Qwen2.5-0.5B", 896, 24, 14, 2, 4864, 151936, tied=True),
+    "1.5B": ModelShape("Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 151936, tied=True),
+    "7B": ModelShape("Qwen2.5-7B", 3584, 28, 28, 4, 18944, 152064, tied=False),
+    "32B": ModelShape("Qwen2.5-32B", 5120, 64, 40, 8, 27648, 152064, tied=False),
+}
+
+
+def model_shape(spec: str) -> ModelShape:
+    """A preset (``1.5B``, ``qwen2.5-1.5b``, case-insensitive) or a Hugging Face ``config.json`` /
+    model folder. ValueError naming ``--model`` otherwise."""
+    key = spec.strip().lower().removeprefix("qwen2.5-").removesuffix("-instruct")
+    for name, shape in PRESETS.items():
+        if key == name.lower():
+            return shape
+    path = Path(spec)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ValueError(f"--model: no preset or config.json {spec!r} (presets: {', '.join(PRESETS)}, or a "
+                         "path to a Hugging Face config.json or model folder)")
+    try:
+        return shape_from_config(json.loads(path.read_text(encoding="utf-8")), str(path))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"--model: cannot read {path}: {err}") from None
+
+
+def shape_from_config(cfg: dict, name: str) -> ModelShape:
+    """The shape of a decoder-only Hugging Face config (``text_config`` inside a multimodal one)."""
+    cfg = cfg.get("text_config", cfg)
+    if any(key in cfg for key in ("num_experts", "num_local_experts", "n_routed_experts")):
+        raise ValueError(f"--model: {name}: mixture-of-experts models are not modelled")
+    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                           "vocab_size") if not isinstance(cfg.get(k), int) or cfg[k] < 1]
+    if missing:
+        raise ValueError(f"--model: {name}: no positive integer {missing[0]}")
+    heads = cfg["num_attention_heads"]
+    return ModelShape(name=cfg.get("_name_or_path") or name, hidden=cfg["hidden_size"],
+                      layers=cfg["num_hidden_layers"], heads=heads,
+                      kv_heads=int(cfg.get("num_key_value_heads") or heads),
+                      intermediate=cfg["intermediate_size"], vocab=cfg["vocab_size"],
+                      tied=bool(cfg.get("tie_word_embeddings", False)), head_dim=int(cfg.get("head_dim") or 0),
+                      qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")))
+
+
+def config_model(cfg) -> ModelShape:
+    """The model a loaded Config trains: ``policy.model_path``'s config.json, else the embedded
+    model's ``model.*`` shape (tied embeddings)."""
+    if cfg.policy.model_path:
+        return model_shape(cfg.policy.model_path)
+    m = cfg.model
+    return ModelShape("embedded model (model.*)", m.hidden_size, m.num_layers, m.num_heads, m.num_kv_heads,
+                      m.intermediate_size, m.vocab_size, tied=True)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """The step-time inputs: rates nobody can read off a config."""
+
+    # a placeholder of the order of vLLM's decode rate for a 1-2B model on one H100 with a few hundred
+    # concurrent sequences (not measured here): set it from a run's generation time per step
+    decode_tps: float = 10000.0  # generated tokens per second, all rollout engines together
+    train_flops: float = 0.4 * H100_BF16_DENSE_FLOPS  # achieved FLOP/s of one trainer GPU
+    bus_gbps: float = 50.0  # GB/s a weight byte moves at (NVLink-class)
+    gpu_gib: float = 80.0  # memory of one GPU (an H100)
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """One run on ``gpus`` trainer ranks: the batch shape and precision (from a Config, see
+    :func:`inputs_from_config`) and where generation runs."""
+
+    model: ModelShape
+    gpus: int = 1
+    batch_rows: int = 256  # sequences per step
+    minibatches: int = 8  # optimizer updates per step
+    micro_batch: int = 0  # rows per forward pass; 0 = a rank's whole share of the minibatch
+    prompt_tokens: int = 256
+    new_tokens: int = 512
+    weight_dtype: str = "float32"  # master weights (and AdamW state)
+    autocast: bool = True  # trainer.autocast (bfloat16 or float16: both 2 bytes) over fp32 weights
+    fsdp_bf16: bool = False  # trainer.fsdp.param_dtype=bfloat16
+    reshard_after_forward: bool = True
+    grad_ckpt: bool = True
+    logits_chunk: int = 1024
+    lm_head_fp32: bool = False
+    device: str = "cuda"
+    mode: str = "async"  # sync | async | simulated
+    engine: str = "vllm"
+    rollout_dtype: str = "bfloat16"
+    gpu_mem_util: float = 0.35  # vLLM's share of rank 0's GPU, all its engines there together
+    rollout_workers: int = 1  # rollout engines on rank 0's GPU (async workers; 1 in a sync run)
+    cuda_channel: bool = True  # async weights through the CUDA IPC channel (two buffers on the GPU)
+    kl_reference: bool = False  # trainer.kl_coef > 0: a frozen copy of the weights on every rank
+    extra_forwards: int = 0  # no-grad forward passes per step: trainer.prox=recompute, the KL reference
+
+    def __post_init__(self):
+        for name in ("gpus", "batch_rows", "minibatches", "prompt_tokens", "new_tokens", "logits_chunk"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.batch_rows % self.minibatches:
+            raise ValueError(f"minibatches: must divide the batch of {self.batch_rows} rows")
+
+    @property
+    def seq(self) -> int:
+        return self.prompt_tokens + self.new_tokens
+
+    @property
+    def minibatch_rows(self) -> int:
+        return self.batch_rows // self.minibatches
+
+    def forward_rows(self) -> tuple[int, bool]:
+        """(rows of one forward pass on rank 0, whether gradients accumulate over several passes),
+        as asyncrl.distributed.data_parallel splits a minibatch over ranks and micro-batches."""
+        if self.minibatch_rows < self.gpus:
+            raise ValueError(f"gpus: each minibatch ({self.minibatch_rows} rows) needs at least one row per "
+                             f"trainer rank ({self.gpus})")
+        share = math.ceil(self.minibatch_rows / self.gpus)
+        if self.micro_batch <= 0 or self.micro_batch >= share:
+            return share, False
+        if self.gpus == 1:  # asyncrl.trainer_steps.micro_bounds: passes of micro_batch rows
+            return self.micro_batch, True
+        return math.ceil(share / math.ceil(share / self.micro_batch)), True  # shares of the share
+
+
+def precision(p: PlanInputs) -> tuple[int, int, bool]:
+    """(r, a, cast): bytes of the residual stream (the layers' parameter dtype), of the activations
+    the matmuls read, and whether autocast makes bf16 copies of the weights and of the matmul inputs."""
+    w = DTYPE_BYTES[p.weight_dtype]
+    r = 2 if p.fsdp_bf16 and p.gpus > 1 else w
+    cast = p.autocast and r == 4
+    return r, (2 if cast else r), cast
+
+
+def layer_bytes_per_token(shape: ModelShape, r: int, a: int, cast: bool) -> int:
+    """Bytes one decoder layer saves for the backward pass, per token position:
+
+        h·(8 + 2r + 5a + c) + 4a·I,  c = 5a with autocast (bf16 copies of the 5 matmul inputs), else 2r
+
+    8 + 2r: each RMSNorm keeps its float32 input and its normalised output; 5a: q, the repeated k
+    and v, the attention output and o_proj's input; 4a·I: SwiGLU's gate, silu(gate), up, product.
+    float32: 44h + 16I; bf16 autocast over float32 weights: 36h + 8I; bf16 weights: 26h + 8I.
+    (For head_dim·heads ≠ hidden the attention terms use heads·head_dim.)"""
+    h, qh = shape.hidden, shape.heads * shape.dim
+    c = 5 * a if cast else 2 * r
+    return h * (8 + 2 * r + c) + 5 * a * qh + 4 * a * shape.intermediate
+
+
+def activations(p: PlanInputs, rows: int, checkpointed: bool) -> int:
+    """Saved activations of one forward pass of ``rows`` sequences of ``p.seq`` positions.
+
+    Without checkpointing: L layers of :func:`layer_bytes_per_token` per position, plus each layer's
+    float copy of the [rows, 1, s, s] padding mask (a bytes per element). With checkpointing
+    (non-reentrant, per layer): each layer keeps only its input (r·h per position) and the boolean
+    mask, and the backward pass recomputes one layer at a time. Either way: the final norm
+    ((4 + r)·h), RoPE's cos and sin (2·head_dim·r) per position, and the completion positions'
+    hidden states that the chunked LM head keeps (r·h each)."""
+    shape, (r, a, cast) = p.model, precision(p)
+    tokens, s = rows * p.seq, p.seq
+    layer = layer_bytes_per_token(shape, r, a, cast) * tokens + rows * s * s * a
+    if checkpointed:
+        body = shape.layers * r * shape.hidden * tokens + rows * s * s + layer
+    else:
+        body = shape.layers * layer
+    per_position = (4 + r) * shape.hidden + 2 * shape.dim * r
+    return body + per_position * tokens + r * shape.hidden * rows * p.new_tokens
+
+
+def autocast_copies(p: PlanInputs) -> int:
+    """bf16 copies of the layers' weights that autocast makes in the forward pass and the backward
+    pass reads: every layer's, or one layer's at a time with checkpointing; none without autocast."""
+    if not precision(p)[2]:
+        return 0
+    return 2 * p.model.layer_params * (1 if p.grad_ckpt else p.model.layers)
+
+
+def logits_chunk_bytes(p: PlanInputs, rows: int) -> int:
+    """The LM head's peak (asyncrl.policy.logprobs), in its backward pass: a chunk of c = min(
+    logits_chunk, rows·new_tokens) positions × V float32 log-probs and probabilities, the float32
+    [V, H] gradient it accumulates plus one chunk's [V, H] product, and with a bf16 head its bf16
+    weight copy, logits gradient and product."""
+    shape, (r, _, cast) = p.model, precision(p)
+    c = min(p.logits_chunk, rows * p.new_tokens)
+    cv, vh = c * shape.vocab, shape.vocab * shape.hidden
+    head = 4 if p.lm_head_fp32 else (2 if cast else r)  # the matmul's dtype; r: the weight's
+    low = head != 4
+    inner = (cv * head if low else 0) + 4 * vh + (vh * head if low else 0)
+    weight_copy = vh * head if head != r else 0
+    return 4 * vh + weight_copy + 4 * cv + max(4 * cv, inner)
+
+
+def rollout_share(p: PlanInputs, rates: Rates) -> tuple[int, str]:
+    """(bytes on rank 0's GPU for generation, how). vLLM: its engines' fraction of the GPU, plus in
+    an async run each worker's staging copy of the weights in the generation dtype (the channel
+    fills it, the engine loads from it); transformers workers (async): weights + a KV cache of the
+    whole batch each; none for generation in the trainer process between steps, or off the GPU."""
+    shape, g = p.model, DTYPE_BYTES[p.rollout_dtype]
+    if p.device != "cuda" or p.rollout_workers == 0:
+        return 0, "no rollout engine on this GPU"
+    if p.engine == "vllm":
+        staging = p.rollout_workers * shape.params * g if p.mode == "async" else 0
+        return (int(p.gpu_mem_util * rates.gpu_gib * GIB) + staging,
+                f"vLLM: {p.gpu_mem_util:g} of the GPU" + (f" + {p.rollout_workers} staging copy of the weights"
+                                                          if staging else ""))
+    if p.mode != "async":
+        return 0, f"{p.mode}: generation runs in the trainer process between training steps"
+    kv = 2 * shape.layers * shape.kv_heads * shape.dim * g * p.batch_rows * p.seq
+    return p.rollout_workers * (shape.params * g + kv), f"{p.rollout_workers} transformers worker(s): weights + KV"
+
+
+@dataclass
+class Memory:
+    """Per-GPU bytes of rank 0: ``lines`` (label → bytes, formula), the trainer's peak and the
+    moment it happens, the GPU's total with generation."""
+
+    lines: dict[str, tuple[int, str]] = field(default_factory=dict)
+    peak: int = 0
+    peak_moment: str = ""
+    total: int = 0
+    rows: int = 0
+
+
+def memory(p: PlanInputs, rates: Rates = Rates()) -> Memory:
+    """Rank 0's memory of ``p`` (see the module's docstring for the moments)."""
+    shape, n, w = p.model, p.gpus, DTYPE_BYTES[p.weight_dtype]
+    rows, accumulate = p.forward_rows()
+    P, vh = shape.params, shape.vocab * shape.hidden
+    out = Memory(rows=rows)
+    grads = P * w // n
+    used = "checkpointing" if p.grad_ckpt else "no checkpointing"
+    shape_note = f"{rows} rows × {p.seq} positions"
+    out.lines = {
+        "parameters": (P * w // n, f"P·{w} B / {n}"),
+        "gradients": (grads, f"P·{w} B / {n}"),
+        "AdamW state": (2 * P * w // n, f"exp_avg + exp_avg_sq: 2·P·{w} B / {n}"),
+        "activations, no checkpointing": (activations(p, rows, False),
+                                          shape_note + ("" if not p.grad_ckpt else "; not counted")),
+        "activations, checkpointing": (activations(p, rows, True),
+                                       shape_note + ("" if p.grad_ckpt else "; not counted")),
+        "autocast bf16 weight copies": (autocast_copies(p), "2 B × layer params, all layers or 1 (checkpointing)"),
+        "log-prob logits chunk": (logits_chunk_bytes(p, rows),
+                                  f"{min(p.logits_chunk, rows * p.new_tokens)} positions × V, backward"),
+    }
+    unsharded = fsdp_unsharded(p) if n > 1 else 0
+    start = (out.lines[f"activations, {used}"][0] + autocast_copies(p) + out.lines["log-prob logits chunk"][0]
+             + unsharded + (grads if accumulate else 0))
+    if n > 1:
+        out.lines["FSDP gathered root + layers"] = (unsharded, "embeddings/head whole + 2 layers, + 1 layer's grad")
+    tied_grad = vh * w if shape.tied and n == 1 else 0
+    end = grads + tied_grad + (shape.root_params * 4 + unsharded if n > 1 else 0)
+    moments = {"backward start": start, "backward end": end, "optimizer step": grads + optimizer_temporaries(p)}
+    static = out.lines["parameters"][0] + out.lines["AdamW state"][0]
+    if n > 1:
+        out.lines["weight gather after the step"] = (P * w, "every rank, whole weights, after activations are freed")
+        out.lines["rank-0 replica"] = (P * w, "rank 0's unsharded model (generation, publishing)")
+        moments["weight gather"] = grads + P * w
+        static += P * w
+    if p.kl_reference:
+        out.lines["KL reference"] = (P * w, "frozen starting weights, every rank")
+        static += P * w
+    out.peak_moment, dynamic = max(moments.items(), key=lambda item: item[1])
+    out.peak = static + dynamic
+    channel = 2 * P * DTYPE_BYTES[p.rollout_dtype] if p.mode == "async" and p.device == "cuda" and p.cuda_channel else 0
+    if channel:
+        out.lines["weight channel buffers"] = (channel, "async, CUDA IPC: 2 × P in the generation dtype")
+    share, how = rollout_share(p, rates)
+    out.lines["rollout engine"] = (share, how)
+    out.total = out.peak + channel + share
+    return out
+
+
+def optimizer_temporaries(p: PlanInputs) -> int:
+    """AdamW's step: fused on one GPU (nothing), foreach on sharded parameters (the square root of
+    exp_avg_sq: P·w / N), one tensor at a time on the CPU (two temporaries of the largest one)."""
+    shape, w = p.model, DTYPE_BYTES[p.weight_dtype]
+    if p.device == "cpu":
+        return 2 * w * max(shape.vocab, shape.intermediate, shape.heads * shape.dim) * shape.hidden
+    return shape.params * w // p.gpus if p.gpus > 1 else 0
+
+
+def fsdp_unsharded(p: PlanInputs) -> int:
+    """What FSDP2 holds whole on each rank during a forward/backward pass: the root module
+    (embeddings, final norm, LM head: the root's forward is the whole log-prob computation), two
+    layers' parameters (the current one and the prefetched next; every layer's when
+    ``reshard_after_forward`` is off) in the compute dtype, and one layer's float32 gradient."""
+    shape = p.model
+    pd = 2 if p.fsdp_bf16 else DTYPE_BYTES[p.weight_dtype]
+    layers = 2 if p.reshard_after_forward else shape.layers
+    return shape.root_params * pd + layers * shape.layer_params * pd + shape.layer_params * 4
+
+
+@dataclass
+class StepTime:
+    generation: float
+    training: float
+    broadcast: float
+    step: float
+    flop_factor: int
+    broadcast_bytes: int
+
+
+def step_time(p: PlanInputs, rates: Rates = Rates()) -> StepTime:
+    """Seconds per step. Generation: batch_rows × new_tokens / decode_tps. Training: f·P·tokens /
+    (gpus × train_flops), tokens = batch_rows × (prompt + new), f = 6 (forward + backward) + 2 with
+    checkpointing (the recomputed forward) + 2 per extra no-grad forward. Weight broadcast: the bytes
+    each step moves over a link of bus_gbps: the FSDP gather brings (N − 1)/N of the weights to each
+    rank, and rank 0 sends the generation-dtype weights to the engine (none for a sync run generating
+    from its own weights). Sync and simulated runs add the three; async overlaps generation with
+    training + broadcast."""
+    shape, n = p.model, p.gpus
+    generation = p.batch_rows * p.new_tokens / rates.decode_tps
+    factor = 6 + (2 if p.grad_ckpt else 0) + 2 * p.extra_forwards
+    training = factor * shape.params * p.batch_rows * p.seq / (n * rates.train_flops)
+    gather = shape.params * DTYPE_BYTES[p.weight_dtype] * (n - 1) // n
+    publish = 0 if p.mode != "async" and p.engine != "vllm" else shape.params * DTYPE_BYTES[p.rollout_dtype]
+    broadcast = (gather + publish) / (rates.bus_gbps * 1e9)
+    step = max(generation, training + broadcast) if p.mode == "async" else generation + training + broadcast
+    return StepTime(generation, training, broadcast, step, factor, gather + publish)
+
+
+def inputs_from_config(cfg, shape: ModelShape, gpus: int, prompt_tokens: int, **changes) -> PlanInputs:
+    """The :class:`PlanInputs` of a loaded asyncrl Config (``cfg``) for ``shape`` on ``gpus`` ranks."""
+    ro, tr, pol, asy = cfg.rollout, cfg.trainer, cfg.policy, cfg.async_
+    generation = pol.dtype if ro.dtype == "auto" else ro.dtype
+    extra = (1 if tr.prox == "recompute" else 0) + (1 if tr.kl_coef > 0 else 0)
+    # rollout engines on rank 0's GPU (asyncrl.runtime.worker.engines_beside_trainer): every async
+    # worker, except Ray actors that ask for a whole GPU each; a sync run generates in its own process
+    ray_gpu = (asy.gpus_per_worker or 1 / (asy.n_workers + 1)) >= 1
+    engines = 1 if cfg.run.mode != "async" else 0 if asy.backend == "ray" and ray_gpu else asy.n_workers
+    # vLLM's share: the user's per engine, else 0.35 of the GPU split among the engines
+    util = float(ro.engine_kwargs["gpu_memory_utilization"]) * engines \
+        if "gpu_memory_utilization" in ro.engine_kwargs else 0.35 * (engines > 0)
+    cuda_channel = asy.weight_channel == "cuda" or (asy.weight_channel == "auto" and asy.backend != "ray")
+    inputs = PlanInputs(model=shape, gpus=gpus, batch_rows=ro.batch_size, minibatches=tr.n_minibatches,
+                        micro_batch=tr.micro_batch_size, prompt_tokens=prompt_tokens, new_tokens=ro.max_new_tokens,
+                        weight_dtype=pol.dtype, autocast=tr.autocast != "none",
+                        fsdp_bf16=tr.fsdp.param_dtype == "bfloat16", reshard_after_forward=tr.fsdp.reshard_after_forward,
+                        grad_ckpt=pol.gradient_checkpointing, logits_chunk=tr.logits_chunk,
+                        lm_head_fp32=pol.lm_head_fp32, device="cuda" if pol.device.startswith("cuda") else "cpu",
+                        mode=cfg.run.mode, engine=ro.engine, rollout_dtype=generation, gpu_mem_util=util,
+                        rollout_workers=engines, cuda_channel=cuda_channel, kl_reference=tr.kl_coef > 0,
+                        extra_forwards=extra)
+    return replace(inputs, **changes)
+
+
+def table(base: PlanInputs, rates: Rates, sizes=TABLE_SIZES, gpus=TABLE_GPUS) -> dict[str, dict[int, tuple]]:
+    """{size: {gpus: (Memory, StepTime) or the reason the world size is refused}} for the presets."""
+    cells: dict[str, dict[int, tuple]] = {}
+    for size in sizes:
+        cells[size] = {}
+        for n in gpus:
+            inputs = replace(base, model=PRESETS[size], gpus=n)
+            try:
+                cells[size][n] = (memory(inputs, rates), step_time(inputs, rates))
+            except ValueError as err:
+                cells[size][n] = (str(err),)
+    return cells

@@ -1,0 +1,129 @@
+"""``asyncrl plan``'s output: one plan (memory of one GPU, time of one step) or the preset table, as
+rich tables (Markdown with ``--markdown``). The arithmetic is :mod:`asyncrl.plan`'s."""
+
+from __future__ import annotations
+
+import sys
+
+from asyncrl.config import load_config
+
+
+def run_plan(args) -> int:
+    """``asyncrl plan``: one plan or the preset table; bad input is one line, exit 2."""
+    from asyncrl import plan
+    from asyncrl.config.training import check_micro_batching
+    from asyncrl.distributed.config import check_ranks
+
+    try:
+        for flag in ("gpus", "prompt_tokens", "decode_tps", "train_tflops", "bus_gbps", "gpu_gib"):
+            if not getattr(args, flag) > 0:
+                raise ValueError(f"--{flag.replace('_', '-')}: must be > 0, got {getattr(args, flag)}")
+        rates = plan.Rates(decode_tps=args.decode_tps, train_flops=args.train_tflops * 1e12,
+                           bus_gbps=args.bus_gbps, gpu_gib=args.gpu_gib)
+        cfg = load_config(args.config, args.overrides, ignore=("task", "reward"))
+        if cfg.policy.lora_rank:
+            raise ValueError("policy.lora_rank: asyncrl plan models full fine-tuning only")
+        if args.table and args.model:
+            raise ValueError("--model: --table plans the four Qwen2.5 presets; give one or the other")
+        shape = plan.PRESETS["0.5B"] if args.table else plan.model_shape(args.model) if args.model \
+            else plan.config_model(cfg)
+        inputs = plan.inputs_from_config(cfg, shape, args.gpus, args.prompt_tokens)
+        if args.table:
+            check_micro_batching(cfg.loss, cfg.trainer, ranks=2)
+            _plan_table(plan.table(inputs, rates), rates, args)
+            return 0
+        check_micro_batching(cfg.loss, cfg.trainer, ranks=args.gpus)
+        check_ranks(cfg, args.gpus)
+        _plan_report(inputs, plan.memory(inputs, rates), plan.step_time(inputs, rates), rates, args)
+    except ValueError as err:  # ConfigError too: one line naming the flag, file or key
+        print(f"asyncrl: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _console(args):
+    from rich import box
+    from rich.console import Console
+
+    # not a terminal (a pipe, a test): wide enough that no table wraps
+    console = Console() if sys.stdout.isatty() and not args.markdown else Console(width=200, highlight=False)
+    return console, (box.MARKDOWN if args.markdown else box.SIMPLE_HEAD)
+
+
+def _print_table(console, table, markdown: bool) -> None:
+    """A rich table; in Markdown its title is a bold line of its own."""
+    if markdown and table.title:
+        console.print(f"**{table.title}**\n", markup=False)
+        table.title = None
+    console.print(table)
+
+
+def _plan_report(inputs, mem, time, rates, args) -> None:
+    from rich.table import Table
+
+    from asyncrl.plan import GIB
+
+    console, style = _console(args)
+    shape = inputs.model
+    precision = f"{inputs.weight_dtype} weights" + (", bf16 autocast" if inputs.autocast else "")
+    console.print(f"{shape.name}: {shape.params / 1e9:.3f}B parameters (hidden {shape.hidden}, {shape.layers} layers, "
+                  f"{shape.heads}/{shape.kv_heads} heads, MLP {shape.intermediate}, vocabulary {shape.vocab}"
+                  f"{', tied' if shape.tied else ''}); {inputs.gpus} GPU(s), config {args.config}")
+    console.print(f"step: {inputs.batch_rows} sequences of {inputs.prompt_tokens} + {inputs.new_tokens} positions, "
+                  f"{inputs.minibatches} updates; one forward pass on rank 0: {mem.rows} rows; {precision}; "
+                  f"activation checkpointing {'on' if inputs.grad_ckpt else 'off'}; {inputs.mode}, {inputs.engine}")
+    table = Table(title=f"memory of one GPU (rank 0 of {inputs.gpus}), an estimate", box=style)
+    for name, justify in (("item", "left"), ("GiB", "right"), ("what", "left")):
+        table.add_column(name, justify=justify)
+    for label, (value, note) in mem.lines.items():
+        table.add_row(label, f"{value / GIB:.2f}", note)
+    table.add_row("trainer peak", f"{mem.peak / GIB:.2f}", f"held throughout + the largest moment: {mem.peak_moment}")
+    fits = "fits" if mem.total <= rates.gpu_gib * GIB else "DOES NOT FIT"
+    table.add_row("GPU total", f"{mem.total / GIB:.2f}", f"trainer peak + channel + rollout: {fits} in {rates.gpu_gib:g} GiB")
+    _print_table(console, table, args.markdown)
+    steps = Table(title="time of one step, an estimate", box=style)
+    for name, justify in (("part", "left"), ("s", "right"), ("how", "left")):
+        steps.add_column(name, justify=justify)
+    steps.add_row("generation", f"{time.generation:.2f}", f"{inputs.batch_rows * inputs.new_tokens} tokens / "
+                  f"{rates.decode_tps:g} tokens/s")
+    steps.add_row("training", f"{time.training:.2f}", f"{time.flop_factor}·P·tokens / ({inputs.gpus} × "
+                  f"{rates.train_flops / 1e12:.1f} TFLOP/s)")
+    steps.add_row("weight broadcast", f"{time.broadcast:.3f}", f"{time.broadcast_bytes / 1e9:.2f} GB / "
+                  f"{rates.bus_gbps:g} GB/s")
+    how = "max(generation, training + broadcast)" if inputs.mode == "async" else "generation + training + broadcast"
+    steps.add_row("step", f"{time.step:.2f}", f"{inputs.mode}: {how}")
+    _print_table(console, steps, args.markdown)
+
+
+def _plan_table(cells, rates, args) -> None:
+    from rich.table import Table
+
+    from asyncrl.plan import PRESETS
+
+    console, style = _console(args)
+    gpus = list(next(iter(cells.values())))
+    memory = Table(title=f"GiB on rank 0's GPU (trainer peak + generation); ✗ = over {rates.gpu_gib:g} GiB", box=style)
+    times = Table(title="seconds per step (in brackets: training + weight broadcast alone)", box=style)
+    for table in (memory, times):
+        table.add_column("model")
+        for n in gpus:
+            table.add_column(f"{n} GPU{'s' if n > 1 else ''}", justify="right")
+    for size, row in cells.items():
+        label = f"{size} ({PRESETS[size].params / 1e9:.2f}B)"
+        memory.add_row(label, *[_gib_cell(cell, rates) for cell in row.values()])
+        times.add_row(label, *[f"{cell[1].step:.1f} ({cell[1].training + cell[1].broadcast:.1f})" if len(cell) > 1
+                               else "—" for cell in row.values()])
+    _print_table(console, memory, args.markdown)
+    _print_table(console, times, args.markdown)
+    refused = {cell[0] for row in cells.values() for cell in row.values() if len(cell) == 1}
+    for reason in sorted(refused):
+        console.print(f"—: {reason}")
+
+
+def _gib_cell(cell, rates) -> str:
+    from asyncrl.plan import GIB
+
+    if len(cell) == 1:
+        return "—"
+    total = cell[0].total / GIB
+    return f"{total:.1f}" + (" ✗" if total > rates.gpu_gib else "")
