@@ -139,3 +139,8 @@ def test_a_private_cluster_starts_on_loopback_and_a_named_address_is_left_alone(
     kwargs, env, flag = calls[-1]
     assert kwargs["address"] == "10.1.2.3:6379" and "_node_ip_address" not in kwargs
     assert env is None and flag == flag_before
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")  # a cluster on loopback: joined as loopback
+    assert ray_backend.init_ray(1)
+    kwargs, env, flag = calls[-1]
+    assert kwargs["address"] == "127.0.0.1:6379" and kwargs["_node_ip_address"] == "127.0.0.1"
+    assert env == "0" and flag is False

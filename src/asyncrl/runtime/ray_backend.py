@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -54,6 +55,17 @@ def _loopback_only() -> Iterator[None]:
             os.environ[SINGLE_MACHINE_ENV] = saved_env
 
 
+def _on_loopback(address: str) -> bool:
+    """Whether ``RAY_ADDRESS`` (``host:port``, or ``auto``/``ray://...``) names a loopback host."""
+    import ipaddress
+
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def init_ray(n_workers: int) -> bool:
     """Connect to ``RAY_ADDRESS`` (left as the user set it up), or start a private local cluster on
     loopback whose processes a reaper ends with the run, however it ends; True when this process
@@ -62,6 +74,10 @@ def init_ray(n_workers: int) -> bool:
     if ray.is_initialized():
         return False
     address = os.environ.get("RAY_ADDRESS")
+    if address and _on_loopback(address):  # Ray would rewrite 127.0.0.1 into a routable address it cannot reach
+        with _loopback_only():
+            ray.init(address=address, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=True)
+        return True
     if address:
         ray.init(address=address, include_dashboard=False, log_to_driver=True)
         return True
@@ -105,6 +121,12 @@ def visible_device(spec: WorkerSpec) -> WorkerSpec:
     return replace(spec, config={**spec.config, "policy": {**policy, "device": "cuda"}})
 
 
+def placement_line(placement: dict[int, tuple[str, str]]) -> str:
+    """``rollout workers on Ray nodes: 0 -> 4844c7f5 (10.0.0.7), ...`` (node ids shortened)."""
+    where = ", ".join(f"{worker} -> {node[:8]} ({address})" for worker, (node, address) in sorted(placement.items()))
+    return f"rollout workers on Ray nodes: {where}"
+
+
 @ray.remote(num_cpus=1)
 class RolloutActor:
     def __init__(self, spec: WorkerSpec, channel, after=None):
@@ -114,6 +136,10 @@ class RolloutActor:
 
     def ready(self) -> bool:
         return True
+
+    def node(self) -> tuple[str, str]:
+        """(Ray node id, node address) of the node this actor runs on."""
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
     def run(self, unit: WorkUnit) -> dict:
         return self.worker.run(unit)
@@ -147,7 +173,14 @@ class RayPool:
 
     def wait_ready(self) -> list[tuple]:
         ray.get([a.ready.remote() for a in self.actors.values()], timeout=self.start_timeout_s)
+        if os.environ.get("RAY_ADDRESS"):  # a cluster the user set up: say where the workers went
+            print(f"asyncrl: {placement_line(self.placement())}", file=sys.stderr, flush=True)
         return []
+
+    def placement(self) -> dict[int, tuple[str, str]]:
+        """{worker id: (Ray node id, node address)} of the running actors."""
+        nodes = ray.get([actor.node.remote() for actor in self.actors.values()], timeout=self.start_timeout_s)
+        return dict(zip(self.actors, nodes))
 
     def submit(self, unit: WorkUnit) -> int:
         worker_id = min(self.inflight, key=lambda w: (len(self.inflight[w]), w))
