@@ -43,6 +43,7 @@ CHANNELS: dict[str, str] = {
     "shm": "asyncrl.runtime.channels.flat:open_shm",
     "cuda": "asyncrl.runtime.channels.flat:open_cuda",
     "ray": "asyncrl.runtime.channels.ray_store:open_ray",
+    "collective": "asyncrl.runtime.channels.collective:open_collective",
 }
 
 

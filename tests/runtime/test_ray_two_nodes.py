@@ -1,6 +1,6 @@
 """Rollout workers on another node of a Ray cluster: a two-node cluster on 127.0.0.1 (the head with
 no CPU for actors, a second node with two), joined through ``RAY_ADDRESS`` by ``asyncrl train
-async.backend=ray``. The run places both workers on the second node and says so, trains every
+async.backend=ray``, with weights through Ray's object store or the ``collective`` channel. The run places both workers on the second node and says so, trains every
 prompt group once (ledger), every Ray process and the trainer listen on loopback only, and nothing
 of the cluster outlives its shutdown."""
 
@@ -53,7 +53,8 @@ def _sample(roots, seen: dict, listening: set, stop: threading.Event) -> None:
         stop.wait(0.2)
 
 
-def test_workers_run_on_the_second_node_on_loopback(tmp_path, model_dir):
+@pytest.mark.parametrize("channel", ["ray", "collective"])
+def test_workers_run_on_the_second_node_on_loopback(tmp_path, model_dir, channel):
     cluster = subprocess.Popen([sys.executable, str(HERE / "ray_cluster.py")], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
     seen, listening, stop = {}, set(), threading.Event()
@@ -61,7 +62,7 @@ def test_workers_run_on_the_second_node_on_loopback(tmp_path, model_dir):
         address, node_id = cluster.stdout.readline().split()
         env = {**os.environ, "RAY_ADDRESS": address, "HF_HUB_OFFLINE": "1"}
         trainer = subprocess.Popen([sys.executable, "-m", "asyncrl.cli", "train", *ARGS, f"policy.model_path={model_dir}",
-                                    "run.name=two-nodes", f"run.out_dir={tmp_path}"], cwd=tmp_path, env=env,
+                                    "run.name=two-nodes", f"run.out_dir={tmp_path}", f"async.weight_channel={channel}"], cwd=tmp_path, env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         sampler = threading.Thread(target=_sample, args=([psutil.Process(cluster.pid), psutil.Process(trainer.pid)],
                                                          seen, listening, stop))

@@ -66,7 +66,7 @@ class Config:
         if self.async_.lag and self.async_.policy_buffer:
             raise ValueError("async.lag: set either lag or policy_buffer, not both")
         channel, backend = self.async_.weight_channel, self.async_.backend
-        if (channel == "ray") != (backend == "ray") and channel != "auto":
+        if (channel == "ray") != (backend == "ray") and channel not in ("auto", "collective"):
             raise ValueError(f"async.weight_channel: {channel!r} does not work with async.backend={backend!r}")
         check_combinations(self)
         if self.policy.lm_head_fp32 and self.rollout.engine == "vllm":
