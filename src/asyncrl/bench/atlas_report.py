@@ -39,7 +39,7 @@ COLLAPSE_MARGIN = 0.02  # above the seed-to-seed eval noise of the tiny-model su
 NEAR_SYNC = 0.03  # "stays within 3 points of sync"
 # A-3PO's variants that keep a trust region without a forward pass, compared with A-3PO itself; a
 # variant should cost nothing where A-3PO holds: equivalence within 2 points
-A3PO_VARIANTS = ("a3po_floor", "a3po_ess", "decoupled_bounded", "a3po_seq")
+A3PO_VARIANTS = ("a3po_floor", "a3po_floor8", "a3po_floor2", "a3po_ess", "decoupled_bounded", "a3po_seq")
 VARIANT_MARGIN = 0.02
 SYNC = ("ppo", 0)  # the reference cell: on-policy PPO-clip
 TARGET_START, TARGET_END, TARGET_SMOOTH = 5, 10, 5

@@ -34,6 +34,10 @@ def atlas_losses() -> dict[str, dict[str, object]]:
     # decoupled_bounded and a3po_seq, are registered losses and join above).
     arms["a3po_floor"] = {"loss.name": "decoupled", "trainer.prox": "loglinear_floor"}
     arms["a3po_ess"] = {"loss.name": "decoupled", "trainer.prox": "loglinear_ess"}
+    # The floor's sweep: α_min = 1/8 and 1/2 beside the default 1/4.
+    for denom in (8, 2):
+        arms[f"a3po_floor{denom}"] = {"loss.name": "decoupled", "trainer.prox": "loglinear_floor",
+                                      "trainer.prox_params.alpha_min": 1 / denom}
     return arms
 
 
