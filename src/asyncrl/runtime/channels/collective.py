@@ -22,6 +22,7 @@ stops, after the pair's timeout (``PAIR_TIMEOUT``); either way only that thread 
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import socket
@@ -87,7 +88,11 @@ class CollectiveWeights:
         self._current: tuple[int, torch.Tensor] | None = None  # (version, flat weights): trainer only
         self._closed = threading.Event()
         self._served = 0
-        threading.Thread(target=self._accept, daemon=True, name="weights-accept").start()
+        self._threads = [threading.Thread(target=self._accept, daemon=True, name="weights-accept")]
+        self._threads[0].start()
+        # the threads must be gone before the interpreter finalizes: one still inside a store call
+        # then would abort the process on its way out
+        atexit.register(self.close)
         self._group = None  # a worker's pair, joined at its first pull
         self._requests = 0
 
@@ -120,7 +125,9 @@ class CollectiveWeights:
         while not self._closed.is_set():
             joined = store.add("peers", 0)
             for peer in range(self._served, joined):
-                threading.Thread(target=self._serve, args=(peer,), daemon=True, name=f"weights-{peer}").start()
+                thread = threading.Thread(target=self._serve, args=(peer,), daemon=True, name=f"weights-{peer}")
+                thread.start()
+                self._threads.append(thread)
             self._served = joined
             self._closed.wait(0.05)
 
@@ -144,8 +151,11 @@ class CollectiveWeights:
         except Exception:  # noqa: BLE001 (the worker died or stopped: only this pair ends)
             return
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the trainer's threads (at exit; a thread still sending is given ``timeout_s``)."""
         self._closed.set()
+        for thread in list(self._threads):
+            thread.join(timeout_s)
 
     # --- both sides ---
 
