@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 
@@ -271,8 +272,11 @@ def _bench(args) -> int:
     out = Path(args.out or f"runs/bench/{suite.name}{'-quick' if args.quick else ''}")
     runs_dir = Path(args.runs_dir) if args.runs_dir else out / "runs"
     if args.list:
-        for cell in cells:
-            print(cell.name, shlex.join(cell_command(cell, runs_dir)))
+        try:
+            for cell in cells:
+                print(cell.name, shlex.join(cell_command(cell, runs_dir)), flush=True)
+        except BrokenPipeError:  # `| head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
         return 0
     serial = args.jobs == 1 and not args.ray  # only a serial suite can run cells in this process
     in_process = serial and (args.in_process or suite.in_process)

@@ -125,3 +125,16 @@ def test_peer_trl_quick(tmp_path, cache):
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = check_report(tmp_path / "out", 3)
     assert summary["samples_per_s_ratio_vs_trl"] > 0
+
+
+def test_list_into_a_pipe_closed_early_ends_quietly():
+    """``asyncrl bench atlas --list | head -1``: the reader leaves early; no traceback, exit 0."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "asyncrl.cli", "bench", "atlas", "--list"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("ppo-k0-s0 ")  # more lines than a pipe buffer holds follow
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in err, err[-2000:]
