@@ -159,7 +159,7 @@ def test_help_lists_the_plugins_names(plugin_dir):
     load_config(None, [f"run.plugins=[{PLUGIN}]"])
     after = {k.key: k.type for k in config_keys()}
     assert after["async.backend"] == "local|ray|inline_plugin"
-    assert after["async.weight_channel"] == "auto|shm|cuda|ray|null_plugin"
+    assert after["async.weight_channel"] == "auto|shm|cuda|ray|collective|null_plugin"
 
 
 def test_a_plugin_that_does_not_import_is_one_line(plugin_dir):
