@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from trainer_memory import build_batch, build_model  # noqa: E402
+from trainer_memory import add_model_args, build_batch, build_model  # noqa: E402
 
 ARMS = {"recompute": ("recompute", {}), "loglinear": ("loglinear", {}),
         "loglinear_floor": ("loglinear_floor", {"alpha_min": 0.25})}
@@ -49,12 +49,7 @@ def measure(args, arm: str) -> dict:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--vocab", type=int, default=151936)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--intermediate", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--kv-heads", type=int, default=2)
+    add_model_args(parser)
     parser.add_argument("--batch", type=int, default=64, help="sequences per step (the testbed's 8 × 8)")
     parser.add_argument("--seq", type=int, default=96, help="positions per sequence, prompt included")
     parser.add_argument("--prompt", type=int, default=32, help="prompt positions per sequence")

@@ -208,14 +208,19 @@ def report(rows: list[dict], args) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    """The Qwen2 shape :func:`build_model` reads (the Qwen vocabulary, a small width by default)."""
     parser.add_argument("--vocab", type=int, default=151936)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--intermediate", type=int, default=256)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--kv-heads", type=int, default=2)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_model_args(parser)
     parser.add_argument("--batch", type=int, default=16, help="sequences per step")
     parser.add_argument("--seq", type=int, default=1024, help="positions per sequence, prompt included")
     parser.add_argument("--prompt", type=int, default=64, help="prompt positions per sequence")

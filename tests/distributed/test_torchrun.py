@@ -20,10 +20,10 @@ from safetensors.torch import load_file
 sys.path.insert(0, str(Path(__file__).parents[1] / "foundation"))
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 from test_e2e_train import TINY  # noqa: E402
-from test_resume import comparable, rows, wait_for_step  # noqa: E402
+from test_resume import comparable, rows, steps_done, wait_for_step  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
-from resume_campaign import alive, descendants  # noqa: E402
+from resume_campaign import MARK, alive, descendants, marked  # noqa: E402
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 STATS = ("loss", "grad_norm", "ess_frac", "clipped_tokens", "entropy", "reward_mean")
@@ -147,6 +147,76 @@ def test_sigkill_of_a_rank_ends_the_job_in_one_line_and_leaves_no_process(tmp_pa
     if victim == 1:  # rank 0 says it once, in one line; a dead rank 0 says nothing
         assert len(ours) == 1 and "another rank of the job failed or was killed" in ours[0], err[-2000:]
     assert "[rank0]: Traceback" not in err and "[rank1]: Traceback" not in err, err[-3000:]
+
+
+def _marked_launch(tmp_path: Path, marker: str, *args: str) -> subprocess.Popen:
+    """A world-2 torchrun whose every process (ranks, rollout workers, their helpers) carries
+    ``MARK=marker`` in its environment, so a process reparented after its parent died is still found."""
+    return subprocess.Popen(command(2, "train", *args), cwd=tmp_path, env={**ENV, MARK: marker},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _gone_within(marker: str, bound_s: float) -> set[int]:
+    """The launch's processes still alive after ``bound_s`` (then killed, so no test leaks them)."""
+    deadline = time.monotonic() + bound_s
+    while marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = marked(marker)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+ASYNC = ("run.mode=async", "async.n_workers=2", "async.max_staleness=2", "trainer.prox=loglinear",
+         "loss.name=decoupled")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", [0, 1])
+def test_sigkill_of_a_rank_in_an_async_run_leaves_no_worker(tmp_path, cache, victim):
+    """Async, two trainer ranks, two rollout workers: SIGKILL of either rank ends the whole job
+    within 30 s, and no rank, worker or helper process outlives it."""
+    marker = f"async-kill-{victim}-{os.getpid()}"
+    proc = _marked_launch(tmp_path, marker, *base(cache, "victim", 200), *ASYNC)
+    wait_for_step(proc, tmp_path / "runs" / "victim" / "metrics.jsonl", 2)
+    pids = _rank_pids(proc.pid)
+    assert sorted(pids) == [0, 1], pids
+    assert len(marked(marker)) >= 5, "expected torchrun, two ranks and two workers"
+    os.kill(pids[victim], signal.SIGKILL)
+    started = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - started < 30 and proc.returncode != 0
+    assert _gone_within(marker, 10) == set(), "a process outlived the job"
+    assert "[rank0]: Traceback" not in err and "[rank1]: Traceback" not in err, err[-3000:]
+
+
+@pytest.mark.slow
+def test_sigterm_to_torchrun_checkpoints_once_and_resumes(tmp_path, cache):
+    """SIGTERM to torchrun's agent (what Slurm and Kubernetes send): rank 0 writes one checkpoint of
+    the step it finished, every rank and worker ends, one line says how to resume; ``--resume`` then
+    continues the run with no prompt group trained twice."""
+    marker = f"term-{os.getpid()}"
+    run_dir = tmp_path / "runs" / "term"
+    proc = _marked_launch(tmp_path, marker, *base(cache, "term", 200), *ASYNC, "run.checkpoint_every=0")
+    wait_for_step(proc, run_dir / "metrics.jsonl", 2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert _gone_within(marker, 10) == set(), "a process outlived the job"
+    ours = [line for line in err.splitlines() if line.startswith("asyncrl:")]
+    assert len(ours) == 1 and "SIGTERM" in ours[0] and "--resume" in ours[0], err[-3000:]
+    # torchrun's agent reports the signal with a traceback of its own; the ranks print none
+    assert "[rank0]: Traceback" not in err and "[rank1]: Traceback" not in err, err[-3000:]
+    done = steps_done(run_dir / "metrics.jsonl")
+    saved = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert saved == [f"step-{done:06d}"], saved  # once: the step it finished, no other
+    assert len(list((run_dir / "checkpoints" / saved[0] / "optimizer").glob("*.distcp"))) == 2
+    resumed = train(tmp_path, 2, "train", "--resume", str(run_dir), f"trainer.steps={done + 2}")
+    assert json.loads(resumed.stdout)["steps"] == done + 2
+    ledger = rows(run_dir / "ledger.jsonl")
+    assert [r["step"] for r in ledger] == list(range(1, done + 3))
+    groups = [g for r in ledger for g in r["consumed"] + r["dropped"]]
+    assert len(groups) == len(set(groups))
 
 
 @pytest.mark.slow

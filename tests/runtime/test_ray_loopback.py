@@ -31,6 +31,18 @@ def _loopback(ip: str) -> bool:
     return address.is_loopback or getattr(address, "ipv4_mapped", None) is not None and address.ipv4_mapped.is_loopback
 
 
+def note(members: list, seen: dict, listening: set) -> None:
+    """Add each process to ``seen`` (pid -> (start time, command line)) and its listening sockets
+    to ``listening`` ((pid, address, port)); a process that ended meanwhile is skipped."""
+    for member in members:
+        try:
+            seen.setdefault(member.pid, (member.create_time(), " ".join(member.cmdline())[:100]))
+            listening |= {(member.pid, c.laddr.ip, c.laddr.port) for c in member.net_connections(kind="inet")
+                          if c.status == psutil.CONN_LISTEN}
+        except psutil.Error:
+            continue
+
+
 def _watch(proc: subprocess.Popen, kill_after_rows: int | None, metrics: Path) -> tuple[dict, set]:
     """Until the run ends (or, with ``kill_after_rows``, until metrics.jsonl has that many rows,
     then SIGKILL): the processes seen, pid -> (start time, command line), and the listening
@@ -43,13 +55,7 @@ def _watch(proc: subprocess.Popen, kill_after_rows: int | None, metrics: Path) -
             family = [root, *root.children(recursive=True)]
         except psutil.Error:
             break
-        for member in family:
-            try:
-                seen.setdefault(member.pid, (member.create_time(), " ".join(member.cmdline())[:100]))
-                listening |= {(member.pid, c.laddr.ip, c.laddr.port) for c in member.net_connections(kind="inet")
-                              if c.status == psutil.CONN_LISTEN}
-            except psutil.Error:
-                continue
+        note(family, seen, listening)
         if kill_after_rows and metrics.exists() and metrics.read_text().count("\n") >= kill_after_rows:
             proc.kill()
             break

@@ -6,11 +6,14 @@ of the cluster outlives its shutdown."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,7 @@ import pytest
 pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 sys.path.insert(0, str(Path(__file__).parent))
-from test_ray_loopback import _left_after, _loopback  # noqa: E402
+from test_ray_loopback import _left_after, _loopback, note  # noqa: E402
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process and socket tables")]
@@ -43,18 +46,14 @@ def _sample(roots, seen: dict, listening: set, stop: threading.Event) -> None:
     """Until ``stop``: every process of the roots' trees (pid -> (start time, command)) and their
     listening sockets (pid, address, port)."""
     while not stop.is_set():
-        for member in _family(*roots):
-            try:
-                seen.setdefault(member.pid, (member.create_time(), " ".join(member.cmdline())[:100]))
-                listening |= {(member.pid, c.laddr.ip, c.laddr.port) for c in member.net_connections(kind="inet")
-                              if c.status == psutil.CONN_LISTEN}
-            except psutil.Error:
-                continue
+        note(_family(*roots), seen, listening)
         stop.wait(0.2)
 
 
-@pytest.mark.parametrize("channel", ["ray", "collective"])
-def test_workers_run_on_the_second_node_on_loopback(tmp_path, model_dir, channel):
+@contextlib.contextmanager
+def _two_node_run(tmp_path: Path, model_dir: Path, name: str, *args: str):
+    """The two-node cluster and a trainer joined to it; yields (trainer, node id, seen, listening,
+    the cluster's pid), sampled until the trainer ends; the cluster is shut down on the way out."""
     cluster = subprocess.Popen([sys.executable, str(HERE / "ray_cluster.py")], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
     seen, listening, stop = {}, set(), threading.Event()
@@ -62,26 +61,79 @@ def test_workers_run_on_the_second_node_on_loopback(tmp_path, model_dir, channel
         address, node_id = cluster.stdout.readline().split()
         env = {**os.environ, "RAY_ADDRESS": address, "HF_HUB_OFFLINE": "1"}
         trainer = subprocess.Popen([sys.executable, "-m", "asyncrl.cli", "train", *ARGS, f"policy.model_path={model_dir}",
-                                    "run.name=two-nodes", f"run.out_dir={tmp_path}", f"async.weight_channel={channel}"], cwd=tmp_path, env=env,
+                                    f"run.name={name}", f"run.out_dir={tmp_path}", *args], cwd=tmp_path, env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         sampler = threading.Thread(target=_sample, args=([psutil.Process(cluster.pid), psutil.Process(trainer.pid)],
                                                          seen, listening, stop))
         sampler.start()
-        _, stderr = trainer.communicate(timeout=400)
+        yield trainer, node_id, seen, listening, cluster.pid
         stop.set()
         sampler.join()
-        assert trainer.returncode == 0, stderr[-3000:]
     finally:
         stop.set()
         cluster.stdin.close()  # the cluster shuts down
         cluster.wait(timeout=60)
+
+
+def _ledger(run_dir: Path) -> list[dict]:
+    return [json.loads(row) for row in (run_dir / "ledger.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("channel", ["ray", "collective"])
+def test_workers_run_on_the_second_node_on_loopback(tmp_path, model_dir, channel):
+    with _two_node_run(tmp_path, model_dir, "two-nodes", f"async.weight_channel={channel}") as (trainer, node_id,
+                                                                                               seen, listening, _):
+        _, stderr = trainer.communicate(timeout=400)
+        assert trainer.returncode == 0, stderr[-3000:]
     line = next(text for text in stderr.splitlines() if "rollout workers on Ray nodes" in text)
     assert line.count(f"-> {node_id[:8]} (127.0.0.1)") == 2, line  # both workers, on the second node
-    run_dir = tmp_path / "two-nodes"
-    ledger = [json.loads(row) for row in (run_dir / "ledger.jsonl").read_text().splitlines()]
+    ledger = _ledger(tmp_path / "two-nodes")
     groups = [g for row in ledger for g in row["consumed"]]
     assert len(groups) == 4 * 2 and len(set(groups)) == len(groups)  # every step's groups, none twice
     assert all(row["dropped"] == [] for row in ledger)
     assert len({pid for pid, _, _ in listening}) >= 4  # the GCS, two raylets, the trainer at least
     assert [s for s in listening if not _loopback(s[1])] == []
     assert _left_after(seen, 10.0) == []
+
+
+STEPS = 30
+
+
+def _live_actors(cluster_pid: int) -> set[int]:
+    """The rollout actors alive now: Ray retitles a worker process ``ray::RolloutActor`` once it
+    holds the actor."""
+    found = set()
+    for member in _family(psutil.Process(cluster_pid)):
+        try:
+            if " ".join(member.cmdline()).startswith("ray::RolloutActor"):
+                found.add(member.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_killed_worker_is_restarted_on_a_node_with_room(tmp_path, model_dir):
+    """SIGKILL of a rollout actor on the second node: the run says so in one line, starts a new
+    actor (the head has no CPU for it, so on the second node again) and trains every prompt group
+    once. Enough steps follow the kill for the new actor to load the model (seconds)."""
+    with _two_node_run(tmp_path, model_dir, "restart", f"trainer.steps={STEPS}") as (trainer, _, _, _, cluster_pid):
+        metrics = tmp_path / "restart" / "metrics.jsonl"
+        deadline = time.monotonic() + 300
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 3) and trainer.poll() is None:
+            assert time.monotonic() < deadline, "run too slow"
+            time.sleep(0.1)
+        first = _live_actors(cluster_pid)
+        assert len(first) == 2, first
+        os.kill(min(first), signal.SIGKILL)
+        actors = set(first)
+        while trainer.poll() is None:  # the new actor loads the model while the other one works
+            actors |= _live_actors(cluster_pid)
+            time.sleep(0.2)
+        _, stderr = trainer.communicate(timeout=60)
+        assert trainer.returncode == 0, stderr[-3000:]
+    restarts = [line for line in stderr.splitlines() if "restarting it" in line]
+    assert len(restarts) == 1 and "died (Ray: " in restarts[0], stderr[-3000:]
+    assert len(actors) == 3, actors  # the two first actors and the new one
+    ledger = _ledger(tmp_path / "restart")
+    groups = [g for row in ledger for g in row["consumed"]]
+    assert [row["step"] for row in ledger] == list(range(1, STEPS + 1)) and len(set(groups)) == len(groups)

@@ -37,9 +37,10 @@ def cli(tmp_path: Path, *args: str, timeout: int = 300) -> subprocess.CompletedP
 
 
 def start(tmp_path: Path, cache: str, name: str, *args: str) -> subprocess.Popen:
+    """The run in a process group of its own (its workers join it), as a shell or Slurm starts it."""
     return subprocess.Popen([sys.executable, "-m", "asyncrl.cli", "train", *BASE, f"run.name={name}",
                              f"policy.cache_dir={cache}", *args], cwd=tmp_path, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def rows(path: Path) -> list[dict]:
@@ -100,7 +101,8 @@ def test_sigterm_checkpoints_and_leaves_no_process(tmp_path, cache):
     wait_for_step(proc, run_dir / "metrics.jsonl", 2)
     children = descendants(proc.pid)
     assert children, "the async run has no worker processes"
-    proc.send_signal(signal.SIGTERM)
+    # to the whole group, as Slurm or torchrun send it: still one checkpoint and one line
+    os.killpg(proc.pid, signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM
     lines = err.strip().splitlines()

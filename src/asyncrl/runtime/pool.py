@@ -27,6 +27,21 @@ class WorkerError(RuntimeError):
     pass
 
 
+def reseeded(spec: WorkerSpec, restarts: int) -> WorkerSpec:
+    """The spec a worker (re)starts with after ``restarts`` restarts of its pool: a restarted
+    worker must not replay its predecessor's random stream."""
+    return replace(spec, seed=spec.seed + 1_000_003 * restarts) if restarts else spec
+
+
+def report_restart(worker_id: int, what: str, restarts: int, n_lost: int, n_workers: int) -> None:
+    """One line per restart; :class:`WorkerError` once the pool has restarted more than ten times
+    per worker (a worker that dies at every start would otherwise loop for ever)."""
+    print(f"asyncrl: rollout worker {worker_id} {what}; restarting it (restart {restarts}); "
+          f"{n_lost} work unit(s) lost", file=sys.stderr, flush=True)
+    if restarts > 10 * n_workers:
+        raise WorkerError("rollout workers keep dying; giving up (see the errors above)")
+
+
 class InputError(ConfigError):
     """A worker's ConfigError, re-raised in the trainer with the worker's message (exit 2)."""
 
@@ -68,9 +83,7 @@ class WorkerPool:
     def _start(self, worker_id: int) -> None:
         """Start the worker's process; a restarted one gets a fresh queue (its units were lost)."""
         work_q = self.work_qs[worker_id] if worker_id not in self.processes else self.ctx.Queue()
-        spec = self.specs[worker_id]
-        if self.restarts:  # a restarted worker must not replay its predecessor's random stream
-            spec = replace(spec, seed=spec.seed + 1_000_003 * self.restarts)
+        spec = reseeded(self.specs[worker_id], self.restarts)
         proc = start_guarded(self.ctx, worker_main, (spec, self.channel, work_q, self.result_q, self.stop),
                              name=f"asyncrl-rollout-{worker_id}")
         self.processes[worker_id] = proc
@@ -182,20 +195,17 @@ class WorkerPool:
             self.restarts += 1
             cause = self.causes.pop(worker_id, None)
             what = f"killed: {cause}" if cause else f"died (exit code {proc.exitcode})"
-            print(f"asyncrl: rollout worker {worker_id} {what}; restarting it "
-                  f"(restart {self.restarts}); {len(units)} work unit(s) lost", file=sys.stderr, flush=True)
-            if self.restarts > 10 * len(self.specs):
-                raise WorkerError("rollout workers keep dying; giving up (see the errors above)")
+            report_restart(worker_id, what, self.restarts, len(units), len(self.specs))
             self._start(worker_id)
         return lost
 
     def shutdown(self, grace_s: float = 2.0) -> None:
-        """Stop every worker within about 2 × ``grace_s``: ask (a worker between units leaves in
-        0.2 s), then SIGTERM, then SIGKILL (a stopped or stuck process ignores the first two, and
-        multiprocessing would wait for it without end when the trainer exits)."""
+        """Stop every worker within about ``grace_s``: ask (a worker between units leaves in
+        0.2 s), then SIGKILL (a stopped or stuck process ignores the ask, and multiprocessing would
+        wait for it without end when the trainer exits; workers ignore SIGTERM, see worker_entry)."""
         self.stop.set()
         procs = list(self.processes.values())
-        for ask in (None, "terminate", "kill"):
+        for ask in (None, "kill"):
             if ask is not None:
                 for proc in procs:
                     if proc.is_alive():

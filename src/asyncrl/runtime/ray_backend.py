@@ -24,6 +24,7 @@ from dataclasses import replace
 import ray
 
 from asyncrl.config_loader import ConfigError
+from asyncrl.runtime.pool import report_restart, reseeded
 from asyncrl.runtime.worker import RolloutWorker, WorkerSpec, WorkUnit, starts_alone, worker_gpu_share
 from asyncrl.runtime.worker_entry import start_ray_reaper, stop_ray_reaper
 
@@ -168,7 +169,7 @@ class RayPool:
             before = self.actors[worker_id].ready.remote()
 
     def _actor(self, worker_id: int, after=None):
-        spec = self.specs[worker_id]
+        spec = reseeded(self.specs[worker_id], self.restarts)
         return RolloutActor.options(**actor_options(spec)).remote(spec, self.channel, after)
 
     def wait_ready(self) -> list[tuple]:
@@ -213,20 +214,24 @@ class RayPool:
         return messages
 
     def restart_dead(self) -> list[WorkUnit]:
+        """Restart (on any node with the resources it asks for) each actor that died holding work;
+        returns the units it will never finish."""
         lost = []
         for worker_id, units in self.inflight.items():
-            dead = False
-            for unit_id, (unit, ref) in list(units.items()):
+            error = None
+            for _, ref in list(units.values()):
                 done, _ = ray.wait([ref], timeout=0)
                 if done:
                     try:
                         ray.get(ref)
-                    except ray.exceptions.RayActorError:
-                        dead = True
-            if dead:
+                    except ray.exceptions.RayActorError as err:
+                        error = err
+            if error is not None:
                 lost += [unit for unit, _ in units.values()]
-                units.clear()
                 self.restarts += 1
+                report_restart(worker_id, f"died (Ray: {type(error).__name__})", self.restarts, len(units),
+                               len(self.specs))
+                units.clear()
                 self.actors[worker_id] = self._actor(worker_id)
         return lost
 

@@ -78,11 +78,18 @@ def start_guarded(ctx, target: Callable, args: tuple, name: str):
     return process
 
 
+def _leave_stop_signals_to_the_trainer() -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def arm_parent_death_guard(parent_pid: int) -> None:
     """End this process when ``parent_pid`` (the process that spawned it) does, even by SIGKILL;
-    exit at once if it already has. Ctrl-C reaches the whole process group: the trainer handles it
-    and stops its workers, so it is ignored here."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit at once if it already has. Ctrl-C reaches the whole process group, and so does SIGTERM
+    from torchrun (which signals each rank's group) or Slurm (every process of the job step): the
+    trainer handles both, checkpoints and stops its workers, so both are ignored here (a worker
+    that died of them would be restarted, and its unit lost, just before the stop)."""
+    _leave_stop_signals_to_the_trainer()
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -137,8 +144,8 @@ def _is_ray(pid: int, ray_dir: str) -> bool:
 def reap_ray(trainer_pid: int, ray_dir: str) -> None:
     """Reaper loop: until stdin (a pipe the trainer holds open) ends, note the trainer's Ray
     descendants with their start times; then SIGKILL those still alive, and what they started
-    meanwhile."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    meanwhile. Stop signals are the trainer's: the reaper must outlive it to do its work."""
+    _leave_stop_signals_to_the_trainer()
     noted: dict[int, int] = {}  # pid -> start time (a reused pid has another)
     while True:
         table = _processes()
