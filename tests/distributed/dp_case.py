@@ -1,7 +1,8 @@
-"""One Trainer.step of a fixed model and batch, in one process or as one rank of a gloo world of two:
-run here by the test (world 1) and as ``python dp_case.py RANK DIR CASE MICRO N_MINIBATCHES`` by
-each rank (world 2). Writes rank 0's gradients (each update's, before the optimizer step), weights
-after the step and statistics to DIR/<name>.pt."""
+"""One Trainer.step of a fixed model and batch, in one process or as one rank of a world of FSDP2
+ranks: run here by the test (one process, unsharded) and as ``python dp_case.py RANK DIR CASE MICRO
+N_MINIBATCHES [WORLD [DEVICE]]`` by each rank (gloo on the CPU, NCCL on CUDA; WORLD 2 and the CPU by
+default). Writes rank 0's gradients (each update's, before the optimizer step), weights after the
+step and statistics to DIR/<name>.pt, on the CPU."""
 
 import copy
 import sys
@@ -45,21 +46,27 @@ def run_case(model, batch, case: str, micro: int, n_minibatches: int, parallel=N
     return stats, weights, grads
 
 
-def main(rank: int, out: Path, case: str, micro: int, n_minibatches: int) -> None:
+def main(rank: int, out: Path, case: str, micro: int, n_minibatches: int, world_size: int = 2,
+         device: str = "cpu") -> None:
+    from asyncrl.distributed.config import FsdpConfig
     from asyncrl.distributed.data_parallel import DataParallel
     from asyncrl.distributed.fsdp import shard_model
     from asyncrl.distributed.world import World
 
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
-    world = World(rank, 2, rank)
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    torch.distributed.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank, world_size=world_size)
+    world = World(rank, world_size, rank)
     model, batch = torch.load(out / "input.pt", weights_only=False)
-    stats, weights, grads = run_case(model, batch, case, micro, n_minibatches, parallel=DataParallel(world),
-                                     shard=lambda m: shard_model(m, world, __import__(
-                                         "asyncrl.distributed.config", fromlist=["FsdpConfig"]).FsdpConfig()))
+    stats, weights, grads = run_case(model.to(device), batch.to(device), case, micro, n_minibatches,
+                                     parallel=DataParallel(world),
+                                     shard=lambda m: shard_model(m, world, FsdpConfig()))
     if rank == 0:
-        torch.save((stats, weights, grads), out / f"{case}-{micro}-{n_minibatches}.pt")
+        cpu = {name: w.cpu() for name, w in weights.items()}, [[g.cpu() for g in update] for update in grads]
+        torch.save((stats, *cpu), out / f"{case}-{micro}-{n_minibatches}.pt")
     torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    main(int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
+         *([int(sys.argv[6])] if len(sys.argv) > 6 else []), *sys.argv[7:8])

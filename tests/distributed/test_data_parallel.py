@@ -31,15 +31,41 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _world_two(tmp_path: Path, case: str, micro: int, n_minibatches: int):
+def sharded_step(tmp_path: Path, case: str, micro: int, n_minibatches: int, world: int = 2, device: str = "cpu"):
+    """(stats, weights, grads) of rank 0 of ``world`` FSDP2 ranks (dp_case.py) training tmp_path/input.pt."""
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     procs = [subprocess.Popen([sys.executable, str(HERE / "dp_case.py"), str(rank), str(tmp_path), case, str(micro),
-                               str(n_minibatches)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for rank in range(2)]
+                               str(n_minibatches), str(world), device], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for rank in range(world)]
     logs = [proc.communicate(timeout=240)[0] for proc in procs]
     assert all(proc.returncode == 0 for proc in procs), "\n".join(logs)[-3000:]
     return torch.load(tmp_path / f"{case}-{micro}-{n_minibatches}.pt", weights_only=False)
+
+
+def assert_same_stats(one: dict, other: dict, tol: float) -> None:
+    assert set(one) == set(other)
+    for key, value in one.items():
+        if key not in TIMES and not (isinstance(value, float) and math.isnan(value)):
+            assert other[key] == pytest.approx(value, rel=tol, abs=tol), key
+
+
+def test_one_fsdp2_rank_gives_the_update_of_the_plain_model(policy_and_batch, tmp_path):
+    """The sharded path at a world of one (what ``torchrun --nproc_per_node 1`` would shard): the
+    FSDP2 root, the data-parallel seam and the gathers change nothing. tests/gpu/test_fsdp_cuda.py
+    runs the same on CUDA with NCCL."""
+    sys.path.insert(0, str(HERE))
+    from dp_case import run_case
+
+    model, batch = policy_and_batch
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.save((model, batch), tmp_path / "input.pt")
+    sharded_stats, sharded_weights, _ = sharded_step(tmp_path, "a3po", 0, 2, world=1)
+    model.load_state_dict(start)
+    stats, weights, _ = run_case(model, batch, "a3po", 0, 2)
+    for name, weight in weights.items():
+        torch.testing.assert_close(sharded_weights[name], weight, rtol=1e-6, atol=1e-6)
+    assert_same_stats(stats, sharded_stats, 1e-6)
 
 
 @pytest.mark.parametrize("case, micro, n_minibatches", [
@@ -53,7 +79,7 @@ def test_two_ranks_give_the_update_of_one_process(policy_and_batch, tmp_path, ca
     model, batch = policy_and_batch
     start = {k: v.clone() for k, v in model.state_dict().items()}
     torch.save((model, batch), tmp_path / "input.pt")
-    two_stats, two_weights, two_grads = _world_two(tmp_path, case, micro, n_minibatches)
+    two_stats, two_weights, two_grads = sharded_step(tmp_path, case, micro, n_minibatches)
     model.load_state_dict(start)
     one_stats, one_weights, one_grads = run_case(model, batch, case, 0, n_minibatches)
     assert len(one_grads) == len(two_grads) == n_minibatches
@@ -64,7 +90,4 @@ def test_two_ranks_give_the_update_of_one_process(policy_and_batch, tmp_path, ca
     assert one_weights.keys() == two_weights.keys()
     for name, weight in one_weights.items():
         torch.testing.assert_close(two_weights[name], weight, rtol=1e-6, atol=1e-6)
-    assert set(one_stats) == set(two_stats)
-    for key, value in one_stats.items():
-        if key not in TIMES and not (isinstance(value, float) and math.isnan(value)):
-            assert two_stats[key] == pytest.approx(value, rel=1e-6, abs=1e-6), key
+    assert_same_stats(one_stats, two_stats, 1e-6)

@@ -1,4 +1,4 @@
-"""``torchrun --nproc_per_node 2 -m asyncrl.cli train``: two trainer ranks (FSDP2 on gloo) train the
+"""``torchrun --nproc_per_node 2 -m asyncrl train``: two trainer ranks (FSDP2 on gloo) train the
 run one process trains. Sync mode: the same batches (rank 0 generates them), every prompt group
 trained once (ledger), the same weights after five steps to 1e-5 and the same logged statistics; a
 world-2 run killed with SIGKILL resumes at world 1 and at world 2 to the uninterrupted run's weights."""
@@ -41,11 +41,10 @@ def _port() -> str:
 
 
 def command(world: int, *args: str) -> list[str]:
-    cli = ["-m", "asyncrl.cli", *args]
     if world == 1:
-        return [sys.executable, *cli]
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
-            "--master_addr", "127.0.0.1", "--master_port", _port(), *cli]
+        return [sys.executable, "-m", "asyncrl.cli", *args]
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),  # as docs/scaling.md
+            "--master_addr", "127.0.0.1", "--master_port", _port(), "-m", "asyncrl", *args]
 
 
 def train(tmp_path: Path, world: int, *args: str) -> subprocess.CompletedProcess:
@@ -124,7 +123,7 @@ def _rank_pids(agent: int) -> dict[int, int]:
         except OSError:
             continue
         ranks = [int(item[5:]) for item in env if item.startswith(b"RANK=")]
-        if ranks and b"asyncrl.cli" in Path(f"/proc/{pid}/cmdline").read_bytes():
+        if ranks and b"-m\0asyncrl\0" in Path(f"/proc/{pid}/cmdline").read_bytes():
             found[ranks[0]] = pid
     return found
 
@@ -172,12 +171,16 @@ ASYNC = ("run.mode=async", "async.n_workers=2", "async.max_staleness=2", "traine
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["local", "ray"])
 @pytest.mark.parametrize("victim", [0, 1])
-def test_sigkill_of_a_rank_in_an_async_run_leaves_no_worker(tmp_path, cache, victim):
-    """Async, two trainer ranks, two rollout workers: SIGKILL of either rank ends the whole job
-    within 30 s, and no rank, worker or helper process outlives it."""
-    marker = f"async-kill-{victim}-{os.getpid()}"
-    proc = _marked_launch(tmp_path, marker, *base(cache, "victim", 200), *ASYNC)
+def test_sigkill_of_a_rank_in_an_async_run_leaves_no_worker(tmp_path, cache, victim, backend):
+    """Async, two trainer ranks, two rollout workers (processes of rank 0, or Ray actors of rank 0's
+    private cluster): SIGKILL of either rank ends the whole job within 30 s, and no rank, worker,
+    Ray server or helper process outlives it by 10 s."""
+    if backend == "ray":
+        pytest.importorskip("ray")
+    marker = f"async-kill-{victim}-{backend}-{os.getpid()}"
+    proc = _marked_launch(tmp_path, marker, *base(cache, "victim", 200), *ASYNC, f"async.backend={backend}")
     wait_for_step(proc, tmp_path / "runs" / "victim" / "metrics.jsonl", 2)
     pids = _rank_pids(proc.pid)
     assert sorted(pids) == [0, 1], pids
@@ -230,7 +233,7 @@ def test_two_node_job_on_loopback(tmp_path, cache):
     port = _port()
     agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
                                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job",
-                                "--local-addr", "127.0.0.1", "-m", "asyncrl.cli", "train", *base(cache, "nodes", 5)],
+                                "--local-addr", "127.0.0.1", "-m", "asyncrl", "train", *base(cache, "nodes", 5)],
                                cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
               for _ in range(2)]
     ranks, listening = {}, set()

@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, ...]] = [
     # what runs many trainings or describes the config to users (plan: its memory and time on paper)
     ("asyncrl.bench", "asyncrl.config_help", "asyncrl.api", "asyncrl.plan", "asyncrl.plan_cli"),
     ("asyncrl.cli",),
+    ("asyncrl.__main__",),  # python -m asyncrl
 ]
 
 

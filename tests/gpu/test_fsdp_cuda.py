@@ -1,6 +1,9 @@
-"""Several trainer ranks on CUDA (``pytest -m gpu``): two torchrun ranks with NCCL train the run of
-one process (needs two GPUs; skipped below), and more ranks than GPUs is refused in one line."""
+"""Trainer ranks on CUDA (``pytest -m gpu``): one FSDP2 rank with NCCL gives the plain model's update;
+``torchrun --nproc_per_node 1`` trains async with the CUDA channel; two torchrun ranks with NCCL
+train the run of one process (needs two GPUs; skipped below); more ranks than GPUs is refused in
+one line."""
 
+import json
 import os
 import socket
 import subprocess
@@ -17,6 +20,9 @@ TESTS = Path(__file__).parents[1]
 sys.path.insert(0, str(TESTS / "foundation"))
 from test_e2e_train import TINY  # noqa: E402
 
+sys.path.insert(0, str(TESTS / "distributed"))
+from test_data_parallel import assert_same_stats, sharded_step  # noqa: E402
+
 CUDA = [*TINY, "policy.device=cuda", "eval.every=0", "trainer.lr=0.0002", "trainer.steps=5"]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
@@ -27,11 +33,42 @@ def _port() -> str:
         return str(sock.getsockname()[1])
 
 
-def run(tmp_path: Path, world: int, *args: str) -> subprocess.CompletedProcess:
-    launcher = [] if world == 1 else ["-m", "torch.distributed.run", "--nproc_per_node", str(world),
-                                      "--master_addr", "127.0.0.1", "--master_port", _port()]
-    return subprocess.run([sys.executable, *launcher, "-m", "asyncrl.cli", "train", *CUDA, *args], capture_output=True, text=True,
-                          cwd=tmp_path, env=ENV, timeout=900)
+def run(tmp_path: Path, world: int, *args: str, torchrun: bool | None = None) -> subprocess.CompletedProcess:
+    """``asyncrl train`` on CUDA: one process, or ``world`` torchrun ranks (torchrun=True: even one)."""
+    torchrun = world > 1 if torchrun is None else torchrun
+    launcher = [] if not torchrun else ["-m", "torch.distributed.run", "--nproc_per_node", str(world),
+                                        "--master_addr", "127.0.0.1", "--master_port", _port()]
+    return subprocess.run([sys.executable, *launcher, "-m", "asyncrl", "train", *CUDA, *args], capture_output=True,
+                          text=True, cwd=tmp_path, env=ENV, timeout=900)
+
+
+def test_one_fsdp2_rank_on_cuda_gives_the_update_of_the_plain_model(policy_and_batch, tmp_path):
+    """FSDP2's root and layer wrappers, the data-parallel seam and the NCCL gathers on one GPU
+    change nothing against training the plain model on that GPU (float32; TF32 off on both sides)."""
+    from dp_case import run_case
+
+    model, batch = policy_and_batch
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.save((model, batch), tmp_path / "input.pt")
+    sharded_stats, sharded_weights, _ = sharded_step(tmp_path, "a3po", 0, 2, world=1, device="cuda")
+    model.load_state_dict(start)
+    try:
+        stats, weights, _ = run_case(model.to("cuda"), batch.to("cuda"), "a3po", 0, 2)
+        weights = {name: w.cpu() for name, w in weights.items()}
+    finally:
+        model.to("cpu")
+    for name, weight in weights.items():
+        torch.testing.assert_close(sharded_weights[name], weight, rtol=1e-5, atol=1e-5)
+    assert_same_stats(stats, sharded_stats, 1e-4)
+
+
+def test_torchrun_world_one_trains_async_with_the_cuda_channel(tmp_path):
+    out = run(tmp_path, 1, f"policy.cache_dir={tmp_path / 'cache'}", "run.name=one", "run.mode=async",
+              "async.n_workers=1", "async.weight_channel=cuda", torchrun=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout)["steps"] == 5
+    metrics = [json.loads(line) for line in (tmp_path / "runs/one/metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("weight_pull_s", 0) > 0 for r in metrics), "no weight pull through the CUDA channel"
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")

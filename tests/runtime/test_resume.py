@@ -44,7 +44,9 @@ def start(tmp_path: Path, cache: str, name: str, *args: str) -> subprocess.Popen
 
 
 def rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    """The complete lines of a JSONL file (a run still writing it may have half a line at its end)."""
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]
 
 
 def steps_done(metrics: Path) -> int:
