@@ -395,16 +395,18 @@ def step_time(p: PlanInputs, rates: Rates = Rates()) -> StepTime:
 
 def inputs_from_config(cfg, shape: ModelShape, gpus: int, prompt_tokens: int, **changes) -> PlanInputs:
     """The :class:`PlanInputs` of a loaded asyncrl Config (``cfg``) for ``shape`` on ``gpus`` ranks."""
+    from asyncrl.rollout.vllm_engine import COLOCATED_GPU_MEMORY
+    from asyncrl.runtime.worker import engines_beside_trainer
+
     ro, tr, pol, asy = cfg.rollout, cfg.trainer, cfg.policy, cfg.async_
     generation = pol.dtype if ro.dtype == "auto" else ro.dtype
     extra = (1 if tr.prox == "recompute" else 0) + (1 if tr.kl_coef > 0 else 0)
-    # rollout engines on rank 0's GPU (asyncrl.runtime.worker.engines_beside_trainer): every async
-    # worker, except Ray actors that ask for a whole GPU each; a sync run generates in its own process
-    ray_gpu = (asy.gpus_per_worker or 1 / (asy.n_workers + 1)) >= 1
-    engines = 1 if cfg.run.mode != "async" else 0 if asy.backend == "ray" and ray_gpu else asy.n_workers
-    # vLLM's share: the user's per engine, else 0.35 of the GPU split among the engines
+    # rollout engines on rank 0's GPU: the async workers the runtime places there; a sync run
+    # generates in its own process
+    engines = engines_beside_trainer(cfg) if cfg.run.mode == "async" else 1
+    # vLLM's share: the user's per engine, else the colocated share split among the engines
     util = float(ro.engine_kwargs["gpu_memory_utilization"]) * engines \
-        if "gpu_memory_utilization" in ro.engine_kwargs else 0.35 * (engines > 0)
+        if "gpu_memory_utilization" in ro.engine_kwargs else COLOCATED_GPU_MEMORY * (engines > 0)
     cuda_channel = asy.weight_channel == "cuda" or (asy.weight_channel == "auto" and asy.backend != "ray")
     inputs = PlanInputs(model=shape, gpus=gpus, batch_rows=ro.batch_size, minibatches=tr.n_minibatches,
                         micro_batch=tr.micro_batch_size, prompt_tokens=prompt_tokens, new_tokens=ro.max_new_tokens,

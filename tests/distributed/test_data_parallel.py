@@ -50,19 +50,28 @@ def assert_same_stats(one: dict, other: dict, tol: float) -> None:
             assert other[key] == pytest.approx(value, rel=tol, abs=tol), key
 
 
+def one_rank_and_plain(model, batch, tmp_path: Path, device: str = "cpu"):
+    """((stats, weights) of one FSDP2 rank, (stats, weights) of the plain model) after one A-3PO
+    step on ``device`` from the same start; weights on the CPU, ``model`` left there."""
+    sys.path.insert(0, str(HERE))
+    from dp_case import run_case
+
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.save((model, batch), tmp_path / "input.pt")
+    sharded_stats, sharded_weights, _ = sharded_step(tmp_path, "a3po", 0, 2, world=1, device=device)
+    model.load_state_dict(start)
+    try:
+        stats, weights, _ = run_case(model.to(device), batch.to(device), "a3po", 0, 2)
+    finally:
+        model.to("cpu")
+    return (sharded_stats, sharded_weights), (stats, {name: w.cpu() for name, w in weights.items()})
+
+
 def test_one_fsdp2_rank_gives_the_update_of_the_plain_model(policy_and_batch, tmp_path):
     """The sharded path at a world of one (what ``torchrun --nproc_per_node 1`` would shard): the
     FSDP2 root, the data-parallel seam and the gathers change nothing. tests/gpu/test_fsdp_cuda.py
     runs the same on CUDA with NCCL."""
-    sys.path.insert(0, str(HERE))
-    from dp_case import run_case
-
-    model, batch = policy_and_batch
-    start = {k: v.clone() for k, v in model.state_dict().items()}
-    torch.save((model, batch), tmp_path / "input.pt")
-    sharded_stats, sharded_weights, _ = sharded_step(tmp_path, "a3po", 0, 2, world=1)
-    model.load_state_dict(start)
-    stats, weights, _ = run_case(model, batch, "a3po", 0, 2)
+    (sharded_stats, sharded_weights), (stats, weights) = one_rank_and_plain(*policy_and_batch, tmp_path)
     for name, weight in weights.items():
         torch.testing.assert_close(sharded_weights[name], weight, rtol=1e-6, atol=1e-6)
     assert_same_stats(stats, sharded_stats, 1e-6)

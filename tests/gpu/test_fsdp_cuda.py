@@ -21,7 +21,7 @@ sys.path.insert(0, str(TESTS / "foundation"))
 from test_e2e_train import TINY  # noqa: E402
 
 sys.path.insert(0, str(TESTS / "distributed"))
-from test_data_parallel import assert_same_stats, sharded_step  # noqa: E402
+from test_data_parallel import assert_same_stats, one_rank_and_plain  # noqa: E402
 
 CUDA = [*TINY, "policy.device=cuda", "eval.every=0", "trainer.lr=0.0002", "trainer.steps=5"]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
@@ -45,18 +45,7 @@ def run(tmp_path: Path, world: int, *args: str, torchrun: bool | None = None) ->
 def test_one_fsdp2_rank_on_cuda_gives_the_update_of_the_plain_model(policy_and_batch, tmp_path):
     """FSDP2's root and layer wrappers, the data-parallel seam and the NCCL gathers on one GPU
     change nothing against training the plain model on that GPU (float32; TF32 off on both sides)."""
-    from dp_case import run_case
-
-    model, batch = policy_and_batch
-    start = {k: v.clone() for k, v in model.state_dict().items()}
-    torch.save((model, batch), tmp_path / "input.pt")
-    sharded_stats, sharded_weights, _ = sharded_step(tmp_path, "a3po", 0, 2, world=1, device="cuda")
-    model.load_state_dict(start)
-    try:
-        stats, weights, _ = run_case(model.to("cuda"), batch.to("cuda"), "a3po", 0, 2)
-        weights = {name: w.cpu() for name, w in weights.items()}
-    finally:
-        model.to("cpu")
+    (sharded_stats, sharded_weights), (stats, weights) = one_rank_and_plain(*policy_and_batch, tmp_path, "cuda")
     for name, weight in weights.items():
         torch.testing.assert_close(sharded_weights[name], weight, rtol=1e-5, atol=1e-5)
     assert_same_stats(stats, sharded_stats, 1e-4)

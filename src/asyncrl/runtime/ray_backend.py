@@ -24,6 +24,7 @@ from dataclasses import replace
 import ray
 
 from asyncrl.config_loader import ConfigError
+from asyncrl.runtime.addresses import is_loopback
 from asyncrl.runtime.pool import report_restart, reseeded
 from asyncrl.runtime.worker import RolloutWorker, WorkerSpec, WorkUnit, starts_alone, worker_gpu_share
 from asyncrl.runtime.worker_entry import start_ray_reaper, stop_ray_reaper
@@ -58,13 +59,7 @@ def _loopback_only() -> Iterator[None]:
 
 def _on_loopback(address: str) -> bool:
     """Whether ``RAY_ADDRESS`` (``host:port``, or ``auto``/``ray://...``) names a loopback host."""
-    import ipaddress
-
-    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+    return is_loopback(address.removeprefix("ray://").rsplit(":", 1)[0])
 
 
 def init_ray(n_workers: int) -> bool:
@@ -219,7 +214,7 @@ class RayPool:
         lost = []
         for worker_id, units in self.inflight.items():
             error = None
-            for _, ref in list(units.values()):
+            for _, ref in units.values():
                 done, _ = ray.wait([ref], timeout=0)
                 if done:
                     try:

@@ -31,6 +31,8 @@ import threading
 import torch
 
 from asyncrl.policy.lora import export_state_dict
+from asyncrl.runtime.addresses import is_loopback
+from asyncrl.runtime.channels.flat import flat_views, weight_layout
 
 ADDR_ENV = "ASYNCRL_CHANNEL_ADDR"
 BUCKET_ELEMENTS = 1 << 24  # 64 MiB of float32 per message
@@ -51,17 +53,8 @@ def _pair(store, peer: int, rank: int, device: torch.device, host: str):
     options._timeout = PAIR_TIMEOUT
     # on loopback both ends bind there; across nodes each binds its own default interface
     gloo = torch.distributed.ProcessGroupGloo
-    options._devices = [gloo.create_device(hostname="127.0.0.1") if _is_loopback(host) else gloo.create_default_device()]
+    options._devices = [gloo.create_device(hostname="127.0.0.1") if is_loopback(host) else gloo.create_default_device()]
     return torch.distributed.ProcessGroupGloo(prefixed, rank, 2, options)
-
-
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def _broadcast(group, flat: torch.Tensor) -> None:
@@ -74,7 +67,7 @@ class CollectiveWeights:
     """The channel's handle: the trainer's object publishes; a pickled copy (a worker's) pulls."""
 
     def __init__(self, model: torch.nn.Module, device: str, dtype: torch.dtype):
-        self.layout = [(name, p.shape) for name, p in export_state_dict(model).items()]
+        self.layout = weight_layout(model)
         self.device = torch.device(device)
         self.dtype = dtype if self.device.type == "cuda" else torch.float32
         self.host = os.environ.get(ADDR_ENV, "127.0.0.1")
@@ -185,11 +178,8 @@ class CollectiveWeights:
         flat = torch.empty(numel, dtype=self.dtype, device=self.device)
         _broadcast(group, flat)
         state = model.state_dict()
-        offset = 0
-        for name, shape in self.layout:
-            n = shape.numel()
-            state[name].copy_(flat[offset:offset + n].view(shape))
-            offset += n
+        views = flat_views(flat, self.layout)
+        torch._foreach_copy_([state[name] for name, _ in views], [view for _, view in views])
         return version
 
 

@@ -71,8 +71,19 @@ def _fence() -> None:
         pass
 
 
-def _layout(model: torch.nn.Module) -> list[tuple[str, torch.Size]]:
+def weight_layout(model: torch.nn.Module) -> list[tuple[str, torch.Size]]:
+    """(name, shape) of each published tensor, in the order a flat buffer holds them."""
     return [(name, p.shape) for name, p in export_state_dict(model).items()]
+
+
+def flat_views(flat: torch.Tensor, layout: list[tuple[str, torch.Size]]) -> list[tuple[str, torch.Tensor]]:
+    """(name, view) of each tensor of ``layout`` inside the 1-D ``flat`` (no copy)."""
+    views, offset = [], 0
+    for name, shape in layout:
+        n = shape.numel()
+        views.append((name, flat[offset:offset + n].view(shape)))
+        offset += n
+    return views
 
 
 def _shared_counters(ctx: mp.context.BaseContext):
@@ -95,17 +106,12 @@ class HostSharedWeights:
 
     @classmethod
     def create(cls, model: torch.nn.Module, ctx: mp.context.BaseContext) -> HostSharedWeights:
-        layout = _layout(model)
+        layout = weight_layout(model)
         flat = torch.zeros(2, sum(s.numel() for _, s in layout), dtype=torch.float32).share_memory_()
         return cls(flat, *_shared_counters(ctx), layout)
 
     def _views(self, buffer: int) -> list[tuple[str, torch.Tensor]]:
-        views, offset = [], 0
-        for name, shape in self.layout:
-            n = shape.numel()
-            views.append((name, self.flat[buffer, offset:offset + n].view(shape)))
-            offset += n
-        return views
+        return flat_views(self.flat[buffer], self.layout)
 
     def _wait(self) -> None:
         """Block until this process's copies into/out of ``flat`` have finished (GPU: async)."""
@@ -166,7 +172,7 @@ class CudaIpcWeights(HostSharedWeights):
                dtype: torch.dtype = torch.bfloat16) -> CudaIpcWeights:
         if not torch.cuda.is_available():
             raise RuntimeError("the cuda weight channel needs a CUDA device")
-        layout = _layout(model)
+        layout = weight_layout(model)
         flat = torch.zeros(2, sum(s.numel() for _, s in layout), dtype=dtype, device=device)
         return cls(flat, *_shared_counters(ctx), layout)
 
