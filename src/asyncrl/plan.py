@@ -1,7 +1,8 @@
 """Capacity on paper (``asyncrl plan``): per-GPU memory and step time of a run, from its shapes.
 
 Pure arithmetic over a :class:`ModelShape` (a Qwen2.5 preset or a Hugging Face ``config.json``) and
-a :class:`PlanInputs` (batch shape, precision, world size, rollout placement), with no torch. Every
+a :class:`PlanInputs` (batch shape, precision, world size, rollout placement); the module imports no
+torch (:func:`inputs_from_config` asks the runtime which engines share rank 0's GPU). Every
 number is in bytes or seconds; docs/scaling.md ("Capacity planning") states each formula, and
 tests/foundation/test_plan.py checks the peak against trainer steps measured on the CPU and against
 the H200 runs in benchmarks/results/2026-11-26-gpu.
