@@ -183,7 +183,7 @@ def synthetic_batch(args, vocab: int, stale: int = 4):
 
 def trainer_section(args, size: str) -> dict:
     from asyncrl.config import LossConfig, TrainerConfig
-    from asyncrl.trainer import Trainer
+    from asyncrl.training.trainer import Trainer
 
     model = build(size, args.device)
     if args.grad_ckpt:
@@ -212,7 +212,7 @@ def trainer_section(args, size: str) -> dict:
 # --- mismatch ----------------------------------------------------------------------------------------
 def mismatch_section(args, size: str) -> dict:
     from asyncrl.config import LossConfig, TrainerConfig
-    from asyncrl.trainer import Trainer
+    from asyncrl.training.trainer import Trainer
     from asyncrl.types import Batch
 
     master = build(size, args.device)  # fp32 trainer weights; the generator holds a bf16 copy

@@ -32,7 +32,7 @@ ARMS = {"recompute": ("recompute", {}), "loglinear": ("loglinear", {}),
 
 def measure(args, arm: str) -> dict:
     from asyncrl.config import LossConfig, TrainerConfig
-    from asyncrl.trainer import Trainer
+    from asyncrl.training.trainer import Trainer
 
     prox, params = ARMS[arm]
     model, batch = build_model(args), build_batch(args)

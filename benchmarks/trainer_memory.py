@@ -140,7 +140,7 @@ def _process_baseline(args, trainer_module, configs) -> int:
 
 def child(args) -> dict:
     """One variant in this (fresh) process: the warm-up step's statistics, peak memory, step times."""
-    import asyncrl.trainer as trainer_module
+    import asyncrl.training.trainer as trainer_module
     from asyncrl.config import LossConfig, TrainerConfig
 
     torch.set_num_threads(args.threads)

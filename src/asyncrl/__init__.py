@@ -10,7 +10,7 @@ __all__ = ["__version__", "train"]
 
 
 def __getattr__(name: str):
-    if name == "train":  # by name, not an import statement: the root package knows no higher layer
+    if name == "train":  # loaded on first use: `import asyncrl` stays light (no torch)
         from importlib import import_module
 
         return import_module("asyncrl.api").train

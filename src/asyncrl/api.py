@@ -64,7 +64,7 @@ def build_config(config: Any = None, *, reward_funcs: Sequence[Callable | str] |
     """The :class:`~asyncrl.config.Config` that :func:`train` runs (arguments as there); writes the
     in-memory inputs under ``<run.out_dir>/.inputs/``."""
     from asyncrl.config import Config, _rename_old_keys
-    from asyncrl.config_loader import from_dict
+    from asyncrl.core.loader import from_dict
 
     data = _base(config)
     settings = {**(overrides or {}), **{key.replace("__", "."): value for key, value in keys.items()}}
@@ -88,8 +88,8 @@ def build_config(config: Any = None, *, reward_funcs: Sequence[Callable | str] |
 
 def _base(config: Any) -> dict:
     from asyncrl.config import Config, ConfigError
-    from asyncrl.config_loader import read_yaml
-    from asyncrl.presets import resolve_config_path
+    from asyncrl.core.loader import read_yaml
+    from asyncrl.config.presets import resolve_config_path
 
     if config is None:
         return {}
@@ -109,7 +109,7 @@ def _set(data: dict, key: str, value: Any) -> None:
     """``data[a][b] = value`` for ``key`` ``"a.b"``; a section with a ``name`` takes a bare string
     (``task="gsm8k"``), as on the command line."""
     from asyncrl.config import _sections_with_name
-    from asyncrl.config_loader import ConfigError, apply_override
+    from asyncrl.core.loader import ConfigError, apply_override
 
     parts = key.split(".")
     if any(not p for p in parts):

@@ -12,9 +12,9 @@ import shlex
 import sys
 
 from asyncrl.config import ConfigError, load_config
-from asyncrl.config_help import config_yaml, describe_keys, keys_epilog
-from asyncrl.config_loader import guarded
-from asyncrl.presets import PRESETS_DIR, preset_names
+from asyncrl.config.help import config_yaml, describe_keys, keys_epilog
+from asyncrl.core.loader import guarded
+from asyncrl.config.presets import PRESETS_DIR, preset_names
 
 
 class _Parser(argparse.ArgumentParser):
@@ -97,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _plan_parser(sub) -> None:
-    from asyncrl.plan import PRESETS, Rates
+    from asyncrl.plan.estimate import PRESETS, Rates
 
     plan = sub.add_parser("plan", help="per-GPU memory and step time of a run, on paper (docs/scaling.md)")
     plan.add_argument("--model", metavar="PRESET|PATH",
@@ -125,7 +125,7 @@ def _plan_parser(sub) -> None:
 
 
 def _plan(args) -> int:
-    from asyncrl.plan_cli import run_plan
+    from asyncrl.plan.cli import run_plan
 
     return run_plan(args)
 
@@ -148,7 +148,7 @@ def _train(cfg) -> int:
         print(f"asyncrl: {err}", file=sys.stderr)
         return 1
     keys = ("mode", "steps", "initial_eval_reward", "final_eval_reward", "wall_time_s", "run_dir")
-    from asyncrl.metrics import json_safe
+    from asyncrl.tracking.metrics import json_safe
 
     line = {k: summary[k] for k in keys}
     report = _report_of(summary["run_dir"])
@@ -170,8 +170,8 @@ def _report_of(run_dir: str) -> str | None:
 
 
 def _pretrain(cfg) -> int:
-    from asyncrl.pretrain import pretrain
-    from asyncrl.progress import TrainProgress
+    from asyncrl.training.pretrain import pretrain
+    from asyncrl.core.progress import TrainProgress
 
     with TrainProgress(cfg.pretrain.steps, "pretrain", enabled=cfg.run.progress) as progress:
         path = pretrain(cfg, on_step=lambda step, loss: progress.update(step + 1, sft_loss=loss))
@@ -183,8 +183,8 @@ def _pretrain(cfg) -> int:
 def _eval(cfg) -> int:
     import torch
 
-    from asyncrl.evaluation import cli_report, eval_metrics, summary_lines, write_outputs
-    from asyncrl.metrics import json_safe
+    from asyncrl.training.evaluation import cli_report, eval_metrics, summary_lines, write_outputs
+    from asyncrl.tracking.metrics import json_safe
     from asyncrl.policy.model import check_device, load_policy_for
     from asyncrl.runtime.preflight import check_prompts, check_writable
     from asyncrl.runtime.session import resolve_policy_dir
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _export(args) -> int:
-    from asyncrl.export import export_run
+    from asyncrl.training.export import export_run
 
     try:
         out, step = export_run(args.run_dir, args.out)

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from asyncrl.config import LossConfig, TrainerConfig
-from asyncrl.reference import ReferencePolicy
-from asyncrl.trainer import Trainer
+from asyncrl.training.reference import ReferencePolicy
+from asyncrl.training.trainer import Trainer
 
 CASES = {
     "a3po": (LossConfig(name="decoupled"), {"prox": "loglinear", "prox_error": True}, 0.0),

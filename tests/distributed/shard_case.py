@@ -11,13 +11,13 @@ from pathlib import Path
 
 import torch
 
-from asyncrl.checkpoint import load_states
+from asyncrl.training.checkpoint import load_states
 from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.distributed.config import FsdpConfig
 from asyncrl.distributed.data_parallel import DataParallel, full
 from asyncrl.distributed.fsdp import shard_model
 from asyncrl.distributed.world import World
-from asyncrl.trainer import Trainer
+from asyncrl.training.trainer import Trainer
 
 
 def whole_state(trainer: Trainer) -> dict:

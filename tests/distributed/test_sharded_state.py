@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from asyncrl.checkpoint import DamagedCheckpoint, _non_finite_shards, load_states
+from asyncrl.training.checkpoint import DamagedCheckpoint, _non_finite_shards, load_states
 from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.distributed.sharded_state import SHARDS, tensor_names
-from asyncrl.trainer import Trainer
+from asyncrl.training.trainer import Trainer
 
 HERE = Path(__file__).parent
 

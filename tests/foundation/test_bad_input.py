@@ -333,7 +333,7 @@ def test_resume_auto_without_a_checkpoint_starts_afresh_writing_step_0_once(tmp_
 
 def test_pretrain_summary_holds_null_not_nan(tmp_path):
     """pretrain.steps=0 trains nothing: its loss is NaN, which JSON cannot hold."""
-    from asyncrl.pretrain import _save
+    from asyncrl.training.pretrain import _save
 
     class Saved:
         def cpu(self):
@@ -352,7 +352,7 @@ def test_a_second_stop_signal_exits_like_the_first(capsys):
     """SIGTERM twice: 143 (not Ctrl-C's 130), one line, no traceback."""
     import signal
 
-    from asyncrl.config_loader import guarded
+    from asyncrl.core.loader import guarded
     from asyncrl.runtime.signals import StopNow, StopRequests
 
     stops = StopRequests()
@@ -375,7 +375,7 @@ def test_start_up_phases_wait_for_the_run_directory_unless_in_a_terminal():
 
     from rich.console import Console
 
-    from asyncrl.progress import TrainProgress
+    from asyncrl.core.progress import TrainProgress
 
     out = io.StringIO()
     progress = TrainProgress(3, "sync/grpo", console=Console(file=out, force_terminal=False), hold_phases=True)

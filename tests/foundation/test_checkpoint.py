@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.checkpoint import (
+from asyncrl.training.checkpoint import (
     global_rng_state,
     latest_checkpoint,
     load_states,

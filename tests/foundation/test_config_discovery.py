@@ -7,7 +7,7 @@ import pytest
 
 from asyncrl.cli import main
 from asyncrl.config import Config, load_config
-from asyncrl.config_help import config_keys, matching, type_label, value_label
+from asyncrl.config.help import config_keys, matching, type_label, value_label
 
 
 def _leaf_count(cls) -> int:

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from asyncrl.config import Config
-from asyncrl.config_help import config_keys
+from asyncrl.config.help import config_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from asyncrl.config import load_config
-from asyncrl.config_loader import ConfigError
-from asyncrl.evaluation import EvalResult, eval_metrics
+from asyncrl.core.loader import ConfigError
+from asyncrl.training.evaluation import EvalResult, eval_metrics
 from asyncrl.tasks import Problem
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}

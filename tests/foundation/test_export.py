@@ -8,7 +8,7 @@ import sys
 import torch
 from safetensors.torch import load_file
 
-from asyncrl.checkpoint import save_checkpoint
+from asyncrl.training.checkpoint import save_checkpoint
 
 
 def _cli(*args, cwd):

@@ -218,7 +218,7 @@ def run_fault(tmp: Path, argv: list, model: Path, disk, base_run):
 def assert_nothing_half_written(out: Path, finished: bool) -> None:
     """No ``.tmp`` left, every row file parses, the newest checkpoint (the link's target) reads
     back whole, and ``summary.json`` exists only for a finished run."""
-    from asyncrl.checkpoint import check_checkpoint, latest_checkpoint
+    from asyncrl.training.checkpoint import check_checkpoint, latest_checkpoint
 
     for run_dir in [p for p in out.iterdir() if p.is_dir()] if out.is_dir() else []:
         assert not [p for p in run_dir.rglob("*") if p.name.endswith(".tmp")], "a .tmp file or folder was left"
@@ -379,8 +379,8 @@ def _save(run_dir, tiny_policy, step):
 
 
 def test_checkpoint_refused_without_room_leaves_previous(tmp_path, tiny_policy, monkeypatch):
-    import asyncrl.checkpoint as ckpt
-    from asyncrl.disk import DiskFull
+    import asyncrl.training.checkpoint as ckpt
+    from asyncrl.core.disk import DiskFull
 
     _save(tmp_path, tiny_policy, 1)
     monkeypatch.setattr(ckpt, "free_bytes", lambda path: 1000)
@@ -395,9 +395,9 @@ def test_checkpoint_refused_without_room_leaves_previous(tmp_path, tiny_policy, 
                                      RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos "
                                                   "109440 vs 109328")], ids=["enospc", "unexpected-pos"])
 def test_checkpoint_write_failing_on_full_disk(tmp_path, tiny_policy, monkeypatch, failure):
-    import asyncrl.checkpoint as ckpt
-    import asyncrl.disk as disk
-    from asyncrl.disk import DiskFull
+    import asyncrl.training.checkpoint as ckpt
+    import asyncrl.core.disk as disk
+    from asyncrl.core.disk import DiskFull
 
     _save(tmp_path, tiny_policy, 1)
 
@@ -430,8 +430,8 @@ class _FillsUp:
 
 
 def test_row_file_on_a_full_disk_names_it_and_keeps_whole_rows(tmp_path):
-    from asyncrl.disk import DiskFull
-    from asyncrl.metrics import JsonRows
+    from asyncrl.core.disk import DiskFull
+    from asyncrl.tracking.metrics import JsonRows
 
     rows = JsonRows(tmp_path / "metrics.jsonl")
     rows.append({"step": 1, "x": 1.0})
@@ -445,7 +445,7 @@ def test_row_file_on_a_full_disk_names_it_and_keeps_whole_rows(tmp_path):
 
 
 def test_atomic_text_on_a_full_disk_leaves_nothing(tmp_path, monkeypatch):
-    from asyncrl.disk import DiskFull, write_text_atomic
+    from asyncrl.core.disk import DiskFull, write_text_atomic
 
     real_write = Path.write_text
 
@@ -463,7 +463,7 @@ def test_atomic_text_on_a_full_disk_leaves_nothing(tmp_path, monkeypatch):
 # -- checkpoints a resume must not trust, in-process --
 
 def test_check_checkpoint_tells_damage_from_non_finite(tmp_path, tiny_policy):
-    from asyncrl.checkpoint import DamagedCheckpoint, NonFiniteCheckpoint, check_checkpoint
+    from asyncrl.training.checkpoint import DamagedCheckpoint, NonFiniteCheckpoint, check_checkpoint
 
     for step in (1, 2, 3):
         _save(tmp_path, tiny_policy, step)

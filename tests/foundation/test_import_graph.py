@@ -3,8 +3,11 @@
 What counts as an edge, module → module:
 * every ``import`` and ``from ... import``, at module level or inside a function: a lazy import
   that closes a loop is still two modules that cannot be understood apart, and a lazy import of a
-  higher layer is still a lower layer that knows about a higher one. What does not count is a
-  registry's import path (``"asyncrl.runtime.backends:local_pool"`` in asyncrl.registries): a
+  higher layer is still a lower layer that knows about a higher one;
+* an import by name, ``import_module("asyncrl.x")`` (a module ``__getattr__`` that loads a
+  submodule on first use is the usual case), and an f-string name counts as an edge to the package
+  its constant prefix names: such a module names its target as surely as an ``import`` does.
+  What does not count is a registry's import path (``"asyncrl.runtime.backends:local_pool"`` in asyncrl.core.registries): a
   string the runtime resolves when it builds the part, which is how a lower layer names a higher
   layer's parts without depending on them;
 * importing ``a.b.c`` executes the ``__init__`` of the packages ``a`` and ``a.b`` first, so those
@@ -23,26 +26,27 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 # Low to high; a module may import its own layer and the layers below, never a layer above. A
 # package's place is that of its longest listed prefix; every module must have one.
 LAYERS: list[tuple[str, ...]] = [
-    # foundations: no knowledge of any component
-    ("asyncrl", "asyncrl.types", "asyncrl.config_loader", "asyncrl.registries", "asyncrl.plotting",
-     "asyncrl.presets", "asyncrl.progress", "asyncrl.lr_schedule", "asyncrl.user_cache",
-     "asyncrl.config_peers", "asyncrl.disk"),
-    # the parts, each usable alone: pure objectives, problems and rewards, trackers, the buffer
+    # foundations: no knowledge of any component (asyncrl.core: loader, registries, disk, cache,
+    # progress, plotting)
+    ("asyncrl.types", "asyncrl.core"),
+    # the parts, each usable alone: pure objectives, problems and rewards, trackers and metric rows
     ("asyncrl.objectives", "asyncrl.stability", "asyncrl.control", "asyncrl.tasks", "asyncrl.rewards",
-     "asyncrl.tracking", "asyncrl.metrics", "asyncrl.buffer",
+     "asyncrl.tracking",
      # which process of a torchrun job this is, and the sharded trainer's settings
      "asyncrl.distributed", "asyncrl.distributed.world", "asyncrl.distributed.config"),
-    # the typed run configuration, which checks names against the registries below it
+    # the typed run configuration (its presets and peer names too), which checks names against the
+    # registries below it
     ("asyncrl.config",),
-    # machinery over one model: weights, generation engines, evaluation, warm start, the trainer
-    ("asyncrl.policy", "asyncrl.checkpoint", "asyncrl.reference", "asyncrl.rollout", "asyncrl.evaluation",
-     "asyncrl.pretrain", "asyncrl.trainer", "asyncrl.trainer_steps",
-     "asyncrl.distributed.data_parallel", "asyncrl.distributed.fsdp", "asyncrl.distributed.sharded_state",
-     "asyncrl.export"),
-    # the training loop, batch sources, workers, weight channels, backends
+    # machinery over one model: weights, generation engines, the trainer and its parts, evaluation,
+    # warm start, checkpoints
+    ("asyncrl.policy", "asyncrl.rollout", "asyncrl.training",
+     "asyncrl.distributed.data_parallel", "asyncrl.distributed.fsdp", "asyncrl.distributed.sharded_state"),
+    # the training loop, batch sources, the buffer, workers, weight channels, backends
     ("asyncrl.runtime", "asyncrl.distributed.ranks"),
     # what runs many trainings or describes the config to users (plan: its memory and time on paper)
-    ("asyncrl.bench", "asyncrl.config_help", "asyncrl.api", "asyncrl.plan", "asyncrl.plan_cli"),
+    # and the public face: the root package, whose ``asyncrl.train`` is the API's (loaded by name on
+    # first use, so ``import asyncrl`` stays light; still an edge to asyncrl.api)
+    ("asyncrl.bench", "asyncrl.config.help", "asyncrl.api", "asyncrl.plan", "asyncrl"),
     ("asyncrl.cli",),
     ("asyncrl.__main__",),  # python -m asyncrl
 ]
@@ -64,6 +68,8 @@ def _targets(node: ast.AST, package: str, files: dict[str, Path]) -> list[tuple[
     reads that module's attributes itself (``from pkg import x``)."""
     if isinstance(node, ast.Import):
         return [(a.name, False) for a in node.names]
+    if isinstance(node, ast.Call) and _by_name(node) is not None:
+        return [(_by_name(node), False)]
     if not isinstance(node, ast.ImportFrom):
         return []
     base = node.module or ""
@@ -73,6 +79,22 @@ def _targets(node: ast.AST, package: str, files: dict[str, Path]) -> list[tuple[
     found = [(base, True)]
     found += [(f"{base}.{a.name}", False) for a in node.names if f"{base}.{a.name}" in files]
     return found
+
+
+def _by_name(node: ast.Call) -> str | None:
+    """The module an ``import_module(...)``/``__import__(...)`` call names: its string literal, or
+    the package named by an f-string's constant prefix (``f"asyncrl.tracking.{x}"`` →
+    ``asyncrl.tracking``); None for any other call or a name held in a variable."""
+    func = node.func
+    called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    if called not in ("import_module", "__import__") or not node.args:
+        return None
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+        return str(arg.values[0].value).rpartition(".")[0] or None
+    return None
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -148,9 +170,13 @@ def test_edges_count_package_inits(tmp_path, monkeypatch):
     (pkg / "session.py").write_text("from asyncrl.p import helper\n\nclass Session: ...\n")
     (pkg / "helper.py").write_text("")
     (tmp_path / "asyncrl" / "user.py").write_text("def f():\n    import asyncrl.p.helper\n")
+    (tmp_path / "asyncrl" / "lazy.py").write_text(
+        "from importlib import import_module\n\ndef __getattr__(name):\n"
+        "    return import_module('asyncrl.p.loop').run\n\ndef g(k):\n    return import_module(f'asyncrl.p.{k}')\n")
     monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
     graph = import_graph()
     assert graph["asyncrl.user"] == {"asyncrl.p", "asyncrl.p.helper"}  # the lazy import counts
+    assert graph["asyncrl.lazy"] == {"asyncrl.p", "asyncrl.p.loop"}  # by name, in __getattr__ and f-strings
     assert graph["asyncrl.p.loop"] == {"asyncrl.p.session"}  # its own package is already running
     assert graph["asyncrl.p.session"] == {"asyncrl.p", "asyncrl.p.helper"}
     assert find_cycle(graph) == ["asyncrl.p", "asyncrl.p.loop", "asyncrl.p.session", "asyncrl.p"]
@@ -166,8 +192,8 @@ def test_no_import_cycle_in_src():
 
 def test_every_module_has_a_layer():
     assert [m for m in import_graph() if layer_of(m) is None] == []
-    assert layer_of("asyncrl") == 0 and layer_of("asyncrl.runtime.channels.flat") == layer_of("asyncrl.runtime")
-    assert layer_of("asyncrl.config_loader") < layer_of("asyncrl.config") < layer_of("asyncrl.config_help")
+    assert layer_of("asyncrl") == layer_of("asyncrl.api") and layer_of("asyncrl.types") == 0 and layer_of("asyncrl.runtime.channels.flat") == layer_of("asyncrl.runtime")
+    assert layer_of("asyncrl.core.loader") < layer_of("asyncrl.config") < layer_of("asyncrl.config.help")
 
 
 def test_no_upward_import_in_src():
@@ -176,8 +202,8 @@ def test_no_upward_import_in_src():
     assert upward_imports(graph) == []
 
 
-LLM_RUNTIME = ("asyncrl.runtime", "asyncrl.trainer", "asyncrl.policy", "asyncrl.tasks", "asyncrl.rollout",
-               "asyncrl.buffer", "asyncrl.config", "asyncrl.bench", "asyncrl.cli")
+LLM_RUNTIME = ("asyncrl.runtime", "asyncrl.training.trainer", "asyncrl.policy", "asyncrl.tasks", "asyncrl.rollout",
+               "asyncrl.runtime.buffer", "asyncrl.config", "asyncrl.bench", "asyncrl.cli")
 
 
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:

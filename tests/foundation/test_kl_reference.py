@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from asyncrl.config import LossConfig, PolicyConfig, TrainerConfig, load_config
-from asyncrl.reference import ReferencePolicy, build_reference, kl_estimate, kl_penalty
-from asyncrl.trainer import Trainer
+from asyncrl.training.reference import ReferencePolicy, build_reference, kl_estimate, kl_penalty
+from asyncrl.training.trainer import Trainer
 
 
 def test_estimators_by_hand():

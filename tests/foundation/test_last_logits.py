@@ -7,7 +7,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from asyncrl.config import load_config
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 from asyncrl.policy import sampling
 from asyncrl.policy.model import plain_copy
 from asyncrl.policy.prompts import encode_problems

@@ -6,10 +6,10 @@ import math
 import pytest
 
 from asyncrl.config import LossConfig, TrainerConfig, load_config
-from asyncrl.config_loader import ConfigError
-from asyncrl.lr_schedule import check_schedule, lr_factor
+from asyncrl.core.loader import ConfigError
+from asyncrl.training.lr_schedule import check_schedule, lr_factor
 from asyncrl.stability.config import VcpoConfig
-from asyncrl.trainer import Trainer
+from asyncrl.training.trainer import Trainer
 
 
 def factors(shape, total=6, warmup=2, min_ratio=0.0):

@@ -9,12 +9,12 @@ import math
 import pytest
 import torch
 
-import asyncrl.trainer as trainer_module
+import asyncrl.training.trainer as trainer_module
 from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.config.training import check_micro_batching
-from asyncrl.reference import ReferencePolicy
-from asyncrl.trainer import Trainer
-from asyncrl.trainer_steps import micro_bounds
+from asyncrl.training.reference import ReferencePolicy
+from asyncrl.training.trainer import Trainer
+from asyncrl.training.steps import micro_bounds
 
 TIMES = ("train_time_s", "prox_time_s", "prox_error_time_s")
 

@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-import asyncrl.trainer as trainer_module
+import asyncrl.training.trainer as trainer_module
 from asyncrl.config import ConfigError, LossConfig, TrainerConfig, load_config
 from asyncrl.policy.prompts import encode_problems
 from asyncrl.rollout import EngineSpec, make_engine, score
 from asyncrl.rollout.scoring import RewardError, check_reward, rewards_of
-from asyncrl.trainer import Trainer
+from asyncrl.training.trainer import Trainer
 
 BAD = [float("nan"), float("inf"), float("-inf")]
 

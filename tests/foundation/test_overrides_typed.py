@@ -12,8 +12,8 @@ from typing import Any, Literal
 import pytest
 
 from asyncrl.config import Config, ConfigError, load_config
-from asyncrl.config_loader import field_type, parse_override, read_yaml
-from asyncrl.presets import preset_names, resolve_config_path
+from asyncrl.core.loader import field_type, parse_override, read_yaml
+from asyncrl.config.presets import preset_names, resolve_config_path
 
 REPO = Path(__file__).resolve().parents[2]
 

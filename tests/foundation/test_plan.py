@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl import plan
+from asyncrl.plan import estimate as plan
 from asyncrl.cli import main
-from asyncrl.plan import GIB, ModelShape, PlanInputs, Rates
+from asyncrl.plan.estimate import GIB, ModelShape, PlanInputs, Rates
 
 ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 0.15  # the target for the peak-memory estimate

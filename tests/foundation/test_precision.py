@@ -5,13 +5,13 @@ device or in host memory, resumed exactly."""
 import pytest
 import torch
 
-from asyncrl import evaluation
+from asyncrl.training import evaluation
 from asyncrl.config import load_config
-from asyncrl.evaluation import EvalResult, eval_autocast_dtype, eval_metrics
+from asyncrl.training.evaluation import EvalResult, eval_autocast_dtype, eval_metrics
 from asyncrl.policy import model as policy_model
 from asyncrl.policy.lora import export_state_dict
 from asyncrl.policy.prompts import encode_problems
-from asyncrl.pretrain import warm_start_autocast
+from asyncrl.training.pretrain import warm_start_autocast
 from asyncrl.rollout.engine import EngineSpec, make_engine
 from asyncrl.runtime.sources.lockstep import LaggedPolicies
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from asyncrl.config import ConfigError, load_config
-from asyncrl.presets import PRESETS_DIR, preset_names, resolve_config_path
+from asyncrl.config.presets import PRESETS_DIR, preset_names, resolve_config_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,7 @@ def test_each_configs_file_is_a_packaged_preset_and_back():
     packaged = {p.read_bytes(): p.name for p in PRESETS_DIR.glob("*.yaml")}
     copies = {p.read_bytes(): p.name for p in (ROOT / "configs").glob("*.yaml")}
     assert set(copies) == set(packaged), (
-        f"configs/ and src/asyncrl/presets/ differ: copy the edited file over its twin "
+        f"configs/ and src/asyncrl/config/presets/ differ: copy the edited file over its twin "
         f"(only in configs/: {sorted(n for b, n in copies.items() if b not in packaged)}; "
         f"only packaged: {sorted(n for b, n in packaged.items() if b not in copies)})")
 
@@ -63,5 +63,5 @@ def test_wheel_contains_the_presets(tmp_path):
                     "-q", "-w", str(tmp_path / "dist")], check=True, capture_output=True, timeout=600)
     (wheel,) = (tmp_path / "dist").glob("asyncrl-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {f"asyncrl/presets/{n}.yaml" for n in preset_names()} <= names
-    assert "asyncrl/presets/__init__.py" in names
+    assert {f"asyncrl/config/presets/{n}.yaml" for n in preset_names()} <= names
+    assert "asyncrl/config/presets/__init__.py" in names

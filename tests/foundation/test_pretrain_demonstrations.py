@@ -4,7 +4,7 @@ shortcut (a multi-step solution cut after its first operation) that the stalenes
 import pytest
 
 from asyncrl.config import load_config
-from asyncrl.pretrain import cache_key, demonstration
+from asyncrl.training.pretrain import cache_key, demonstration
 from asyncrl.tasks import ArithmeticConfig, ArithmeticTask, Problem
 
 TWO_STEP = Problem("u", "Q: ...\nA:", "5", " 7 + 5 = 12. 12 - 7 = 5. #### 5")

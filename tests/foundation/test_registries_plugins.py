@@ -8,17 +8,17 @@ import textwrap
 
 import pytest
 
-from asyncrl import registries
+from asyncrl.core import registries
 from asyncrl.config import Config, ConfigError, load_config
-from asyncrl.config_help import config_keys
-from asyncrl.config_loader import from_dict
+from asyncrl.config.help import config_keys
+from asyncrl.core.loader import from_dict
 from asyncrl.tasks import TASKS
 
 PLUGIN = "asyncrl_test_plugin_parts"
 PLUGIN_SOURCE = textwrap.dedent('''
     from dataclasses import dataclass
 
-    from asyncrl.registries import BACKENDS, CHANNELS, ENGINES, MODES, EngineEntry
+    from asyncrl.core.registries import BACKENDS, CHANNELS, ENGINES, MODES, EngineEntry
     from asyncrl.tasks import TASKS, Problem, extract_answer
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl.checkpoint import step_dirs
+from asyncrl.training.checkpoint import step_dirs
 from asyncrl.config import ConfigError
 from asyncrl.runtime.run_lock import LOCK_NAME, RunLock
 

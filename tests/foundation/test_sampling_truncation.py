@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from asyncrl.config import load_config
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 from asyncrl.policy.sampling import sample_token, truncate
 from asyncrl.rollout.engine import EngineSpec, make_engine
 

@@ -22,10 +22,10 @@ from rich.console import Console
 from asyncrl import __version__
 from asyncrl.bench.wording import ONE_SEED, headline_a3po, headline_a3po_by_k, headline_peer_trl
 from asyncrl.cli import main
-from asyncrl.config_help import describe_keys, peer_matches
-from asyncrl.config_peers import PEER_NAMES
-from asyncrl.metrics import readable_floats
-from asyncrl.progress import TrainProgress, fit_fields
+from asyncrl.config.help import describe_keys, peer_matches
+from asyncrl.config.peers import PEER_NAMES
+from asyncrl.tracking.metrics import readable_floats
+from asyncrl.core.progress import TrainProgress, fit_fields
 from asyncrl.runtime.run_report import logged_panels, reward_function_keys, write_run_report
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -3,11 +3,11 @@ import math
 import pytest
 import torch
 
-import asyncrl.trainer as trainer_module
+import asyncrl.training.trainer as trainer_module
 from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.policy.prompts import encode_problems
 from asyncrl.rollout import EngineSpec, make_engine, score
-from asyncrl.trainer import Trainer
+from asyncrl.training.trainer import Trainer
 
 
 @pytest.fixture()

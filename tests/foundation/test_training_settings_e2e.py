@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from asyncrl.lr_schedule import lr_factor
+from asyncrl.training.lr_schedule import lr_factor
 
 TINY_MODEL = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
               "model.intermediate_size=128"]

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from test_e2e_train import TINY
 
-import asyncrl.pretrain as pretrain_module
+import asyncrl.training.pretrain as pretrain_module
 from asyncrl.config import ModelConfig, PretrainConfig, load_config
-from asyncrl.pretrain import WarmStartInputs, is_complete, pretrained_dir, warm_start
+from asyncrl.training.pretrain import WarmStartInputs, is_complete, pretrained_dir, warm_start
 from asyncrl.tasks import Problem
-from asyncrl.user_cache import cache_root
+from asyncrl.core.cache import cache_root
 
 FAST = [*TINY, "pretrain.steps=3", "eval.n_problems=2", "eval.samples=1", "eval.batch_size=2"]
 PROBLEMS = (Problem("a", "Q: 1+2?\nA:", "3", " 1 + 2 = 3. #### 3"),

@@ -90,7 +90,7 @@ def test_engine_and_trainer_on_cuda(tiny_policy):
     from asyncrl.config import LossConfig, TrainerConfig
     from asyncrl.policy.prompts import encode_problems
     from asyncrl.rollout import EngineSpec, make_engine, score
-    from asyncrl.trainer import Trainer
+    from asyncrl.training.trainer import Trainer
 
     model, tok, task = tiny_policy
     model = copy.deepcopy(model).cuda()

@@ -118,7 +118,7 @@ def test_shared_weights_publish_merged(tiny_policy):
 def test_checkpoint_saves_merged_hf_model(tiny_policy, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from asyncrl.checkpoint import save_checkpoint
+    from asyncrl.training.checkpoint import save_checkpoint
 
     model, tokenizer, task = _fresh(tiny_policy)
     lora = apply_lora(model, _lora_cfg())

@@ -113,7 +113,7 @@ def test_update_from_trainer_step(engine, tiny_dir):
     """A real optimizer step (the trainer's), then the engine matches the trained weights."""
     from asyncrl.config import LossConfig, TrainerConfig
     from asyncrl.rollout import score
-    from asyncrl.trainer import Trainer
+    from asyncrl.training.trainer import Trainer
 
     _, model, tokenizer, task = tiny_dir
     trained = copy.deepcopy(model)

@@ -155,7 +155,7 @@ def test_a3po_seq_with_loglinear_prox_is_a3po_on_the_sequence_mean_log_ratio():
 
 def test_prox_params_build_the_strategy_and_bad_ones_name_the_parameter():
     from asyncrl.config import load_config
-    from asyncrl.config_loader import ConfigError
+    from asyncrl.core.loader import ConfigError
     from asyncrl.objectives import prox_strategy
 
     assert prox_strategy("loglinear_floor", {"alpha_min": 0.5}).alpha_min == 0.5

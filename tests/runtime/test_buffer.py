@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from asyncrl.buffer import Group, StalenessBuffer, concat_groups
+from asyncrl.runtime.buffer import Group, StalenessBuffer, concat_groups
 from asyncrl.types import Batch
 
 

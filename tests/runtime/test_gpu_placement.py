@@ -84,7 +84,7 @@ def test_ray_actors_on_cpu_ask_for_no_gpu_and_start_together(fake_ray, ray_backe
 
 
 def test_ray_refuses_more_gpus_than_its_own_cluster_has(fake_ray, ray_backend):
-    from asyncrl.config_loader import ConfigError
+    from asyncrl.core.loader import ConfigError
 
     actors, resources = fake_ray
     resources["GPU"] = 0.0

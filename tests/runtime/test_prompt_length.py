@@ -5,7 +5,7 @@ import json
 import pytest
 
 from asyncrl.config import load_config
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 from asyncrl.policy.prompts import encode_problems
 from asyncrl.runtime.preflight import check_prompts
 from asyncrl.tasks import Problem

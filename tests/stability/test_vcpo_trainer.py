@@ -16,7 +16,7 @@ from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.policy.prompts import encode_problems
 from asyncrl.rollout import EngineSpec, make_engine, score
 from asyncrl.stability.config import VcpoConfig
-from asyncrl.trainer import Trainer
+from asyncrl.training.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "foundation"))
 from test_e2e_train import TINY  # noqa: E402

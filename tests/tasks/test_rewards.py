@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from asyncrl.buffer import Group, concat_groups
+from asyncrl.runtime.buffer import Group, concat_groups
 from asyncrl.config import RewardConfig, load_config
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 from asyncrl.rewards import DEFAULT_REWARD, RewardFunctionError, RewardSet, load_function, resolve
 from asyncrl.tasks import TASKS, ArithmeticConfig, ArithmeticTask, Problem
 from asyncrl.types import Batch, batch_from_numpy, batch_to_numpy

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from asyncrl.config import load_config
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 from asyncrl.policy.prompts import encode_problems, encode_prompt, prompt_of
 from asyncrl.tasks import build_task
 from asyncrl.tasks.chat import render_plain

@@ -9,7 +9,7 @@ import time
 import torch
 from rich.console import Console
 
-from asyncrl.progress import TrainProgress, step_fields
+from asyncrl.core.progress import TrainProgress, step_fields
 from asyncrl.runtime.completions import CompletionLog, sample_rows
 from asyncrl.runtime.run_report import staleness_counts, write_run_report, write_run_report_safely
 from asyncrl.types import Batch

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from asyncrl.config import ConfigError, load_config
-from asyncrl.metrics import MetricsWriter
+from asyncrl.tracking.metrics import MetricsWriter
 from asyncrl.runtime.record import step_record
 from asyncrl.tracking import TRACKERS, check_available, markdown_table, open_trackers
 from asyncrl.tracking.names import TRACKER_NAMES, tracker_name

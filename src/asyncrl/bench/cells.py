@@ -45,8 +45,8 @@ def under_config(base: dict[str, object], config: str | None, quick: bool) -> di
     keeps all of its own, which exist to make the run short."""
     if config is None or quick:
         return base
-    from asyncrl.config_loader import read_yaml
-    from asyncrl.presets import resolve_config_path
+    from asyncrl.core.loader import read_yaml
+    from asyncrl.config.presets import resolve_config_path
 
     data = read_yaml(resolve_config_path(config))
 

@@ -22,7 +22,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from asyncrl.plotting import DPI, new_figure, png_bytes
+from asyncrl.core.plotting import DPI, new_figure, png_bytes
 
 from .stats import method_curves, wall_time_key
 

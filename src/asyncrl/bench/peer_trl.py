@@ -35,7 +35,7 @@ Where each metrics.jsonl field comes from (k = asyncrl-equivalent step = TRL opt
   step_time_s       wall time from the end of the previous step (after its eval) to TRL's log call of
                     this step: generation + n_minibatches updates (+ TRL bookkeeping)
   elapsed_s         seconds since the run started
-  eval_reward       ``asyncrl.evaluation.evaluate`` (as Session.evaluate) on eval steps
+  eval_reward       ``asyncrl.training.evaluation.evaluate`` (as Session.evaluate) on eval steps
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from transformers import TrainerCallback  # noqa: E402
 
 from asyncrl.config import Config, ConfigError, load_config  # noqa: E402
-from asyncrl.config_loader import read_yaml  # noqa: E402
+from asyncrl.core.loader import read_yaml  # noqa: E402
 
 MODE = "trl-grpo"
 # Token-mean over each minibatch, like asyncrl's ``agg="token_mean"``: TRL 1.16 ``_compute_loss``,
@@ -256,7 +256,7 @@ def run(cfg: Config, threads_explicit: bool = False) -> dict:
     import torch
     from transformers import PrinterCallback
 
-    from asyncrl.progress import TrainProgress
+    from asyncrl.core.progress import TrainProgress
     from asyncrl.runtime.session import Session
 
     # asyncrl's policy.torch_threads default (1) is per process of the async runtime (trainer +

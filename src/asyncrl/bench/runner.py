@@ -46,7 +46,7 @@ def _asyncrl_args(cell: Cell, runs_dir: Path) -> list[str]:
 
 
 def _config_args(cell: Cell) -> list[str]:
-    from asyncrl.presets import resolve_config_path  # a preset name → its packaged file
+    from asyncrl.config.presets import resolve_config_path  # a preset name → its packaged file
 
     return ["--config", str(resolve_config_path(cell.config).resolve())] if cell.config else []
 
@@ -122,7 +122,7 @@ def fresh_cell_dir(run_dir: Path) -> bool:
     """False if the cell already finished (its ``summary.json`` exists); else an empty ``run_dir``
     (an interrupted attempt is started over) and True. A cell another process is running (its run
     holds the directory's lock) fails instead: its live files are never deleted."""
-    from asyncrl.config_loader import ConfigError
+    from asyncrl.core.loader import ConfigError
     from asyncrl.runtime.run_lock import RunLock
 
     if (run_dir / "summary.json").exists():

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from asyncrl.metrics import json_safe
+from asyncrl.tracking.metrics import json_safe
 
 RESULTS_FILE = "results.json"
 STEPS_FILE = "steps.csv.gz"

@@ -6,7 +6,7 @@ dataclass has a ``name`` field accepts a bare string as shorthand (``task=arithm
 
 A name that picks a registered part (``task.name``, ``run.mode``, ``async.backend``,
 ``async.weight_channel``, ``rollout.engine``, ``loss.name``) is checked against the registry itself
-(:mod:`asyncrl.registries`, ``asyncrl.tasks.TASKS``, ``asyncrl.objectives.LOSSES``), after the
+(:mod:`asyncrl.core.registries`, ``asyncrl.tasks.TASKS``, ``asyncrl.objectives.LOSSES``), after the
 modules of ``run.plugins`` are imported (when the ``run`` section is built), so a plugin's names
 are accepted like the built-in ones.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from asyncrl.stability.config import check_combinations
-from asyncrl.config_loader import (
+from asyncrl.core.loader import (
     ConfigError,
     apply_override,
     from_dict,
@@ -28,7 +28,7 @@ from asyncrl.config_loader import (
     read_yaml,
     to_dict,
 )
-from asyncrl.presets import resolve_config_path
+from asyncrl.config.presets import resolve_config_path
 from asyncrl.config.asynchrony import AsyncConfig
 from asyncrl.config.model import ModelConfig, PolicyConfig, PretrainConfig
 from asyncrl.config.run import RunConfig

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from asyncrl.config_loader import (
+from asyncrl.core.loader import (
     setting,
 )
 
@@ -60,7 +60,7 @@ class PolicyConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = setting("float32", "the trained (master) weights")
     # 2 threads per process slow down many-fold when the other core is busy
     torch_threads: int = setting(1, "torch threads per process")
-    # one cache per user, not per working directory: a warm start is built once (asyncrl.user_cache)
+    # one cache per user, not per working directory: a warm start is built once (asyncrl.core.cache)
     cache_dir: str = setting(
         "", "the warm start's cache; empty = $ASYNCRL_CACHE, else $XDG_CACHE_HOME/asyncrl or ~/.cache/asyncrl")
     chat_template: bool = setting(True, "wrap prompts in the tokenizer's chat template when it has one")

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from asyncrl.config_loader import (
+from asyncrl.core.loader import (
     ConfigError,
     setting,
 )
-from asyncrl.registries import MODES, import_plugins
+from asyncrl.core.registries import MODES, import_plugins
 
 
 @dataclass
@@ -21,7 +21,7 @@ class RunConfig:
     seed: int = setting(0, "seed of every random stream (sampling, minibatch order, init)")
     mode: str = setting(
         "async", "sync: generate then train; async: workers generate meanwhile; simulated: exact lag; "
-                  "or a plugin's (asyncrl.registries.MODES)", names=MODES.keys)
+                  "or a plugin's (asyncrl.core.registries.MODES)", names=MODES.keys)
     # imported when the section is built, before any name is checked; every rollout worker and
     # bench cell builds its config the same way, so they import them too (docs/runtime.md)
     plugins: list[str] = setting(

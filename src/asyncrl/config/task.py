@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from asyncrl.config_loader import (
+from asyncrl.core.loader import (
     ConfigError,
     setting,
 )

@@ -8,10 +8,10 @@ from typing import Any, Literal
 
 from asyncrl.distributed.config import FsdpConfig
 from asyncrl.stability.config import (EssWarningConfig, VcpoConfig)
-from asyncrl.config_loader import (
+from asyncrl.core.loader import (
     setting,
 )
-from asyncrl.registries import ENGINES
+from asyncrl.core.registries import ENGINES
 
 
 def _check_truncation(top_p: float, top_k: int) -> None:
@@ -34,7 +34,7 @@ class RolloutConfig:
     top_k: int = setting(0, "sample among the k most likely tokens; 0 = off")
     # vllm: pip install "asyncrl[vllm]" (docs/models.md)
     engine: str = setting("transformers", "generation engine: transformers, vllm, or a plugin's "
-                                          "(asyncrl.registries.ENGINES)", names=ENGINES.keys)
+                                          "(asyncrl.core.registries.ENGINES)", names=ENGINES.keys)
     engine_kwargs: dict[str, Any] = setting(
         help="keyword arguments of the engine's constructor (vllm: those of vllm.LLM, e.g. "
              "gpu_memory_utilization, max_model_len); old name: vllm_kwargs", factory=dict)
@@ -130,13 +130,13 @@ class TrainerConfig:
     vcpo: VcpoConfig = field(default_factory=VcpoConfig)  # ESS-scaled lr, OPOB (docs/stability.md)
     ess_warning: EssWarningConfig = field(default_factory=EssWarningConfig)
     fsdp: FsdpConfig = field(default_factory=FsdpConfig)  # several trainer ranks (torchrun; docs/scaling.md)
-    # learning-rate schedule over trainer.steps (asyncrl.lr_schedule; docs/training.md): linear
+    # learning-rate schedule over trainer.steps (asyncrl.training.lr_schedule; docs/training.md): linear
     # warm-up from 0 over warmup_steps, then constant / linear / cosine decay to min_lr_ratio · lr
     lr_schedule: Literal["constant", "linear", "cosine"] = setting(
         "constant", "learning-rate decay after the warm-up: constant, linear or cosine")
     warmup_steps: int = setting(0, "steps of linear learning-rate warm-up from 0")
     min_lr_ratio: float = setting(0.0, "linear / cosine decay ends at min_lr_ratio · lr")
-    # KL penalty to the frozen starting policy (asyncrl.reference): loss += kl_coef · token-mean KL
+    # KL penalty to the frozen starting policy (asyncrl.training.reference): loss += kl_coef · token-mean KL
     # estimate; 0 = off (no reference model is loaded)
     kl_coef: float = setting(0.0, "weight of the KL penalty to the starting policy; 0 = off")
     kl_estimator: Literal["k1", "k2", "k3"] = setting("k3", "KL estimator of the penalty (k3 = low-variance)")

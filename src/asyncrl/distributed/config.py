@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from asyncrl.config_loader import setting
+from asyncrl.core.loader import setting
 
 
 @dataclass

@@ -50,7 +50,7 @@ class SingleProcess:
 
     def plan(self, rows: int, micro_batch_size: int) -> tuple[int, list[tuple[int, int]]]:
         """(first row of this process's share, [(lo, hi)] micro-batch ranges within the share)."""
-        from asyncrl.trainer_steps import micro_bounds
+        from asyncrl.training.steps import micro_bounds
 
         return 0, micro_bounds(rows, micro_batch_size)
 

@@ -31,7 +31,7 @@ from asyncrl.distributed.world import World, broadcast_object
 
 def sharded_trainer(cfg, model: torch.nn.Module, world: World, reference=None):
     """A Trainer of ``model`` (sharded in place) with this rank's data-parallel share."""
-    from asyncrl.trainer import Trainer
+    from asyncrl.training.trainer import Trainer
 
     broadcast_parameters(model)
     return Trainer(shard_model(model, world, cfg.trainer.fsdp), cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
@@ -76,7 +76,7 @@ def follow(cfg, world: World) -> None:
     weights, and run the commands rank 0 broadcasts until "done"."""
     from asyncrl.policy.lora import apply_lora
     from asyncrl.policy.model import load_policy_for
-    from asyncrl.reference import build_reference
+    from asyncrl.training.reference import build_reference
 
     for signum in (signal.SIGTERM, signal.SIGINT):  # rank 0 decides when to stop, and checkpoints first
         signal.signal(signum, signal.SIG_IGN)

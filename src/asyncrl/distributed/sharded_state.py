@@ -3,7 +3,7 @@ state tensor with ``torch.distributed.checkpoint`` (DCP), and no rank ever holds
 
 A checkpoint's ``trainer_state.pt`` then holds, in place of the optimizer's tensors, a small entry
 ``{"sharded": "optimizer", "param_groups": [...], "scalars": {...}}``: the folder of the shards,
-relative to the checkpoint (:func:`asyncrl.checkpoint.load_states` makes it absolute), the param
+relative to the checkpoint (:func:`asyncrl.training.checkpoint.load_states` makes it absolute), the param
 groups (learning rates, betas: no tensors), and any per-parameter state that is not a tensor.
 In the folder, DCP's ``.metadata`` describes every tensor whole (``state.<param index>.<name>``, its
 size and dtype) and where each rank's piece of it lies, so a checkpoint loads at any world size:

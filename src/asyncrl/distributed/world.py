@@ -21,7 +21,7 @@ from datetime import timedelta
 
 import torch
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 
 GROUP_TIMEOUT = timedelta(hours=2)
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 
 INSTALL_HINT = 'pip install "asyncrl[lora]" torch==<your torch version>'
 

@@ -22,7 +22,7 @@ def check_device(device: str) -> torch.device:
     (checked when a run starts, not at config load: a GPU config still loads on a CPU machine).
     Every command that computes on CUDA (train, eval, the warm start) starts here, so a CUDA device
     also turns TF32 matmuls on (:func:`enable_tf32`)."""
-    from asyncrl.config_loader import ConfigError
+    from asyncrl.core.loader import ConfigError
 
     dev = torch.device(device)
     if dev.type == "cuda":
@@ -99,7 +99,7 @@ def load_policy(path: str | Path, device: str = "cpu", dtype: str = "float32", *
 def load_policy_for(policy_cfg, path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """``load_policy`` with the settings of a PolicyConfig; a directory that does not load (no
     weights, corrupt weights, no tokenizer, unknown architecture) is one ConfigError line."""
-    from asyncrl.config_loader import ConfigError
+    from asyncrl.core.loader import ConfigError
 
     try:
         return load_policy(path, policy_cfg.device, policy_cfg.dtype,

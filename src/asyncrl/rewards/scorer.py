@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 from asyncrl.rewards.guard import Exited, TimedOut, call_guarded
 from asyncrl.rewards.resolve import CONTEXT, RewardFunction, load_function
 from asyncrl.tasks import Problem

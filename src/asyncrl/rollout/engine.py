@@ -1,10 +1,10 @@
 """The one factory of generation engines. A new engine is one file plus one line in
-:data:`asyncrl.registries.ENGINES` (its import path, so config checks the name without importing
+:data:`asyncrl.core.registries.ENGINES` (its import path, so config checks the name without importing
 an engine); the protocol is :class:`asyncrl.rollout.base.Engine`."""
 
 from __future__ import annotations
 
-from asyncrl.registries import ENGINES, EngineEntry, resolve
+from asyncrl.core.registries import ENGINES, EngineEntry, resolve
 from asyncrl.rollout.base import ChunkHook, Engine, EngineSpec
 
 __all__ = ["ENGINES", "ChunkHook", "Engine", "EngineEntry", "EngineSpec", "make_engine"]

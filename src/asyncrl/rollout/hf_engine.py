@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import torch
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 from asyncrl.policy.model import DTYPES, plain_copy
 from asyncrl.policy.sampling import decode, left_pad, prefill, to_generation
 from asyncrl.rollout.base import ChunkHook, EngineSpec
@@ -83,7 +83,7 @@ class TransformersEngine:
 
 
 def build(spec: EngineSpec, *, model, tokenizer, engine_kwargs: dict, **_) -> TransformersEngine:
-    """The registry's entry (``asyncrl.registries.ENGINES``); it has no options of its own."""
+    """The registry's entry (``asyncrl.core.registries.ENGINES``); it has no options of its own."""
     if engine_kwargs:
         raise ConfigError("rollout.engine_kwargs", f"the transformers engine takes none, got "
                                                    f"{', '.join(sorted(engine_kwargs))}")

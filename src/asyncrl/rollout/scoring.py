@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 from asyncrl.rewards import RewardSet
 from asyncrl.tasks import Problem, Task
 from asyncrl.types import Batch, Generation

@@ -59,7 +59,7 @@ from pathlib import Path
 
 import torch
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 from asyncrl.policy.sampling import left_pad
 from asyncrl.rollout.base import ChunkHook, EngineSpec
 from asyncrl.types import Generation
@@ -243,6 +243,6 @@ def _to_generation(prompts: list[list[int]], tokens: list[list[int]], logps: lis
 
 
 def build(spec: EngineSpec, *, tokenizer, policy_dir, engine_kwargs: dict, **_) -> VLLMEngine:
-    """The registry's entry (``asyncrl.registries.ENGINES``): starts from ``policy_dir``;
+    """The registry's entry (``asyncrl.core.registries.ENGINES``): starts from ``policy_dir``;
     ``engine_kwargs`` (``rollout.engine_kwargs``) go to ``vllm.LLM``."""
     return VLLMEngine(policy_dir, tokenizer, spec, **engine_kwargs)

@@ -8,7 +8,7 @@ import json
 import sys
 
 from asyncrl.config import load_config
-from asyncrl.config_loader import guarded
+from asyncrl.core.loader import guarded
 from asyncrl.runtime import train
 
 

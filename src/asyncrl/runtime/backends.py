@@ -1,7 +1,7 @@
 """Where rollout workers run: ``local`` (processes on this machine) or ``ray`` (actors on a Ray
 cluster). Each backend returns a pool (submit / poll / restart_dead / wait_ready / n_inflight /
 restarts / shutdown) and the weight channel its workers pull from. A new backend is one function
-plus one line in :data:`asyncrl.registries.BACKENDS` (its import path)."""
+plus one line in :data:`asyncrl.core.registries.BACKENDS` (its import path)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 import torch.multiprocessing as tmp
 
 from asyncrl.config import Config, ConfigError
-from asyncrl.registries import BACKENDS, resolve
+from asyncrl.core.registries import BACKENDS, resolve
 from asyncrl.runtime.channels import channel_name, open_channel
 from asyncrl.runtime.engines import generation_dtype
 from asyncrl.runtime.pool import WorkerPool

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from asyncrl.metrics import JsonRows
+from asyncrl.tracking.metrics import JsonRows
 from asyncrl.types import Batch
 
 COLUMNS = ["prompt", "completion", "reward", "version_min", "version_max"]

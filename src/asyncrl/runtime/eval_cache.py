@@ -3,7 +3,7 @@
 Benchmark suites run many cells from one warm start and one seed; their step-0 evaluations are the
 same computation (evaluation samples from its own generator, seeded by ``run.seed``, so skipping it
 changes nothing else in the run). With ``eval.cache_initial`` the first run stores its step-0
-metrics under ``initial-eval/<key>.json`` in the cache (:mod:`asyncrl.user_cache`) and the others
+metrics under ``initial-eval/<key>.json`` in the cache (:mod:`asyncrl.core.cache`) and the others
 read them back.
 
 The key hashes everything the result depends on: the starting weights themselves (not their path),
@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from asyncrl.config import Config
-from asyncrl.evaluation import eval_autocast_dtype
-from asyncrl.user_cache import cache_root
+from asyncrl.training.evaluation import eval_autocast_dtype
+from asyncrl.core.cache import cache_root
 
 # eval settings that do not change what the step-0 evaluation returns
 _EVAL_KEYS_IGNORED = ("every", "outputs", "cache_initial")

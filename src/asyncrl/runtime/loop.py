@@ -24,13 +24,13 @@ import torch
 from asyncrl.config import Config
 from asyncrl.distributed.ranks import LeaderTrainer, follow
 from asyncrl.distributed.world import RankLost, World, close_world, init_world, lost_rank, torchrun_world
-from asyncrl.reference import build_reference
+from asyncrl.training.reference import build_reference
 from asyncrl.runtime.record import Totals, step_record
 from asyncrl.runtime.session import Session, workers_before_eval
 from asyncrl.runtime.signals import Interrupted, StopRequested
 from asyncrl.runtime.sources import open_source
 from asyncrl.stability.monitor import EssStop
-from asyncrl.trainer import Trainer
+from asyncrl.training.trainer import Trainer
 
 
 def train(cfg: Config) -> dict | None:

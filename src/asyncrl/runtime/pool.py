@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import replace
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 from asyncrl.runtime.worker import WorkerSpec, WorkUnit, starts_alone, worker_main
 from asyncrl.runtime.worker_entry import start_guarded
 from asyncrl.types import batch_from_numpy

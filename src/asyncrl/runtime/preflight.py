@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 from asyncrl.policy.prompts import encode_prompt, prompt_of
 from asyncrl.rollout.scoring import check_reward
 

@@ -23,7 +23,7 @@ from dataclasses import replace
 
 import ray
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 from asyncrl.runtime.addresses import is_loopback
 from asyncrl.runtime.pool import report_restart, reseeded
 from asyncrl.runtime.worker import RolloutWorker, WorkerSpec, WorkUnit, starts_alone, worker_gpu_share
@@ -92,7 +92,7 @@ def init_ray(n_workers: int) -> bool:
 def actor_options(spec: WorkerSpec) -> dict:
     """``RolloutActor.options(...)``: one CPU, and on CUDA the worker's share of a GPU."""
     from asyncrl.config import Config
-    from asyncrl.config_loader import from_dict
+    from asyncrl.core.loader import from_dict
 
     share = worker_gpu_share(from_dict(Config, spec.config))
     return {"num_cpus": 1, "num_gpus": share} if share > 0 else {"num_cpus": 1}

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from asyncrl.checkpoint import (
+from asyncrl.training.checkpoint import (
     CHECKPOINTS,
     DamagedCheckpoint,
     NonFiniteCheckpoint,
@@ -25,8 +25,8 @@ from asyncrl.checkpoint import (
     step_dirs,
 )
 from asyncrl.config import Config, ConfigError, load_config
-from asyncrl.config_loader import parse_override
-from asyncrl.lr_schedule import check_schedule
+from asyncrl.core.loader import parse_override
+from asyncrl.training.lr_schedule import check_schedule
 
 # dotted keys (or key prefixes ending in ".") that a resumed run may change
 MUTABLE = ("trainer.steps", "eval.every", "eval.batch_size", "run.checkpoint_every", "run.keep_checkpoints",
@@ -41,7 +41,7 @@ class Resume:
     """A checkpoint to continue from: its folder, step and the states it holds."""
 
     checkpoint: Path
-    trainer_state: dict  # optimizer, trainer RNG, version, step, global RNGs (see asyncrl.checkpoint)
+    trainer_state: dict  # optimizer, trainer RNG, version, step, global RNGs (see asyncrl.training.checkpoint)
     run_state: dict  # "source", "session", "totals"
 
     @property

@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 
 LOCK_NAME = ".lock"
 

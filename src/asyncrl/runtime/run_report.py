@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from asyncrl.plotting import new_figure, png_bytes
+from asyncrl.core.plotting import new_figure, png_bytes
 
 
 def _rows(path: Path) -> list[dict]:

@@ -4,7 +4,7 @@ resuming and the summary. The loops (sync, async, simulated) differ only in wher
 Run directory: ``config.yaml`` (the resolved configuration), ``metrics.jsonl`` (a row per step;
 step 0 = the evaluation before training), ``ledger.jsonl`` (per step, the prompt groups trained on
 and those dropped as too stale), ``completions.jsonl`` (sample completions), ``tensorboard/`` (and
-other trackers' files, per ``run.report_to``), ``checkpoints/`` (see :mod:`asyncrl.checkpoint`)
+other trackers' files, per ``run.report_to``), ``checkpoints/`` (see :mod:`asyncrl.training.checkpoint`)
 and, once finished, ``summary.json`` and ``report.html``. A resumed run cuts the row files back to its checkpoint's step, so no step is
 ever recorded twice."""
 
@@ -22,11 +22,11 @@ from pathlib import Path
 import torch
 import yaml
 
-from asyncrl.checkpoint import save_checkpoint, set_global_rng_state, step_dirs
+from asyncrl.training.checkpoint import save_checkpoint, set_global_rng_state, step_dirs
 from asyncrl.config import Config, ConfigError
-from asyncrl.disk import write_text_atomic
-from asyncrl.evaluation import eval_metrics
-from asyncrl.metrics import (
+from asyncrl.core.disk import write_text_atomic
+from asyncrl.training.evaluation import eval_metrics
+from asyncrl.tracking.metrics import (
     ROW_FILES,
     Ledger,
     MetricsWriter,
@@ -36,8 +36,8 @@ from asyncrl.metrics import (
 )
 from asyncrl.policy.lora import apply_lora
 from asyncrl.policy.model import check_device, load_policy_for, set_deterministic
-from asyncrl.pretrain import warm_start
-from asyncrl.progress import TrainProgress
+from asyncrl.training.pretrain import warm_start
+from asyncrl.core.progress import TrainProgress
 from asyncrl.rewards import RewardSet
 from asyncrl.runtime.completions import CompletionLog
 from asyncrl.runtime.eval_cache import cache_path, initial_eval_key
@@ -300,7 +300,7 @@ class Session:
         stream goes on. Returns the checkpoint's step (-1: none that old, nothing done)."""
         from safetensors.torch import load_file
 
-        from asyncrl.checkpoint import load_states, step_dirs
+        from asyncrl.training.checkpoint import load_states, step_dirs
 
         older = [(s, p) for s, p in step_dirs(self.run_dir) if s < self.monitor.first_low_step(step)]
         if not older:

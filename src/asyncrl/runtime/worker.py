@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 from asyncrl.types import batch_to_numpy
 
 
@@ -126,7 +126,7 @@ class RolloutWorker:
         from transformers.utils import logging as hf_logging
 
         from asyncrl.config import Config
-        from asyncrl.config_loader import from_dict
+        from asyncrl.core.loader import from_dict
         from asyncrl.policy.model import enable_tf32, load_policy, set_deterministic
         from asyncrl.runtime.engines import generation_dtype, rollout_engine
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from asyncrl.config_loader import setting
+from asyncrl.core.loader import setting
 
 
 @dataclass

@@ -3,7 +3,7 @@
 ``build_task(name, cfg)`` is the single entry point used by configs and the CLI; add a
 task by registering its factory (called with the task's config) in :data:`TASKS` at import time:
 one line here, or in a plugin module named in ``run.plugins``, which every process of a run imports
-(asyncrl.registries). Never at run time: a run refuses a built-in entry replaced after import
+(asyncrl.core.registries). Never at run time: a run refuses a built-in entry replaced after import
 (:func:`check_registry`), since its rollout worker processes would not see the change. Rewards are
 not part of the registry: they are functions named by import path (``reward.funcs``).
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from asyncrl.config_loader import setting
+from asyncrl.core.loader import setting
 from asyncrl.tasks.base import Problem, extract_answer, extract_any_answer
 
 __all__ = ["ArithmeticConfig", "ArithmeticTask", "EVAL_BUCKETS", "SPLITS"]

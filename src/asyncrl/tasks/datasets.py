@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from asyncrl.config_loader import setting
+from asyncrl.core.loader import setting
 from asyncrl.tasks.base import Problem
 from asyncrl.tasks.chat import Messages, parse_messages, render_plain, split_reference
 from asyncrl.tasks.math_reward import MathVerifier, last_boxed

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 
 
 class Tracker(Protocol):

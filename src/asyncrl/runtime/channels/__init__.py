@@ -4,7 +4,7 @@ Every channel has ``publish(model, version)`` (trainer side, after each step), `
 ``pull(model) -> version`` (worker side, between decode chunks). A channel object is picklable: the
 same handle is passed to every worker process or actor. Which one a run uses follows from the
 device and the backend (``async.weight_channel=auto``), or is named. A new channel is one file plus
-one line in :data:`asyncrl.registries.CHANNELS` (name -> the import path of its ``open_*`` function,
+one line in :data:`asyncrl.core.registries.CHANNELS` (name -> the import path of its ``open_*`` function,
 called ``(model, ctx=, device=, dtype=)``).
 
 * ``shm``: workers on this machine, CPU. Two flat float32 buffers in host shared memory.
@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from asyncrl.registries import CHANNELS, resolve
+from asyncrl.core.registries import CHANNELS, resolve
 
 __all__ = ["CHANNELS", "WeightChannel", "channel_name", "open_channel"]
 

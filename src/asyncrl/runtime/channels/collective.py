@@ -184,5 +184,5 @@ class CollectiveWeights:
 
 
 def open_collective(model: torch.nn.Module, *, device, dtype, **_) -> CollectiveWeights:
-    """The ``collective`` entry of :data:`asyncrl.registries.CHANNELS`."""
+    """The ``collective`` entry of :data:`asyncrl.core.registries.CHANNELS`."""
     return CollectiveWeights(model, device=device, dtype=dtype)

@@ -181,10 +181,10 @@ class CudaIpcWeights(HostSharedWeights):
 
 
 def open_shm(model: torch.nn.Module, *, ctx, **_) -> HostSharedWeights:
-    """The ``shm`` entry of :data:`asyncrl.registries.CHANNELS`."""
+    """The ``shm`` entry of :data:`asyncrl.core.registries.CHANNELS`."""
     return HostSharedWeights.create(model, ctx)
 
 
 def open_cuda(model: torch.nn.Module, *, ctx, device, dtype, **_) -> CudaIpcWeights:
-    """The ``cuda`` entry of :data:`asyncrl.registries.CHANNELS`."""
+    """The ``cuda`` entry of :data:`asyncrl.core.registries.CHANNELS`."""
     return CudaIpcWeights.create(model, ctx, device=device, dtype=dtype)

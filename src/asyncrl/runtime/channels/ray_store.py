@@ -55,5 +55,5 @@ class RayWeights:
 
 
 def open_ray(model: torch.nn.Module, **_) -> RayWeights:
-    """The ``ray`` entry of :data:`asyncrl.registries.CHANNELS`."""
+    """The ``ray`` entry of :data:`asyncrl.core.registries.CHANNELS`."""
     return RayWeights.create(model)

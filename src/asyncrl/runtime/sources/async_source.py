@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from asyncrl.buffer import Group, StalenessBuffer, concat_groups
+from asyncrl.runtime.buffer import Group, StalenessBuffer, concat_groups
 from asyncrl.config import Config
 from asyncrl.rollout import PromptStream
 from asyncrl.runtime.backends import open_backend

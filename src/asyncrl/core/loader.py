@@ -50,7 +50,7 @@ def guarded(command: "Callable[[], int]") -> int:
         code = getattr(stop, "exit_code", None)  # asyncrl.runtime.signals.StopNow carries its signal
         print("asyncrl: interrupted" + (f" by a second {stop} (no checkpoint)" if code else ""), file=sys.stderr)
         return code or 130
-    except OSError as err:  # a full disk where no writer named its file (asyncrl.disk.DiskFull does)
+    except OSError as err:  # a full disk where no writer named its file (asyncrl.core.disk.DiskFull does)
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         print(f"asyncrl: no space left on device writing {err.filename or 'a file of the run'}", file=sys.stderr)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 # how torch's and safetensors' writers report a write the disk had no room for

@@ -1,5 +1,5 @@
 """``asyncrl plan``'s output: one plan (memory of one GPU, time of one step) or the preset table, as
-rich tables (Markdown with ``--markdown``). The arithmetic is :mod:`asyncrl.plan`'s."""
+rich tables (Markdown with ``--markdown``). The arithmetic is :mod:`asyncrl.plan.estimate`'s."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from asyncrl.config import load_config
 
 def run_plan(args) -> int:
     """``asyncrl plan``: one plan or the preset table; bad input is one line, exit 2."""
-    from asyncrl import plan
+    from asyncrl.plan import estimate as plan
     from asyncrl.config.training import check_micro_batching
     from asyncrl.distributed.config import check_ranks
 
@@ -61,7 +61,7 @@ def _print_table(console, table, markdown: bool) -> None:
 def _plan_report(inputs, mem, time, rates, args) -> None:
     from rich.table import Table
 
-    from asyncrl.plan import GIB
+    from asyncrl.plan.estimate import GIB
 
     console, style = _console(args)
     shape = inputs.model
@@ -98,7 +98,7 @@ def _plan_report(inputs, mem, time, rates, args) -> None:
 def _plan_table(cells, rates, args) -> None:
     from rich.table import Table
 
-    from asyncrl.plan import PRESETS
+    from asyncrl.plan.estimate import PRESETS
 
     console, style = _console(args)
     gpus = list(next(iter(cells.values())))
@@ -121,7 +121,7 @@ def _plan_table(cells, rates, args) -> None:
 
 
 def _gib_cell(cell, rates) -> str:
-    from asyncrl.plan import GIB
+    from asyncrl.plan.estimate import GIB
 
     if len(cell) == 1:
         return "—"

@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 
 SHAPES = {
     "constant": lambda p: 1.0,

@@ -5,7 +5,7 @@ type and the demonstrations (the task's train problems). The build reads what it
 through that record only, so a setting that changes the weights cannot be missing from the key,
 and nothing else (evaluation, trainer or run settings, task keys that leave the train problems as
 they are, the working directory) rebuilds it. It lives in the user cache
-(:mod:`asyncrl.user_cache`), written under a temporary name and renamed at the end: an interrupted
+(:mod:`asyncrl.core.cache`), written under a temporary name and renamed at the end: an interrupted
 pretrain never leaves a half-written model that a later run would pick up.
 
 Precision: on CUDA the forward passes (training and the summary's evaluation) run under bf16
@@ -33,13 +33,13 @@ from typing import Any
 import torch
 
 from asyncrl.config import Config, ModelConfig, PretrainConfig
-from asyncrl.evaluation import autocast_to, eval_engine, evaluate
-from asyncrl.metrics import json_safe
+from asyncrl.training.evaluation import autocast_to, eval_engine, evaluate
+from asyncrl.tracking.metrics import json_safe
 from asyncrl.policy.model import build_tiny_model, check_device, num_parameters
 from asyncrl.policy.tokenizer import train_tokenizer
-from asyncrl.progress import TrainProgress
+from asyncrl.core.progress import TrainProgress
 from asyncrl.tasks import Problem, Task
-from asyncrl.user_cache import cache_root
+from asyncrl.core.cache import cache_root
 
 CACHE_VERSION = 4  # bump when the pretraining code changes what it produces (4: bf16 autocast on CUDA)
 

@@ -194,7 +194,7 @@ class PlanInputs:
         share = math.ceil(self.minibatch_rows / self.gpus)
         if self.micro_batch <= 0 or self.micro_batch >= share:
             return share, False
-        if self.gpus == 1:  # asyncrl.trainer_steps.micro_bounds: passes of micro_batch rows
+        if self.gpus == 1:  # asyncrl.training.steps.micro_bounds: passes of micro_batch rows
             return self.micro_batch, True
         return math.ceil(share / math.ceil(share / self.micro_batch)), True  # shares of the share
 

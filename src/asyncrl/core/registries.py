@@ -11,7 +11,7 @@ A new part is one file plus one line here. From outside the package, a plugin mo
 line at import time and is named in ``run.plugins``, which every process of a run (the trainer,
 each rollout worker, each bench cell) imports before it checks a name::
 
-    from asyncrl.registries import MODES
+    from asyncrl.core.registries import MODES
     MODES["replay"] = "my_pkg.replay:ReplaySource"
 """
 

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 import yaml
 
 from asyncrl.config import Config
-from asyncrl.config_loader import field_help, field_names, public_name
+from asyncrl.core.loader import field_help, field_names, public_name
 
 
 @dataclass(frozen=True)
@@ -121,9 +121,9 @@ def _names(cell: str) -> list[str]:
 
 
 def peer_matches(pattern: str) -> list[tuple[str, str, str]]:
-    """(library, their names, ours) rows of the other-library tables (asyncrl.config_peers) with a
+    """(library, their names, ours) rows of the other-library tables (asyncrl.config.peers) with a
     name of theirs that matches ``pattern`` (a glob, else a case-insensitive substring)."""
-    from asyncrl.config_peers import PEER_NAMES
+    from asyncrl.config.peers import PEER_NAMES
 
     def hit(name: str) -> bool:
         if any(c in pattern for c in "*?["):
@@ -166,7 +166,7 @@ def format_keys(keys: list[ConfigKey]) -> str:
 
 def keys_epilog() -> str:
     """The config part of ``asyncrl train --help``."""
-    from asyncrl.presets import preset_names
+    from asyncrl.config.presets import preset_names
 
     return ("config keys: set as dotted.key=value after the command or in the --config YAML;\n"
             "--help-keys PATTERN filters them; `asyncrl config` prints the resolved values.\n\n"

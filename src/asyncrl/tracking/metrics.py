@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from asyncrl.disk import DiskFull, writing
+from asyncrl.core.disk import DiskFull, writing
 
 
 def _clean(value: Any) -> Any:
@@ -101,7 +101,7 @@ class JsonRows:
 
     def append(self, row: dict[str, Any]) -> None:
         """One line (line-buffered: on disk when this returns). A full disk: one line naming this
-        file (:class:`asyncrl.disk.DiskFull`), and the file cut back to its last whole row."""
+        file (:class:`asyncrl.core.disk.DiskFull`), and the file cut back to its last whole row."""
         whole = os.fstat(self.file.fileno()).st_size
         try:
             with writing(self.path):

@@ -26,7 +26,7 @@ the weights or the optimizer state :class:`NonFiniteCheckpoint` (refused).
 A full disk: a save first compares the free space with the checkpoint's size (its tensors' bytes,
 plus the previous checkpoint's other files), and a write that fails for want of space (``ENOSPC``,
 torch's ``unexpected pos``) removes the ``.tmp`` folder; either way the error is one line
-(:class:`asyncrl.disk.DiskFull`, exit 2) naming the folder and the bytes needed, and the previous
+(:class:`asyncrl.core.disk.DiskFull`, exit 2) naming the folder and the bytes needed, and the previous
 checkpoints stay as they were.
 
 A LoRA (peft) policy is saved as the plain base architecture with the adapters merged in, so the
@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from asyncrl.disk import disk_full, free_bytes, is_disk_full
+from asyncrl.core.disk import disk_full, free_bytes, is_disk_full
 
 CHECKPOINTS = "checkpoints"
 LATEST_LINK = "checkpoint"
@@ -133,7 +133,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     """Write checkpoint ``step`` of ``run_dir`` atomically; keep the newest ``keep`` (0 = all).
     ``write_shards(folder)``, if given, writes the trainer ranks' shards into the folder being
     written (``shard_bytes`` of them) before it is fsynced and renamed.
-    Without room for it: :class:`asyncrl.disk.DiskFull`, nothing of it left behind."""
+    Without room for it: :class:`asyncrl.core.disk.DiskFull`, nothing of it left behind."""
     from asyncrl.policy.lora import base_model_of, export_state_dict, is_peft_model
 
     root = Path(run_dir) / CHECKPOINTS

@@ -15,9 +15,9 @@ gradients add up (the losses get the minibatch's token and sequence counts, so t
 minibatch's); logged statistics are those of the whole minibatch. ``trainer.logits_chunk`` bounds
 the LM head's memory (asyncrl.policy.logprobs).
 
-Learning rate: ``trainer.lr_schedule`` (asyncrl.lr_schedule) sets each step's lr; VCPO's ESS rule
+Learning rate: ``trainer.lr_schedule`` (asyncrl.training.lr_schedule) sets each step's lr; VCPO's ESS rule
 scales that lr for one minibatch update and restores it. Optional KL penalty to a frozen reference
-(``trainer.kl_coef``, asyncrl.reference): one extra no-grad forward per minibatch.
+(``trainer.kl_coef``, asyncrl.training.reference): one extra no-grad forward per minibatch.
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ import torch
 from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.config.training import check_micro_batching
 from asyncrl.distributed.data_parallel import SingleProcess
-from asyncrl.lr_schedule import build_scheduler, check_schedule, schedule_key
+from asyncrl.training.lr_schedule import build_scheduler, check_schedule, schedule_key
 from asyncrl.objectives import ProxPlan, group_advantages, policy_loss, prox_strategy
 from asyncrl.policy.logprobs import completion_logprobs
-from asyncrl.reference import ReferencePolicy, kl_penalty
+from asyncrl.training.reference import ReferencePolicy, kl_penalty
 from asyncrl.stability.ess_lr import lr_scale, minibatch_ess, scaled_lr, sequence_log_weights
 from asyncrl.stability.opob import opob_advantages, score_grad_sq_norms
-from asyncrl.trainer_steps import (MinibatchParts, advantage_stats, check_hparams, logp_mismatch, micro_bounds,
+from asyncrl.training.steps import (MinibatchParts, advantage_stats, check_hparams, logp_mismatch, micro_bounds,
                                    nanmean, prox_error_stats)
 from asyncrl.types import Batch
 

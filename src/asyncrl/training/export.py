@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from asyncrl.checkpoint import RUN_STATE, TRAINER_STATE, DamagedCheckpoint, NonFiniteCheckpoint, check_checkpoint, \
+from asyncrl.training.checkpoint import RUN_STATE, TRAINER_STATE, DamagedCheckpoint, NonFiniteCheckpoint, check_checkpoint, \
     latest_checkpoint
 
 LEFT_OUT = (TRAINER_STATE, RUN_STATE, "lora_adapter")  # resume state; the adapter is merged in the weights

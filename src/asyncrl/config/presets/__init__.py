@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from asyncrl.config_loader import ConfigError
+from asyncrl.core.loader import ConfigError
 
 PRESETS_DIR = Path(__file__).resolve().parent
 
