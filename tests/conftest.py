@@ -11,9 +11,15 @@ torch.set_num_threads(1)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # No test reads or writes the user's cache (~/.cache/asyncrl, or a developer's $ASYNCRL_CACHE): the
-# default-cache runs of this session share a throwaway one (subprocesses inherit the variable).
-os.environ["ASYNCRL_CACHE"] = tempfile.mkdtemp(prefix="asyncrl-test-cache-")
-atexit.register(shutil.rmtree, os.environ["ASYNCRL_CACHE"], ignore_errors=True)
+# default-cache runs of this test run share a throwaway one (subprocesses inherit the variable). The
+# process that loads this file first (pytest itself, or xdist's controller, which starts its
+# workers afterwards) makes it and removes it at exit; xdist workers inherit it, so a warm start is
+# built once per run (under its build lock), not once per worker.
+_SESSION_CACHE = "_ASYNCRL_TEST_SESSION_CACHE"
+if _SESSION_CACHE not in os.environ:
+    os.environ[_SESSION_CACHE] = tempfile.mkdtemp(prefix="asyncrl-test-cache-")
+    atexit.register(shutil.rmtree, os.environ[_SESSION_CACHE], ignore_errors=True)
+os.environ["ASYNCRL_CACHE"] = os.environ[_SESSION_CACHE]
 
 
 @pytest.fixture(scope="session")

@@ -52,10 +52,11 @@ def main(rank: int, out: Path, case: str, micro: int, n_minibatches: int, world_
     from asyncrl.distributed.data_parallel import DataParallel
     from asyncrl.distributed.fsdp import shard_model
     from asyncrl.distributed.world import World
+    from rendezvous import close_group, init_group
 
     if device == "cuda":
         torch.cuda.set_device(rank)
-    torch.distributed.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank, world_size=world_size)
+    init_group("nccl" if device == "cuda" else "gloo", rank, world_size)
     world = World(rank, world_size, rank)
     model, batch = torch.load(out / "input.pt", weights_only=False)
     stats, weights, grads = run_case(model.to(device), batch.to(device), case, micro, n_minibatches,
@@ -64,7 +65,7 @@ def main(rank: int, out: Path, case: str, micro: int, n_minibatches: int, world_
     if rank == 0:
         cpu = {name: w.cpu() for name, w in weights.items()}, [[g.cpu() for g in update] for update in grads]
         torch.save((stats, *cpu), out / f"{case}-{micro}-{n_minibatches}.pt")
-    torch.distributed.destroy_process_group()
+    close_group()
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import torch
+from rendezvous import close_group, init_group
 
 from asyncrl.training.checkpoint import load_states
 from asyncrl.config import LossConfig, TrainerConfig
@@ -27,7 +28,7 @@ def whole_state(trainer: Trainer) -> dict:
 
 
 def main(rank: int, out: Path, mode: str) -> None:
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    init_group("gloo", rank, 2)
     world = World(rank, 2, rank)
     model, batch = torch.load(out / "input.pt", weights_only=False)
     trainer = Trainer(shard_model(model, world, FsdpConfig()), TrainerConfig(n_minibatches=2, lr=1e-3),
@@ -50,7 +51,7 @@ def main(rank: int, out: Path, mode: str) -> None:
         gathered = whole_state(trainer)
         if rank == 0:
             torch.save(gathered, out / "loaded.pt")
-    torch.distributed.destroy_process_group()
+    close_group()
 
 
 if __name__ == "__main__":

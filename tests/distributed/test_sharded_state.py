@@ -19,9 +19,9 @@ HERE = Path(__file__).parent
 
 
 def _world_two(tmp_path: Path, mode: str) -> None:
-    from test_data_parallel import _free_port
+    from rendezvous import rendezvous_env
 
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "OMP_NUM_THREADS": "1",
+    env = {**os.environ, **rendezvous_env(tmp_path),
            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     procs = [subprocess.Popen([sys.executable, str(HERE / "shard_case.py"), str(rank), str(tmp_path), mode], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]

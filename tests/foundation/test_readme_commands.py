@@ -65,9 +65,8 @@ def test_every_readme_shell_line_is_checked():
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory) -> Path:
     """A directory with what the recipes name: prompts.jsonl, my_rewards.py (the README's own echo
-    line), GSM8K files, a model directory, and the repository's configs/."""
+    line), GSM8K files, and a model directory."""
     root = tmp_path_factory.mktemp("readme")
-    (root / "configs").symlink_to(ROOT / "configs")  # the README's commands run from the repository root
     rows = [{"prompt": f"Say the number {i}:", "target": str(i)} for i in range(20)]
     (root / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     for line in shell_lines():

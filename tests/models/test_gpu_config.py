@@ -1,10 +1,11 @@
-"""configs/gpu-gsm8k.yaml loads and validates (loading only: no GPU, no model, no vLLM)."""
+"""The gpu-gsm8k preset loads and validates (loading only: no GPU, no model, no vLLM)."""
 
 from pathlib import Path
 
 from asyncrl.config import load_config
+from asyncrl.config.presets import PRESETS_DIR
 
-CONFIG = Path(__file__).resolve().parents[2] / "configs" / "gpu-gsm8k.yaml"
+CONFIG = PRESETS_DIR / "gpu-gsm8k.yaml"
 
 
 def test_gpu_gsm8k_config_loads(tmp_path):
@@ -49,7 +50,7 @@ def test_missing_vllm_is_one_line_config_error(monkeypatch, tiny_policy):
     assert "\n" not in str(err.value)
 
 
-EMBEDDED_GPU = Path(__file__).resolve().parents[2] / "configs" / "gpu-embedded.yaml"
+EMBEDDED_GPU = PRESETS_DIR / "gpu-embedded.yaml"
 
 
 def test_gpu_embedded_preset_loads_with_mixed_precision():

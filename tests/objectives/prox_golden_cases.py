@@ -81,7 +81,40 @@ def minibatch_sizes(batch_size: int) -> list[int]:
     return [len(index) for index in torch.arange(batch_size).chunk(N_MINIBATCHES)]
 
 
-def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit-identical, with NaN equal to NaN (empty-set statistics are NaN)."""
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
-        torch.nan_to_num(a, nan=0.0), torch.nan_to_num(b, nan=0.0)) and torch.equal(a.isnan(), b.isnan())
+# float32's unit roundoff is u = 2**-24. A compared value is a short chain of float32 operations
+# (log/exp, a clip, a product) and a reduction over at most B·T = 96 tokens; another CPU's
+# vectorized kernels round exp/log differently and sum in another order, which moves a value by a
+# few u relative to the largest term it was summed from. 64·u leaves an order of magnitude over
+# what was seen between machines, and stays four orders under any change of the math: a clip
+# bound moved by 1e-3 or an α rule changed moves these values by more than 1e-3 relative.
+FLOAT32_TOLERANCE = 64 * 2.0 ** -24
+
+
+def _scale(want: torch.Tensor) -> torch.Tensor:
+    """The magnitude each element is judged against: the largest finite |value| of its column for a
+    [minibatches, stats] statistics table (stats differ in scale by orders of magnitude), of the
+    whole tensor otherwise (a gradient's elements are terms of the same sums)."""
+    finite = torch.where(torch.isfinite(want), want.abs(), torch.zeros_like(want)).double()
+    if want.dim() == 2 and want.shape[0] == N_MINIBATCHES:
+        return finite.amax(dim=0, keepdim=True).expand_as(finite)
+    return finite.amax().expand_as(finite) if finite.numel() else finite
+
+
+def close(got: torch.Tensor, want: torch.Tensor) -> tuple[bool, str]:
+    """(agree, why not): same shape and dtype, the same NaN/inf pattern, and every finite element
+    within FLOAT32_TOLERANCE × (|want| + its scale) of the golden value (or a subnormal of zero)."""
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False, f"{got.dtype}{tuple(got.shape)} vs {want.dtype}{tuple(want.shape)}"
+    finite = torch.isfinite(want)
+    if not torch.equal(finite, torch.isfinite(got)) or not torch.equal(got[~finite].nan_to_num(),
+                                                                        want[~finite].nan_to_num()):
+        return False, "NaN/inf in other places"
+    err = (got.double() - want.double()).abs()
+    # + the smallest normal float32: an all-zero column (no clipped token) has no scale of its own
+    bound = FLOAT32_TOLERANCE * (want.double().abs() + _scale(want)) + torch.finfo(torch.float32).tiny
+    excess = torch.where(finite, err / bound, torch.zeros_like(err))
+    if excess.numel() and excess.max() > 1:
+        i = int(excess.argmax())
+        return False, (f"element {i}: {got.flatten()[i].item():.9g} vs {want.flatten()[i].item():.9g} "
+                       f"({excess.max().item():.3g}× the float32 tolerance)")
+    return True, ""

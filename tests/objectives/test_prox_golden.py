@@ -6,15 +6,15 @@ a41c1e1: ``Trainer._prox_setup`` and the per-minibatch branches of ``Trainer.ste
 forward passes replaced by the fixed tensors of prox_golden_cases.py). This test drives the same
 calls ``Trainer.step`` makes now: the strategy's plan once per step, its minibatch rows, policy_loss.
 
-Bit-identity holds on the torch build and CPU kernels that wrote the file (recorded in it);
-vectorized exp/log differ in the last bits between instruction sets, so elsewhere the values must
-agree to float32 rounding. To re-record after an intended change of the math:
+The file may have been written on another CPU, whose vectorized exp/log round differently in the
+last bits: values must agree to float32 rounding (``FLOAT32_TOLERANCE`` in prox_golden_cases.py,
+with its reasoning), not bit for bit. Bit-identity is checked where both sides run in one process
+(async K = 0 ≡ sync, resume ≡ uninterrupted). To re-record after an intended change of the math:
 ``python tests/objectives/test_prox_golden.py --write``.
 """
 
 from __future__ import annotations
 
-import platform
 import sys
 
 import pytest
@@ -23,9 +23,9 @@ import torch
 from asyncrl.objectives import policy_loss, prox_strategy
 
 try:
-    from .prox_golden_cases import CURRENT_VERSION, GOLDEN_PATH, PAIRINGS, build_inputs, minibatch_sizes, same
+    from .prox_golden_cases import CURRENT_VERSION, GOLDEN_PATH, PAIRINGS, build_inputs, close, minibatch_sizes
 except ImportError:  # run as a script (--write)
-    from prox_golden_cases import CURRENT_VERSION, GOLDEN_PATH, PAIRINGS, build_inputs, minibatch_sizes, same
+    from prox_golden_cases import CURRENT_VERSION, GOLDEN_PATH, PAIRINGS, build_inputs, close, minibatch_sizes
 
 
 def trainer_path(loss_name: str, prox: str, params: dict, inp: dict) -> dict:
@@ -59,10 +59,6 @@ def trainer_path(loss_name: str, prox: str, params: dict, inp: dict) -> dict:
     }
 
 
-def _environment() -> tuple[str, str, str]:
-    return str(torch.__version__), torch.backends.cpu.get_cpu_capability(), platform.machine()
-
-
 @pytest.fixture(scope="module")
 def golden() -> dict:
     return torch.load(GOLDEN_PATH)
@@ -84,19 +80,48 @@ def test_pairing_reproduces_the_golden_values(golden, case):
     got = trainer_path(loss_name, prox, params, golden["inputs"])
     assert got["stat_names"] == want["stat_names"]
     assert (got["prox_logp"] is None) == (want["prox_logp"] is None)
-    pairs = [(key, got[key], want[key]) for key in ("loss", "grad", "prox_logp", "stats") if want[key] is not None]
-    if (golden["torch"], golden["cpu"], golden["machine"]) == _environment():
-        for key, a, b in pairs:
-            assert same(a, b), f"{case}: {key} differs from the golden value"
-    else:  # other CPU kernels: the same math up to float32 rounding
-        for key, a, b in pairs:
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, equal_nan=True, msg=f"{case}: {key}")
+    for key in ("loss", "grad", "prox_logp", "stats"):
+        if want[key] is not None:
+            agree, why = close(got[key], want[key])
+            assert agree, f"{case}: {key} differs from the golden value: {why}"
+
+
+def _last_bit(tensor: torch.Tensor, direction: float) -> torch.Tensor:
+    """Every element moved by one float32 step (another machine's rounding, at its largest)."""
+    return torch.nextafter(tensor, torch.full_like(tensor, direction))
+
+
+@pytest.mark.parametrize("case", ["decoupled", "recompute", "a3po-sync", "cispo"])
+def test_a_fixture_rounded_elsewhere_still_passes(golden, case):
+    """A fixture regenerated on another CPU, simulated by moving every golden value by one float32
+    step (up, then down), agrees with this machine's values."""
+    loss_name, prox, params = PAIRINGS[case]
+    got = trainer_path(loss_name, prox, params, golden["inputs"])
+    for direction in (float("inf"), float("-inf")):
+        for key in ("loss", "grad", "prox_logp", "stats"):
+            if golden["cases"][case][key] is not None:
+                agree, why = close(got[key], _last_bit(golden["cases"][case][key], direction))
+                assert agree, f"{case}: {key}: {why}"
+
+
+def test_a_real_change_fails(golden):
+    """The comparison is not too loose: a clip bound moved by 1e-3, an α rule replaced (linear
+    interpolation for log-linear) and one gradient element off by 1e-4 relative all fail it."""
+    want = golden["cases"]["decoupled"]
+    moved_clip = trainer_path("decoupled", "loglinear", {"eps_low": 0.199}, golden["inputs"])
+    assert not all(close(moved_clip[k], want[k])[0] for k in ("loss", "grad", "stats"))
+    other_alpha = trainer_path("decoupled", "linear", {}, golden["inputs"])
+    assert not close(other_alpha["prox_logp"], want["prox_logp"])[0]
+    grad = want["grad"].clone()
+    i = int(grad.abs().argmax())
+    grad.view(-1)[i] *= 1 + 1e-4
+    assert not close(grad, want["grad"])[0]
+    assert close(want["grad"], want["grad"])[0]
 
 
 def _write() -> None:
     inp = build_inputs()
-    torch_version, cpu, machine = _environment()
-    golden = {"inputs": inp, "torch": torch_version, "cpu": cpu, "machine": machine,
+    golden = {"inputs": inp, "torch": str(torch.__version__), "cpu": torch.backends.cpu.get_cpu_capability(),
               "cases": {name: trainer_path(loss, prox, params, inp) for name, (loss, prox, params) in PAIRINGS.items()}}
     torch.save(golden, GOLDEN_PATH)
 

@@ -14,7 +14,7 @@ from asyncrl.bench.cells import Cell, check_known, overrides, params
 from asyncrl.bench.suites import CellRequest, Suite, validate_train_cells
 from asyncrl.objectives import prox_strategy
 
-# The three A-3PO presets (configs/<name>.yaml hold the same switches; a test checks they agree).
+# The three A-3PO arms; each equals a packaged preset (sync, recompute, a3po: a test checks they agree).
 A3PO_METHODS: dict[str, dict[str, object]] = {
     "sync": {"run.mode": "sync", "trainer.prox": "behav", "loss.name": "ppo"},
     "async-recompute": {"run.mode": "async", "async.max_staleness": 4, "async.max_ahead": 1,

@@ -1,6 +1,5 @@
 """Configuration presets shipped with the package: ``--config NAME`` reads ``NAME.yaml`` from this
-folder when NAME is not a file. ``configs/`` in the repository holds byte-identical copies under
-the names the docs and benchmarks have used (a test keeps them identical)."""
+folder when NAME is not a file. This folder is their only copy."""
 
 from __future__ import annotations
 
