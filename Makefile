@@ -19,11 +19,15 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/asyncrl train
 
+# the default suite: CPU only, slow and gpu tests deselected, one worker per core (pytest-xdist)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -n auto --durations=25
 
+# everything that runs without a GPU, the slow tests too (torchrun jobs, Ray clusters, signals to
+# whole process groups, long trainings), one at a time: before a release, and after touching
+# the runtime, distributed/ or a fault path
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not gpu"
+	$(BIN)/python -m pytest -q -m "not gpu" --durations=25
 
 # the warm starts live in the user cache, shared by every checkout: `make clean-cache` removes them
 # (.asyncrl_cache: where older versions kept them, per working directory)

@@ -23,6 +23,14 @@ os.environ["ASYNCRL_CACHE"] = os.environ[_SESSION_CACHE]
 
 
 @pytest.fixture(scope="session")
+def cache() -> str:
+    """The warm-start cache of every end-to-end run (``policy.cache_dir``): the test run's throwaway
+    one, so each warm start the runs ask for (the same tiny model, in most) is built once per test
+    run, under its build lock, whichever module or xdist worker asks first."""
+    return os.environ["ASYNCRL_CACHE"]
+
+
+@pytest.fixture(scope="session")
 def tiny_policy():
     """A randomly initialised 2-layer Qwen2 model + locally trained tokenizer (no download)."""
     from asyncrl.config import ModelConfig

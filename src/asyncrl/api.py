@@ -26,7 +26,6 @@ What this adds to the config, so that rollout worker processes (spawned, or Ray 
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import importlib
 import json
@@ -61,77 +60,23 @@ def train(config: Any = None, *, reward_funcs: Sequence[Callable | str] | None =
 def build_config(config: Any = None, *, reward_funcs: Sequence[Callable | str] | None = None,
                  train_dataset: Any = None, eval_dataset: Any = None,
                  overrides: Mapping[str, Any] | None = None, **keys: Any):
-    """The :class:`~asyncrl.config.Config` that :func:`train` runs (arguments as there); writes the
-    in-memory inputs under ``<run.out_dir>/.inputs/``."""
-    from asyncrl.config import Config, _rename_old_keys
-    from asyncrl.core.loader import from_dict
+    """The :class:`~asyncrl.config.Config` that :func:`train` runs (arguments as there), built by
+    :func:`asyncrl.config.load_config` like every other config; writes the in-memory inputs under
+    ``<run.out_dir>/.inputs/`` first, so the config names files every process can read."""
+    from asyncrl.config import load_config
 
-    data = _base(config)
     settings = {**(overrides or {}), **{key.replace("__", "."): value for key, value in keys.items()}}
-    for key, value in settings.items():
-        _set(data, key, value)
-    inputs = Path(_get(data, "run.out_dir", "runs")) / INPUTS_DIR
+    # where the inputs go: the run's out_dir (task and reward may name files not written yet)
+    out_dir = load_config(config, settings=settings, ignore=("task", "reward")).run.out_dir
+    inputs = Path(out_dir) / INPUTS_DIR
     for key, dataset in (("task.path", train_dataset), ("task.eval_path", eval_dataset)):
         if dataset is not None:
-            name = "train_dataset" if key == "task.path" else "eval_dataset"
-            _set(data, key, dataset_path(dataset, inputs, name))
+            settings[key] = dataset_path(dataset, inputs, "train_dataset" if key == "task.path" else "eval_dataset")
     if reward_funcs is not None:
         if isinstance(reward_funcs, (str, bytes)) or callable(reward_funcs):
             reward_funcs = [reward_funcs]
-        _set(data, "reward.funcs", [reward_path(fn, inputs, f"reward_funcs[{i}]") for i, fn in enumerate(reward_funcs)])
-    _rename_old_keys(data)
-    return from_dict(Config, data)
-
-
-# -- the config as a nested dict --------------------------------------------------------------
-
-
-def _base(config: Any) -> dict:
-    from asyncrl.config import Config, ConfigError
-    from asyncrl.core.loader import read_yaml
-    from asyncrl.config.presets import resolve_config_path
-
-    if config is None:
-        return {}
-    if isinstance(config, Config):
-        return config.to_dict()
-    if isinstance(config, (str, os.PathLike)):
-        return read_yaml(resolve_config_path(config))
-    if isinstance(config, Mapping):
-        data: dict = {}
-        for key, value in config.items():
-            _set(data, str(key), value)
-        return data
-    raise ConfigError("config", f"expected a YAML file, a preset name, a dict or a Config, got {type(config).__name__}")
-
-
-def _set(data: dict, key: str, value: Any) -> None:
-    """``data[a][b] = value`` for ``key`` ``"a.b"``; a section with a ``name`` takes a bare string
-    (``task="gsm8k"``), as on the command line."""
-    from asyncrl.config import _sections_with_name
-    from asyncrl.core.loader import ConfigError, apply_override
-
-    parts = key.split(".")
-    if any(not p for p in parts):
-        raise ConfigError(key, "empty component in dotted key")
-    if len(parts) == 1 and parts[0] in _sections_with_name() and isinstance(value, str):
-        parts = [parts[0], "name"]
-    if isinstance(value, Mapping):  # a copy: the config must not alias the caller's dict
-        value = copy.deepcopy(_as_dict(value))
-    apply_override(data, parts, value)
-
-
-def _as_dict(value: Mapping) -> dict:
-    return {str(k): _as_dict(v) if isinstance(v, Mapping) else v for k, v in value.items()}
-
-
-def _get(data: dict, key: str, default: Any) -> Any:
-    node: Any = data
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return default if node is None else node
+        settings["reward.funcs"] = [reward_path(fn, inputs, f"reward_funcs[{i}]") for i, fn in enumerate(reward_funcs)]
+    return load_config(config, settings=settings)
 
 
 # -- in-memory inputs → files every process can read -----------------------------------------------

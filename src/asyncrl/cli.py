@@ -92,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="run no cell: write the report from the cells already finished in the runs "
                             "directory (a partial report says how many), else re-render the study stored "
                             "in --out (results.json + steps.csv.gz, e.g. a committed folder)")
-    bench.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="applied to every cell")
+    bench.add_argument("overrides", nargs="*", metavar="dotted.key=value",
+                       help="applied to every cell; run.plugins=[pkg.module] also adds the suites a plugin registers")
     return parser
 
 
@@ -187,14 +188,14 @@ def _eval(cfg) -> int:
     from asyncrl.tracking.metrics import json_safe
     from asyncrl.policy.model import check_device, load_policy_for
     from asyncrl.runtime.preflight import check_prompts, check_writable
-    from asyncrl.runtime.session import resolve_policy_dir
+    from asyncrl.runtime.session import warm_start_if_needed
 
     torch.set_num_threads(cfg.policy.torch_threads)
     check_device(cfg.policy.device)
     if cfg.eval.outputs:  # before the evaluation's minutes, not after them
         check_writable(cfg.eval.outputs, "eval.outputs")
     task = cfg.task.build()
-    model, tokenizer = load_policy_for(cfg.policy, resolve_policy_dir(cfg))
+    model, tokenizer = load_policy_for(cfg.policy, warm_start_if_needed(cfg, task))
     problems = check_prompts(cfg, task, tokenizer, model).eval[: cfg.eval.n_problems]  # task.long_prompts
     metrics, result = eval_metrics(model, tokenizer, task, problems, cfg, rewards=cfg.reward.build(task))
     report = cli_report(metrics, result, cfg)
@@ -292,6 +293,9 @@ def _redo(args) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    code = guarded(lambda: _import_named_plugins(argv))  # before the parser, which lists what they register
+    if code:
+        return code
     parser = _parser()
     # overrides may follow options (`bench a3po --quick k=v`): argparse leaves those unparsed
     args, rest = parser.parse_known_args(argv)
@@ -315,6 +319,19 @@ def main(argv: list[str] | None = None) -> int:
         with paths_only():  # printing a config runs no user code: reward modules are not imported
             return guarded(lambda: _print_config(_config(args)))
     return guarded(lambda: COMMANDS[args.command](_quiet_hub(_config(args))))
+
+
+def _import_named_plugins(argv: list[str]) -> int:
+    """Import the modules of a ``run.plugins=[...]`` argument before the parser is built, so that
+    what they register is offered like the built-in parts: a bench suite's name (checked by the
+    parser), a loss, a tracker. ConfigError naming ``run.plugins[i]`` for one that fails."""
+    from asyncrl.config import Config, RunConfig
+    from asyncrl.core.loader import parse_override
+
+    for item in argv:
+        if item.startswith("run.plugins="):
+            RunConfig(plugins=parse_override(item, Config)[1])  # building the section imports them
+    return 0
 
 
 def _export(args) -> int:

@@ -1,4 +1,4 @@
-"""Suite matrices: cells, filters, resumability bookkeeping and agreement with configs/*.yaml."""
+"""Suite matrices: cells, filters, resumability bookkeeping and agreement with the packaged presets."""
 
 import math
 from pathlib import Path
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("preset", list(A3PO_METHODS))
 def test_a3po_methods_match_the_preset_files(preset):
-    from_file = load_config(str(ROOT / "configs" / f"{preset}.yaml"), []).to_dict()
+    from_file = load_config({"async-loglinear": "a3po", "async-recompute": "recompute"}.get(preset, preset)).to_dict()
     from_suite = load_config(None, [f"{k}={v}" for k, v in A3PO_METHODS[preset].items()]).to_dict()
     assert from_file == from_suite
 
@@ -143,12 +143,11 @@ def test_a3po_at_staleness_k_runs_async_methods_at_w_equals_k_and_logs_the_error
 
 def test_a_newly_registered_loss_joins_the_atlas_with_the_proximal_policy_it_declares(monkeypatch):
     """The atlas reads its arms from the loss registry: registering a loss is the only edit."""
-    from asyncrl.objectives import registry
+    from asyncrl.objectives import LOSSES, PROX_REQUIRED, LossEntry
 
-    entry = registry.LossEntry(registry._CORES["decoupled"].fn, registry._CORES["decoupled"].params,
-                               reads_prox=registry.PROX_REQUIRED, natural_prox="linear")
-    monkeypatch.setitem(registry._CORES, "my_loss", entry)
-    monkeypatch.setitem(registry.LOSSES, "my_loss", registry._make_loss("my_loss"))
+    entry = LossEntry(LOSSES["decoupled"].fn, LOSSES["decoupled"].params, reads_prox=PROX_REQUIRED,
+                      natural_prox="linear")
+    monkeypatch.setitem(LOSSES, "my_loss", entry)
     cells = build_cells("atlas", quick=True, ks=[4])
     mine = [c for c in cells if c.method == "my_loss"]
     assert len(mine) == 1 and "trainer.prox=linear" in mine[0].overrides and "loss.name=my_loss" in mine[0].overrides

@@ -4,7 +4,6 @@ with and without micro-batches, and with shares uneven enough that a rank runs a
 
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from asyncrl.distributed.data_parallel import SingleProcess, shares
+from asyncrl.distributed.data_parallel import DataParallel, shares
+from asyncrl.distributed.world import World
+from asyncrl.training.parallel import MicroBatch, SingleProcess
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from rendezvous import rendezvous_env  # noqa: E402
 TIMES = ("train_time_s", "prox_time_s", "prox_error_time_s")
 
 
@@ -22,18 +25,25 @@ def test_shares_cover_the_rows_in_order_and_differ_by_at_most_one():
     assert shares(5, 2) == [(0, 3), (3, 5)]
     assert shares(4, 3) == [(0, 2), (2, 3), (3, 4)]
     assert shares(2, 3) == [(0, 1), (1, 2), (2, 2)]
-    assert SingleProcess().plan(7, 3) == (0, [(0, 3), (3, 6), (6, 7)])
+    assert SingleProcess().rows_of(7, 3) == [MicroBatch(0, 3), MicroBatch(3, 6), MicroBatch(6, 7)]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def test_every_rank_runs_as_many_passes_with_stand_ins_where_its_share_ran_out():
+    """Minibatches of 5 rows on 2 ranks, micro-batches of 1: shares 3 + 2, so rank 1 runs a third,
+    stand-in pass (row 0, loss × 0); the real passes' losses count the world size (FSDP averages)."""
+    assert DataParallel(World(0, 2, 0)).rows_of(5, 1) == [MicroBatch(0, 1), MicroBatch(1, 2), MicroBatch(2, 3)]
+    rank1 = DataParallel(World(1, 2, 1))
+    assert rank1.rows_of(5, 1) == [MicroBatch(3, 4), MicroBatch(4, 5), MicroBatch(0, 1, stand_in=True)]
+    loss = torch.tensor(1.5)
+    assert [rank1.scale(loss, micro).item() for micro in rank1.rows_of(5, 1)] == [3.0, 3.0, 0.0]
+    assert rank1.rows_of(5, 0) == [MicroBatch(3, 5)]
+    with pytest.raises(ValueError, match="cannot be shared by 2 ranks"):
+        rank1.rows_of(1, 0)
 
 
 def sharded_step(tmp_path: Path, case: str, micro: int, n_minibatches: int, world: int = 2, device: str = "cpu"):
     """(stats, weights, grads) of rank 0 of ``world`` FSDP2 ranks (dp_case.py) training tmp_path/input.pt."""
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "OMP_NUM_THREADS": "1",
+    env = {**os.environ, **rendezvous_env(tmp_path),
            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     procs = [subprocess.Popen([sys.executable, str(HERE / "dp_case.py"), str(rank), str(tmp_path), case, str(micro),
                                str(n_minibatches), str(world), device], env=env, stdout=subprocess.PIPE,

@@ -29,11 +29,6 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 STATS = ("loss", "grad_norm", "ess_frac", "clipped_tokens", "entropy", "reward_mean")
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("cache"))
-
-
 def _port() -> str:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -11,6 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from asyncrl.config import load_config
+from asyncrl.training.pretrain import pretrained_dir
+
 TINY = [
     "model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
     "model.intermediate_size=128", "model.vocab_size=400",
@@ -23,12 +26,6 @@ TINY = [
     "trainer.steps=3", "trainer.n_minibatches=2", "trainer.lr=0.001",
     "eval.n_problems=8", "eval.every=2", "run.progress=false", "run.mode=sync", "pretrain.alt_style_frac=0",
 ]
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> str:
-    """One warm-start cache for the module: the first run pretrains, later runs reuse it."""
-    return str(tmp_path_factory.mktemp("cache"))
 
 
 def run_cli(tmp_path: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -58,7 +55,7 @@ def test_train_end_to_end(tmp_path, cache):
     # the checkpoint is a loadable HF directory whose weights differ from the warm start
     ckpt = run_dir / "checkpoint"
     assert (ckpt / "config.json").is_file() and (ckpt / "trainer_state.pt").is_file()
-    start_dir = next(Path(cache).glob("tiny-*"))
+    start_dir = pretrained_dir(load_config(None, [*TINY, f"policy.cache_dir={cache}"]))
     before, after = load_file(start_dir / "model.safetensors"), load_file(ckpt / "model.safetensors")
     assert before.keys() == after.keys()
     assert any(not torch.equal(before[k], after[k]) for k in before)

@@ -8,6 +8,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from asyncrl.config import ConfigError, load_config
 from asyncrl.config.presets import PRESETS_DIR, preset_names, resolve_config_path
@@ -19,10 +20,14 @@ def test_packaged_presets():
     assert {"a3po", "recompute", "sync", "gpu-embedded", "gpu-gsm8k"} <= set(preset_names())
 
 
-def test_every_preset_loads_and_the_docs_name_it():
+def test_every_preset_loads_and_the_docs_name_it(tmp_path):
+    rows = tmp_path / "train.jsonl"
+    rows.write_text('{"question": "What is 2 + 3?", "answer": "#### 5"}\n')
     table = (ROOT / "docs" / "config.md").read_text()
     for name in preset_names():
-        load_config(name).validate()
+        task = (yaml.safe_load((PRESETS_DIR / f"{name}.yaml").read_text()).get("task") or {}).get("name")
+        files = [f"task.path={rows}"] if task not in (None, "arithmetic") else []  # the user's data files
+        load_config(name, files).validate()
         assert f"| `{name}` |" in table, f"docs/config.md's preset table does not name {name}"
 
 

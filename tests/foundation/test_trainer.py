@@ -65,6 +65,39 @@ def test_nonfinite_loss_never_reaches_weights(setup, monkeypatch, bad):
     assert trainer.version == 1  # the batch was consumed
 
 
+def test_step_statistics_are_named_for_what_they_hold(setup, monkeypatch):
+    """A key ending in _max is the largest of the step's updates' values, _min the smallest, any
+    other the mean: ratio_max is the step's largest ratio, not a mean of per-minibatch maxima."""
+    model, batch = setup
+    per_update, real = [], trainer_module.policy_loss
+
+    def spy(*args, **kwargs):
+        loss, stats = real(*args, **kwargs)
+        per_update.append({key: float(value) for key, value in stats.items()})
+        return loss, stats
+
+    monkeypatch.setattr(trainer_module, "policy_loss", spy)
+    trainer = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-2), LossConfig())
+    trainer.version = 1  # the batch is one version stale: both updates have ratios and staleness
+    stats = trainer.step(batch.select(torch.arange(len(batch))))
+    assert len(per_update) == 2  # one loss per update (no micro-batches)
+    first, second = per_update
+    assert first["ratio_max"] != second["ratio_max"]  # the second update sees moved weights
+    for key in ("ratio_max", "importance_weight_max", "staleness_max"):
+        assert stats[key] == max(first[key], second[key]), key
+    for key in ("ratio_min", "importance_weight_min", "staleness_min"):
+        assert stats[key] == min(first[key], second[key]), key
+    assert stats["ratio_mean"] == pytest.approx((first["ratio_mean"] + second["ratio_mean"]) / 2)
+
+
+def test_reduce_updates_leaves_nan_out():
+    nan = math.nan
+    out = trainer_module.reduce_updates({"a_max": [1.0, nan, 3.0], "a_min": [nan, 2.0, 1.0], "a": [1.0, nan, 2.0],
+                                         "none_max": [nan, nan], "maximum": [1.0, 3.0]})
+    assert out["a_max"] == 3.0 and out["a_min"] == 1.0 and out["a"] == 1.5 and out["maximum"] == 2.0
+    assert math.isnan(out["none_max"])
+
+
 def test_prox_error_stats_hand_worked():
     exact = torch.tensor([[-1.0, -2.0, -3.0]])
     approx = torch.tensor([[-1.5, -2.0, -9.0]])

@@ -23,11 +23,6 @@ from test_e2e_train import TINY  # noqa: E402
 CUDA = [*TINY, "policy.device=cuda", "eval.every=0", "trainer.lr=0.0002"]
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("cache"))
-
-
 def train(tmp_path: Path, cache: str, name: str, *args: str):
     # fixed cuBLAS workspace: the same shapes take the same kernels in every process
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}

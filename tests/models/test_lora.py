@@ -157,7 +157,7 @@ def test_missing_peft_is_one_line_config_error(tiny_policy, monkeypatch):
 # -- end to end -------------------------------------------------------------------------------
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "foundation"))
-from test_e2e_train import TINY as E2E_TINY, cache, run_cli  # noqa: E402,F401  (cache: shared fixture)
+from test_e2e_train import TINY as E2E_TINY, run_cli  # noqa: E402
 
 # the tiny, fast warm start of the e2e tests; mode, steps, lr and eval cadence are set per test here
 TINY = [o for o in E2E_TINY if not o.startswith(("trainer.steps=", "trainer.lr=", "eval.every=", "run.mode="))]

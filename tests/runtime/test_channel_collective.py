@@ -98,12 +98,11 @@ def test_the_channel_listens_on_loopback_only():
 
 
 @pytest.mark.slow
-def test_an_async_run_through_the_collective_channel_equals_one_through_shared_memory(tmp_path, tmp_path_factory):
+def test_an_async_run_through_the_collective_channel_equals_one_through_shared_memory(tmp_path, cache):
     """K = 0: the workers generate from exactly the trainer's weights, so the two channels train to
     the same weights bit for bit."""
     from test_modes_e2e import train, weights
 
-    cache = str(tmp_path_factory.mktemp("cache"))
     shm_dir, _ = train(tmp_path, cache, "shm", "run.mode=async", "async.max_staleness=0", "trainer.steps=3")
     coll_dir, records = train(tmp_path, cache, "coll", "run.mode=async", "async.max_staleness=0", "trainer.steps=3",
                               "async.weight_channel=collective")

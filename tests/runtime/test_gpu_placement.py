@@ -166,9 +166,8 @@ def test_local_workers_on_cpu_start_together():
 
 
 def _run_loop(monkeypatch, device: str) -> list[str]:
-    """``train`` with every part replaced by a recorder; the first batch ends the run."""
+    """``train`` with every part replaced by a recorder, for a run of no steps."""
     from asyncrl.runtime import loop
-    from asyncrl.stability.monitor import EssStop
 
     events: list[str] = []
 
@@ -183,39 +182,41 @@ def _run_loop(monkeypatch, device: str) -> list[str]:
             return lambda *args, **kwargs: None
 
     class Source(Recorder):
-        n_generators = 1
-
         def wait_ready(self):
             events.append("workers ready")
 
-        def next_batch(self, version, step):
-            raise EssStop(0)
+        def summary(self):
+            return {}
+
+    class Evaluations(Recorder):
+        seconds = 0.0
+
+        def run(self, step):
+            events.append(f"evaluate {step}")
+            return 0.0
 
         def summary(self):
             return {}
+
+    cfg = _cfg(device=device, n_workers=1)
+    cfg.run.mode, cfg.trainer.steps = "async", 0
 
     class Session(Recorder):
         resume, start_step, model, policy_dir = None, 0, None, None
         stop, progress = Recorder(), Recorder()
 
-        def evaluate(self, step):
-            events.append(f"evaluate {step}")
-            return 0.0
-
         def elapsed_s(self):
             return 0.0
 
-        def train_wall_s(self):
-            return 0.0
-
-        def finish(self, steps, extra, train_wall_s=None):
+        def finish(self, steps, evaluations, extra, train_wall_s=None):
             return {"steps": steps}
 
-    cfg = _cfg(device=device, n_workers=1)
-    cfg.run.mode = "async"
-    monkeypatch.setattr(loop.Session, "open", classmethod(lambda cls, c: Session()))
+    session = Session()
+    session.cfg = cfg
+    monkeypatch.setattr(loop, "open_session", lambda c: session)
     monkeypatch.setattr(loop, "build_reference", lambda *a: None)
     monkeypatch.setattr(loop, "Trainer", lambda *a, **k: types.SimpleNamespace(version=0, close=lambda: None))
+    monkeypatch.setattr(loop, "Evaluations", lambda s: Evaluations())
     monkeypatch.setattr(loop, "open_source", lambda c, s: Source())
     assert loop.train(cfg) == {"steps": 0}
     return events

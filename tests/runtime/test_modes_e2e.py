@@ -17,11 +17,6 @@ from test_e2e_train import TINY  # noqa: E402
 BASE = [*TINY, "trainer.lr=0.0002", "eval.every=0"]
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("cache"))
-
-
 def train(tmp_path: Path, cache: str, name: str, *args: str, timeout: int = 300):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *BASE, f"run.name={name}",

@@ -16,10 +16,10 @@ from test_e2e_train import TINY  # noqa: E402
 FAST = [a for a in TINY if not a.startswith(("pretrain.steps", "run.progress"))] + ["pretrain.steps=0"]
 
 
-def test_plain_log_lines_step_zero_completions_and_report(tmp_path):
+def test_plain_log_lines_step_zero_completions_and_report(tmp_path, cache):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *FAST, "run.name=watch",
-                           "policy.cache_dir=cache", "run.log_completions_every=2", "trainer.steps=3"],
+                           f"policy.cache_dir={cache}", "run.log_completions_every=2", "trainer.steps=3"],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(proc.stdout.strip().splitlines()) == 1  # stdout: the summary line only

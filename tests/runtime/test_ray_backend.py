@@ -11,11 +11,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_modes_e2e import train  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("cache"))
-
-
 def test_ray_backend_end_to_end(tmp_path, cache):
     run_dir, records = train(tmp_path, cache, "ray", "run.mode=async", "async.backend=ray",
                              "async.max_staleness=1", "trainer.steps=5", "trainer.prox=loglinear",

@@ -26,11 +26,6 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 TIMING = ("_s", "per_s", "util")  # wall-clock figures differ between any two runs
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("cache"))
-
-
 def cli(tmp_path: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "asyncrl.cli", *args], capture_output=True, text=True,
                           cwd=tmp_path, env=ENV, timeout=timeout)

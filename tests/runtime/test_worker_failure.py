@@ -25,9 +25,9 @@ def rollout_children(pid: int) -> list[int]:
     return children
 
 
-def test_killed_worker_is_restarted(tmp_path):
+def test_killed_worker_is_restarted(tmp_path, cache):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "asyncrl.cli", "train", *BASE, "run.name=kill", "policy.cache_dir=cache",
+    cmd = [sys.executable, "-m", "asyncrl.cli", "train", *BASE, "run.name=kill", f"policy.cache_dir={cache}",
            "run.mode=async", "async.max_staleness=1", "trainer.steps=25", "trainer.prox=loglinear",
            "loss.name=decoupled"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -75,8 +75,7 @@ def test_opob_baseline_through_the_trainer(twin_batch):
     assert plain.tolist() == pytest.approx([0.5, -0.5])  # the group mean, for contrast
 
 
-def test_async_k0_equals_sync_with_vcpo_on(tmp_path, tmp_path_factory):
-    cache = str(tmp_path_factory.mktemp("cache"))
+def test_async_k0_equals_sync_with_vcpo_on(tmp_path, cache):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     common = [*TINY, "trainer.lr=0.0002", "eval.every=0", "trainer.steps=3", f"policy.cache_dir={cache}",
               "trainer.vcpo.enabled=true", "trainer.vcpo.opob=true", "trainer.ess_warning.threshold=0.99"]
@@ -104,10 +103,9 @@ def _train(tmp_path, cache, name, *args):
     return run_dir, rows, json.loads((run_dir / "summary.json").read_text())
 
 
-def test_ess_warning_stop_and_rollback_end_to_end(tmp_path, tmp_path_factory):
+def test_ess_warning_stop_and_rollback_end_to_end(tmp_path, cache):
     """Simulated lag 2: step 1 is on-policy (ESS fraction ~1), later steps are stale (lower). A
     threshold just under 1 and a window of 2 fire the warning at step 3."""
-    cache = str(tmp_path_factory.mktemp("cache"))
     lagged = ["run.mode=simulated", "async.lag=2", "trainer.ess_warning.threshold=0.9999",
               "trainer.ess_warning.window=2"]
     run_dir, rows, summary = _train(tmp_path, cache, "stop", *lagged, "trainer.steps=6",

@@ -164,20 +164,21 @@ def test_wandb_tracker_in_disabled_mode_does_not_raise(tmp_path, monkeypatch):
 
 def test_a_backend_that_fails_to_start_is_one_line_and_closes_the_others(tmp_path, monkeypatch):
     """e.g. MLflow refusing its tracking URI: a ConfigError naming the backend, not a traceback."""
-    import dataclasses
+    import sys
     import types as _types
 
+    from asyncrl.tracking import TrackerEntry
+
     opened = FakeTracker()
-    good = _types.SimpleNamespace(open_tracker=lambda run_dir, cfg, after_step: opened)
 
     def refuse(run_dir, cfg, after_step):
         raise RuntimeError("the filesystem tracking backend is in maintenance mode\nmore detail")
 
-    bad = _types.SimpleNamespace(open_tracker=refuse)
-    modules = {"asyncrl.tracking.good": good, "asyncrl.tracking.bad": bad}
-    monkeypatch.setattr("asyncrl.tracking.importlib.import_module", lambda name: modules[name])
-    monkeypatch.setitem(TRACKERS, "good", dataclasses.replace(TRACKERS["tensorboard"], module="good"))
-    monkeypatch.setitem(TRACKERS, "bad", dataclasses.replace(TRACKERS["tensorboard"], module="bad"))
+    fake = _types.ModuleType("fake_tracker_backends")
+    fake.open_good, fake.open_bad = (lambda run_dir, cfg, after_step: opened), refuse
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)  # as if imported: the entries' targets resolve to it
+    monkeypatch.setitem(TRACKERS, "good", TrackerEntry(f"{fake.__name__}:open_good"))
+    monkeypatch.setitem(TRACKERS, "bad", TrackerEntry(f"{fake.__name__}:open_bad"))
     with pytest.raises(ConfigError) as err:
         open_trackers(["good", "bad"], tmp_path, load_config())
     message = str(err.value)

@@ -35,7 +35,7 @@ Where each metrics.jsonl field comes from (k = asyncrl-equivalent step = TRL opt
   step_time_s       wall time from the end of the previous step (after its eval) to TRL's log call of
                     this step: generation + n_minibatches updates (+ TRL bookkeeping)
   elapsed_s         seconds since the run started
-  eval_reward       ``asyncrl.training.evaluation.evaluate`` (as Session.evaluate) on eval steps
+  eval_reward       ``asyncrl.training.evaluation.evaluate`` (as the loop's Evaluations) on eval steps
 """
 
 from __future__ import annotations
@@ -183,8 +183,8 @@ class _PerStep(TrainerCallback):
     """One metrics record per asyncrl-equivalent step, built when TRL logs (every n_minibatches):
     rewards from our scorer, TRL's logged statistics, the step's timers, and the eval when due."""
 
-    def __init__(self, session, step_rewards: list[list[float]], timers: dict[str, float]):
-        self.session, self.step_rewards, self.timers = session, step_rewards, timers
+    def __init__(self, session, evaluations, step_rewards: list[list[float]], timers: dict[str, float]):
+        self.session, self.evaluations, self.step_rewards, self.timers = session, evaluations, step_rewards, timers
         self.per_step = session.cfg.trainer.n_minibatches
         self.totals = {key: 0.0 for key in timers}
         self.boundary = time.perf_counter()
@@ -221,8 +221,8 @@ class _PerStep(TrainerCallback):
         for key in self.timers:
             self.totals[key] += self.timers[key]
             self.timers[key] = 0.0
-        if self.session.eval_due(step):
-            record["eval_reward"] = self.session.evaluate(step)
+        if self.evaluations.due(step):
+            record["eval_reward"] = self.evaluations.run(step)
         record["elapsed_s"] = time.time() - self.session.started
         self.session.metrics.write(step, record)
         self.session.progress.update(step, reward=record["reward_mean"], eval_acc=record.get("eval_reward"))
@@ -247,7 +247,7 @@ def _dataset(session):
 
 
 def run(cfg: Config, threads_explicit: bool = False) -> dict:
-    """Train with TRL's GRPOTrainer inside an asyncrl Session (model, task, eval, metrics, summary)."""
+    """Train with TRL's GRPOTrainer inside an asyncrl session (model, task, metrics, summary) with its evaluations."""
     try:
         import trl
         from trl import GRPOConfig, GRPOTrainer
@@ -257,7 +257,8 @@ def run(cfg: Config, threads_explicit: bool = False) -> dict:
     from transformers import PrinterCallback
 
     from asyncrl.core.progress import TrainProgress
-    from asyncrl.runtime.session import Session
+    from asyncrl.runtime.evaluate import Evaluations
+    from asyncrl.runtime.loop import open_session
 
     # asyncrl's policy.torch_threads default (1) is per process of the async runtime (trainer +
     # workers on separate cores); TRL is one process on an otherwise idle machine: give it every core
@@ -267,7 +268,8 @@ def run(cfg: Config, threads_explicit: bool = False) -> dict:
     steps = cfg.trainer.steps
     if cfg.run.name is None:
         cfg.run.name = f"{MODE}-s{cfg.run.seed}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    session = Session.open(cfg)
+    session = open_session(cfg)
+    evaluations = Evaluations(session)
     session.progress = TrainProgress(steps, MODE, enabled=cfg.run.progress)
     step_rewards: list[list[float]] = []
 
@@ -281,10 +283,10 @@ def run(cfg: Config, threads_explicit: bool = False) -> dict:
     (session.run_dir / "trl_args.json").write_text(
         json.dumps({"trl_version": trl.__version__, **options}, indent=2))
     timers = {"gen": 0.0, "rollout": 0.0}
-    callback = _PerStep(session, step_rewards, timers)
+    callback = _PerStep(session, evaluations, step_rewards, timers)
     train_wall = 0.0
     with session.progress as progress:
-        eval_acc = session.evaluate(0)
+        eval_acc = evaluations.run(0)
         progress.update(0, eval_acc=eval_acc, elapsed_s=session.elapsed_s())
         if steps > 0:
             trainer = GRPOTrainer(model=session.model, reward_funcs=[task_reward], args=GRPOConfig(**options),
@@ -298,12 +300,12 @@ def run(cfg: Config, threads_explicit: bool = False) -> dict:
             _time_method(trainer, "_generate_and_score_completions", timers, "rollout")
             t0 = time.perf_counter()
             trainer.train()
-            train_wall = time.perf_counter() - t0 - session.eval_time_s
+            train_wall = time.perf_counter() - t0 - evaluations.seconds
             if callback.written != steps:
                 raise RuntimeError(f"peer-trl: TRL ran {trainer.state.global_step} optimizer steps, "
                                    f"{callback.written} asyncrl steps recorded, expected {steps}")
     n = max(steps, 1)
-    return session.finish(steps, {
+    return session.finish(steps, evaluations.summary(), {
         "mode": MODE, "loss": f"trl-{LOSS_TYPE}", "prox": None,
         "gen_time_per_step_s": callback.totals["gen"] / n,
         "rollout_time_per_step_s": callback.totals["rollout"] / n,

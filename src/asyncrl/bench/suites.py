@@ -3,20 +3,25 @@
 A suite is data plus two functions: how its cells are built (method × seed [× K ...], each one
 training run described by config overrides) and how its report is written. The runner
 (:mod:`asyncrl.bench.runner`) runs any suite's cells the same way, and the CLI offers every
-registered suite. A new suite is one file defining ``SUITE = Suite(...)`` and one line in
-``SUITES``.
+registered suite. A new suite is one file defining ``SUITE = Suite(...)`` and one entry in
+``SUITES`` (its import path, so a suite is imported only when used): a line here, or, from outside
+the package, a plugin module named on the command line as ``run.plugins=[...]``, which ``asyncrl
+bench`` imports before it reads the suite's name and passes on to every cell::
+
+    from asyncrl.bench.suites import SUITES
+    SUITES["mine"] = "my_pkg.bench:SUITE"
 """
 
 from __future__ import annotations
 
 import fnmatch
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from asyncrl.bench.cells import Cell, under_config
+from asyncrl.core.registries import resolve
 
 # name -> "module:attribute" of its Suite; imported only when the suite is used
 SUITES: dict[str, str] = {
@@ -84,8 +89,7 @@ def get_suite(name: str) -> Suite:
     """The registered suite called ``name`` (ValueError listing the known ones otherwise)."""
     if name not in SUITES:
         raise ValueError(f"suite: unknown {name!r} (known: {', '.join(SUITES)})")
-    module, _, attr = SUITES[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return resolve(SUITES[name])
 
 
 def _check_options(suite: Suite, request: CellRequest) -> None:

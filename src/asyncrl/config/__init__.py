@@ -5,17 +5,21 @@ dataclass has a ``name`` field accepts a bare string as shorthand (``task=arithm
 ``task.name=arithmetic``). Every error is a :class:`ConfigError` whose message names the key.
 
 A name that picks a registered part (``task.name``, ``run.mode``, ``async.backend``,
-``async.weight_channel``, ``rollout.engine``, ``loss.name``) is checked against the registry itself
-(:mod:`asyncrl.core.registries`, ``asyncrl.tasks.TASKS``, ``asyncrl.objectives.LOSSES``), after the
+``async.weight_channel``, ``rollout.engine``, ``loss.name``, ``trainer.prox``, ``run.report_to``) is
+checked against the registry itself (:mod:`asyncrl.core.registries`, ``asyncrl.tasks.TASKS``,
+``asyncrl.objectives.LOSSES`` and ``PROX_STRATEGIES``, ``asyncrl.tracking.TRACKERS``), after the
 modules of ``run.plugins`` are imported (when the ``run`` section is built), so a plugin's names
-are accepted like the built-in ones.
+are accepted like the built-in ones. Whether the named parts go together is asked of their entries
+(:func:`check_parts`, the loss's own checks in config/training.py), never decided by a name.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from asyncrl.stability.config import check_combinations
@@ -33,6 +37,7 @@ from asyncrl.config.asynchrony import AsyncConfig
 from asyncrl.config.model import ModelConfig, PolicyConfig, PretrainConfig
 from asyncrl.config.run import RunConfig
 from asyncrl.config.task import RewardConfig, TaskConfig
+from asyncrl.core.registries import BACKENDS, CHANNELS, ENGINES, auto_channel, device_type
 from asyncrl.distributed.config import check_ranks
 from asyncrl.distributed.world import torchrun_world
 from asyncrl.config.training import (EvalConfig, LossConfig, RolloutConfig, TrainerConfig, check_micro_batching,
@@ -65,21 +70,39 @@ class Config:
             raise ValueError("async.unit_prompts: must divide rollout.prompts_per_step")
         if self.async_.lag and self.async_.policy_buffer:
             raise ValueError("async.lag: set either lag or policy_buffer, not both")
-        channel, backend = self.async_.weight_channel, self.async_.backend
-        if (channel == "ray") != (backend == "ray") and channel not in ("auto", "collective"):
-            raise ValueError(f"async.weight_channel: {channel!r} does not work with async.backend={backend!r}")
+        check_parts(self)
         check_combinations(self)
-        if self.policy.lm_head_fp32 and self.rollout.engine == "vllm":
-            raise ValueError("policy.lm_head_fp32: not supported with rollout.engine=vllm (transformers engine only)")
         check_prox_pairing(self.loss, self.trainer)
         ranks = torchrun_world().size  # under torchrun: its world
         check_micro_batching(self.loss, self.trainer, ranks=ranks)
         check_ranks(self, ranks)
-        if channel == "cuda" and not self.policy.device.startswith("cuda"):
-            raise ValueError(f"async.weight_channel: 'cuda' needs policy.device=cuda, got {self.policy.device!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
+
+
+def check_parts(cfg: Config) -> None:
+    """The registered parts a run names work together and with ``policy.device``: each entry of
+    asyncrl.core.registries declares what it needs and supports, and is asked (no part is named
+    here). ValueError("section.key: ..."), one line."""
+    device, backend, channel = cfg.policy.device, cfg.async_.backend, cfg.async_.weight_channel
+    engine_name, engine = cfg.rollout.engine, ENGINES[cfg.rollout.engine]
+    if engine.devices is not None and device_type(device) not in engine.devices:
+        raise ValueError(f"rollout.engine: {engine_name!r} runs on policy.device="
+                         f"{'|'.join(sorted(engine.devices))} only, got {device!r}")
+    if cfg.policy.lm_head_fp32 and not engine.lm_head_fp32:
+        able = [name for name, entry in ENGINES.items() if entry.lm_head_fp32]
+        raise ValueError(f"policy.lm_head_fp32: not supported with rollout.engine={engine_name} "
+                         f"(engines that support it: {', '.join(able) or 'none'})")
+    if channel == "auto":
+        if auto_channel(backend, device) is None:
+            tried = ", ".join(BACKENDS[backend].auto_channels) or "none"
+            raise ValueError(f"async.weight_channel: auto finds no channel for async.backend={backend!r} on "
+                             f"policy.device={device!r} (tried: {tried}); name one")
+        return
+    why = CHANNELS[channel].refuses(backend, device)
+    if why is not None:
+        raise ValueError(f"async.weight_channel: {channel!r} {why}")
 
 
 def _sections_with_name() -> set[str]:
@@ -87,24 +110,63 @@ def _sections_with_name() -> set[str]:
             if any(sf.name == "name" for sf in dataclasses.fields(f.default_factory()))}
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
-                ignore: tuple[str, ...] = ()) -> Config:
-    """Defaults ← YAML file ← overrides; raises ConfigError (one line naming the key). The sections
-    in ``ignore`` keep their defaults whatever the file and overrides say (``asyncrl plan`` ignores
-    ``task`` and ``reward``, which change no memory and may name files it never reads)."""
-    data: dict[str, Any] = read_yaml(resolve_config_path(path)) if path else {}
-    named = _sections_with_name()
+def load_config(source: Any = None, overrides: list[str] | tuple[str, ...] = (), ignore: tuple[str, ...] = (), *,
+                settings: Mapping[str, Any] | None = None) -> Config:
+    """The one way a :class:`Config` is built: defaults ← ``source`` ← ``settings`` ← ``overrides``.
+
+    ``source``: None, a YAML file or a packaged preset's name, a dict (nested sections or dotted
+    keys) or a Config. ``settings``: dotted key → value from Python (``{"trainer.lr": 1e-5}``; a
+    value keeps its type). ``overrides``: ``key=value`` strings from a command line, parsed by the
+    type of their field. A section with a ``name`` takes a bare string either way
+    (``task=gsm8k``). The sections in ``ignore`` keep their defaults whatever is given (``asyncrl
+    plan`` ignores ``task`` and ``reward``, which change no memory and may name files it never
+    reads). Raises ConfigError (one line naming the key)."""
+    data = _source_dict(source)
+    for key, value in (settings or {}).items():
+        set_key(data, str(key), value)
     for text in overrides:
         parts, value = parse_override(text, Config)
-        if len(parts) == 1 and parts[0] in named and isinstance(value, str):
-            parts = [parts[0], "name"]
-        if isinstance(value, dict):
-            value = merge({}, value)
-        apply_override(data, parts, value)
+        _set_parts(data, parts, value)
     _rename_old_keys(data)
     for section in ignore:
         data.pop(section, None)
     return from_dict(Config, data)
+
+
+def _source_dict(source: Any) -> dict[str, Any]:
+    if source is None:
+        return {}
+    if isinstance(source, Config):
+        return source.to_dict()
+    if isinstance(source, (str, Path)) or hasattr(source, "__fspath__"):
+        return read_yaml(resolve_config_path(source))
+    if isinstance(source, Mapping):
+        data: dict[str, Any] = {}
+        for key, value in source.items():
+            set_key(data, str(key), value)
+        return data
+    raise ConfigError("config", f"expected a YAML file, a preset name, a dict or a Config, got {type(source).__name__}")
+
+
+def set_key(data: dict[str, Any], key: str, value: Any) -> None:
+    """``data[a][b] = value`` for the dotted ``key`` ``"a.b"`` (a copy of a mapping value: the
+    config never aliases the caller's dict)."""
+    parts = key.split(".")
+    if any(not part for part in parts):
+        raise ConfigError(key, "empty component in dotted key")
+    _set_parts(data, parts, value)
+
+
+def _set_parts(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    if len(parts) == 1 and parts[0] in _sections_with_name() and isinstance(value, str):
+        parts = [parts[0], "name"]
+    if isinstance(value, Mapping):
+        value = copy.deepcopy(_plain(value))
+    apply_override(data, parts, value)
+
+
+def _plain(value: Mapping) -> dict:
+    return {str(k): _plain(v) if isinstance(v, Mapping) else v for k, v in value.items()}
 
 
 # old key -> its new name; the old one still loads (run directories saved before keep it)
@@ -123,4 +185,5 @@ def _rename_old_keys(data: dict[str, Any]) -> None:
 __all__ = [
     "AsyncConfig", "Config", "ConfigError", "EvalConfig", "LossConfig", "ModelConfig", "PolicyConfig",
     "PretrainConfig", "RewardConfig", "RolloutConfig", "RunConfig", "TaskConfig", "TrainerConfig", "load_config",
+    "set_key",
 ]

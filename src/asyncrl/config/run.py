@@ -25,7 +25,8 @@ class RunConfig:
     # imported when the section is built, before any name is checked; every rollout worker and
     # bench cell builds its config the same way, so they import them too (docs/runtime.md)
     plugins: list[str] = setting(
-        help="modules (pkg.module) that register tasks, modes, backends, engines or channels at import",
+        help="modules (pkg.module) that register parts at import: tasks, losses, modes, backends, engines, "
+             "channels, trackers, bench suites",
         factory=list)
     checkpoint_every: int = setting(0, "steps between checkpoints; 0 = only at the end")
     keep_checkpoints: int = setting(2, "newest checkpoints kept in <run dir>/checkpoints/; 0 = all")
@@ -35,7 +36,8 @@ class RunConfig:
     checkpoint_on_signal: bool = setting(
         True, "on SIGTERM / SIGINT checkpoint the last finished step, then exit")
     report_to: list[str] = setting(
-        help="experiment trackers: tensorboard, wandb, mlflow, trackio ([] = metrics.jsonl only)",
+        help="experiment trackers: tensorboard, wandb, mlflow, trackio, or a plugin's (asyncrl.tracking.TRACKERS); "
+             "[] = metrics.jsonl only",
         factory=lambda: ["tensorboard"])
     # deprecated alias kept so old configs load: false drops tensorboard from report_to
     tensorboard: bool = setting(True, "deprecated: false = drop tensorboard from run.report_to")

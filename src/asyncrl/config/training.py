@@ -59,20 +59,25 @@ class RolloutConfig:
         return self.prompts_per_step * self.samples_per_prompt
 
 
+def _loss_names():
+    from asyncrl.objectives import LOSSES  # the registry itself (pure math, below config)
+
+    return LOSSES.keys()
+
+
 @dataclass
 class LossConfig:
     """Which objective (a key of ``asyncrl.objectives.LOSSES``) and its hyperparameters."""
 
-    name: str = setting("decoupled", "objective, a key of asyncrl.objectives.LOSSES (docs/objectives.md)")
+    name: str = setting("decoupled", "objective: a key of asyncrl.objectives.LOSSES, a plugin's included "
+                                     "(docs/objectives.md)", names=_loss_names)
     params: dict[str, Any] = setting(
         help="the objective's hyperparameters, e.g. loss.params.eps_high=0.28; {} = its defaults", factory=dict)
 
     def validate(self) -> None:
-        from asyncrl.objectives import LOSSES, loss_param_names, validate_loss_params
+        from asyncrl.objectives import loss_param_names, validate_loss_params
 
-        if self.name not in LOSSES:
-            raise ValueError(f"name: unknown loss {self.name!r} (known: {', '.join(sorted(LOSSES))})")
-        known = loss_param_names(self.name)
+        known = loss_param_names(self.name)  # the name is a registered one (checked first, names=)
         for key in self.params:
             if key not in known:
                 raise ValueError(f"params.{key}: not a parameter of loss {self.name!r} "
@@ -193,14 +198,6 @@ def check_prox_pairing(loss: LossConfig, trainer: TrainerConfig) -> None:
         raise ValueError(f"trainer.prox: {trainer.prox!r} does not go with loss.name={loss.name!r}: {why}")
 
 
-# Losses whose value is a sum of per-token (or per-sequence) terms over the minibatch divided by a
-# count of the minibatch's loss-mask tokens or sequences: run on micro-batches with the minibatch's
-# counts (global_num_tokens / global_num_seqs), their gradients add up to the minibatch's exactly.
-# m2po and vaco decide on a statistic of the whole call, which a micro-batch does not see.
-MICRO_BATCH_EXACT_LOSSES = frozenset({"ppo", "decoupled", "tis", "mis", "cispo", "opsm", "gspo", "reinforce",
-                                      "ppo_kl", "spo"})
-
-
 def check_micro_batching(loss: LossConfig, trainer: TrainerConfig, ranks: int = 1) -> None:
     """ValueError("trainer.micro_batch_size: ...") when micro-batches would not give the minibatch's
     update for this loss: a loss with a whole-minibatch statistic, or denominators that count only the
@@ -209,16 +206,16 @@ def check_micro_batching(loss: LossConfig, trainer: TrainerConfig, ranks: int = 
     checks, naming the world size, and refuses what a rank cannot compute from its share."""
     if trainer.micro_batch_size == 0 and ranks == 1:
         return
+    from asyncrl.objectives import LOSSES, micro_batch_exact_losses, prox_strategy
+
     what = "trainer.micro_batch_size" if ranks == 1 else f"torchrun with {ranks} trainer ranks"
-    if loss.name not in MICRO_BATCH_EXACT_LOSSES:
+    if not LOSSES[loss.name].micro_batch_exact:  # the loss's entry declares it (LossEntry.micro_batch_exact)
         raise ValueError(f"{what}: loss {loss.name!r} is not split exactly into micro-batches "
                          f"(a statistic over the whole minibatch); use {'0 or ' if ranks == 1 else ''}one of "
-                         f"{', '.join(sorted(MICRO_BATCH_EXACT_LOSSES))}")
+                         f"{', '.join(micro_batch_exact_losses())}")
     if loss.params.get("keep_filtered_in_denominator", True) is False:
         raise ValueError(f"{what}: needs loss.params.keep_filtered_in_denominator=true (a "
                          "denominator of kept tokens is known only after the whole minibatch); use 0")
-    from asyncrl.objectives import prox_strategy
-
     if getattr(prox_strategy(trainer.prox), "minibatch_statistic", False):
         raise ValueError(f"{what}: trainer.prox={trainer.prox!r} sets π_prox from a statistic of the whole "
                          "minibatch, which a part of it does not have")

@@ -1,18 +1,23 @@
-"""The names a run picks its runtime parts by, each mapped to the import path (``"module:attr"``)
-of what builds the part: ``run.mode`` → :data:`MODES`, ``async.backend`` → :data:`BACKENDS`,
-``async.weight_channel`` → :data:`CHANNELS`, ``rollout.engine`` → :data:`ENGINES`.
+"""The names a run picks its runtime parts by: ``run.mode`` → :data:`MODES`, ``async.backend`` →
+:data:`BACKENDS`, ``async.weight_channel`` → :data:`CHANNELS`, ``rollout.engine`` → :data:`ENGINES`.
 
-These dictionaries are the registries themselves, not copies: config checks a name against them
-without importing the runtime, and the runtime imports a part only when it builds one
-(:func:`resolve`). Tasks register in ``asyncrl.tasks.TASKS`` and losses in
-``asyncrl.objectives.LOSSES``, which sit below config already.
+Every extension registry of asyncrl has one shape: a plain dict, name → entry, where the entry is a
+small frozen record that says what builds the part and what the part needs and works with. Config
+validation asks the entries (their fields, :meth:`ChannelEntry.refuses`, :func:`auto_channel`) and
+never compares a name. The other registries sit beside their parts: ``asyncrl.tasks.TASKS``,
+``asyncrl.objectives.LOSSES`` and ``PROX_STRATEGIES``, ``asyncrl.tracking.TRACKERS`` and
+``asyncrl.bench.suites.SUITES``.
 
-A new part is one file plus one line here. From outside the package, a plugin module adds the
-line at import time and is named in ``run.plugins``, which every process of a run (the trainer,
-each rollout worker, each bench cell) imports before it checks a name::
+An entry here names what builds its part by import path (``target``, ``"module:attr"``), so config
+checks names and compatibilities without importing the runtime, which imports a part only when it
+builds one (:func:`resolve`).
 
-    from asyncrl.core.registries import MODES
-    MODES["replay"] = "my_pkg.replay:ReplaySource"
+From outside the package, a plugin module adds entries at import time and is named in
+``run.plugins``, which every process of a run (the trainer, each rollout worker, each bench cell)
+imports before it checks a name::
+
+    from asyncrl.core.registries import MODES, ModeEntry
+    MODES["replay"] = ModeEntry("my_pkg.replay:ReplaySource")
 """
 
 from __future__ import annotations
@@ -21,47 +26,107 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BACKENDS", "CHANNELS", "ENGINES", "MODES", "EngineEntry", "import_plugins", "resolve"]
+__all__ = ["BACKENDS", "CHANNELS", "ENGINES", "HOST", "MODES", "RAY", "BackendEntry", "ChannelEntry", "EngineEntry",
+           "ModeEntry", "auto_channel", "device_type", "import_plugins", "resolve"]
 
-# run.mode -> the batch source: called (cfg, session), a context manager with next_batch, publish, ...
-# (docs/runtime.md). Listed in the order `asyncrl train --help` shows them.
-MODES: dict[str, str] = {
-    "sync": "asyncrl.runtime.sources.lockstep:sync_source",
-    "async": "asyncrl.runtime.sources.async_source:AsyncSource",
-    "simulated": "asyncrl.runtime.sources.lockstep:simulated_source",
-}
+# What a worker backend offers a weight channel (BackendEntry.provides, ChannelEntry.needs), and how
+# an error message says it. A plugin may add a word of its own.
+HOST = "host"  # the workers run on the trainer's machine: host shared memory and CUDA IPC reach them
+RAY = "ray"  # the workers are Ray actors: Ray's object store reaches them
+NEEDS_WORDS = {HOST: "workers on the trainer's machine", RAY: "Ray actors (async.backend=ray)"}
 
-# async.backend -> called (cfg, worker specs, model), returns (worker pool, weight channel)
-BACKENDS: dict[str, str] = {
-    "local": "asyncrl.runtime.backends:local_pool",
-    "ray": "asyncrl.runtime.backends:ray_pool",
-}
 
-# async.weight_channel -> called (model, ctx=, device=, dtype=), returns a WeightChannel; "auto"
-# picks one of these from the device and the backend (asyncrl.runtime.channels.channel_name)
-CHANNELS: dict[str, str] = {
-    "shm": "asyncrl.runtime.channels.flat:open_shm",
-    "cuda": "asyncrl.runtime.channels.flat:open_cuda",
-    "ray": "asyncrl.runtime.channels.ray_store:open_ray",
-    "collective": "asyncrl.runtime.channels.collective:open_collective",
-}
+def device_type(device: str) -> str:
+    """The kind of a ``policy.device`` value: ``"cuda:1"`` → ``"cuda"``."""
+    return device.partition(":")[0]
+
+
+@dataclass(frozen=True)
+class ModeEntry:
+    """``run.mode``: a batch source, a context manager with next_batch, publish, ... (docs/runtime.md)."""
+
+    target: str  # "module:attr" called (cfg, session)
+    # generation runs ahead of training within a window (async.max_ahead), which async.adaptive steers
+    window: bool = False
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    """``async.backend``: where rollout workers run."""
+
+    target: str  # "module:attr" called (cfg, worker specs, model) -> (worker pool, weight channel)
+    provides: frozenset[str] = frozenset({HOST})  # what a weight channel may rely on (HOST, RAY, ...)
+    # async.weight_channel=auto: the first of these channels that works with this backend and device
+    auto_channels: tuple[str, ...] = ("cuda", "shm")
+
+
+@dataclass(frozen=True)
+class ChannelEntry:
+    """``async.weight_channel``: how the trainer's weights reach the workers."""
+
+    target: str  # "module:attr" called (model, ctx=, device=, dtype=) -> WeightChannel
+    needs: frozenset[str] = frozenset()  # what the backend must provide (BackendEntry.provides)
+    devices: frozenset[str] | None = None  # the policy.device kinds it works on; None = any
+
+    def refuses(self, backend: str, device: str) -> str | None:
+        """Why this channel does not work with ``backend`` and ``device`` (a phrase that follows
+        the channel's name), or None. An unknown backend is its own key's error, not this one."""
+        provided = BACKENDS[backend].provides if backend in BACKENDS else self.needs
+        missing = sorted(self.needs - provided)
+        if missing:
+            needed = " and ".join(NEEDS_WORDS.get(need, need) for need in missing)
+            return f"does not work with async.backend={backend!r} (it needs {needed})"
+        if self.devices is not None and device_type(device) not in self.devices:
+            return f"needs policy.device={'|'.join(sorted(self.devices))}, got {device!r}"
+        return None
 
 
 @dataclass(frozen=True)
 class EngineEntry:
-    # "module:function" called (spec, model=, tokenizer=, policy_dir=, engine_kwargs=) -> Engine
-    target: str
-    # True: the engine loads its weights from the checkpoint and keeps them itself (vLLM), so
-    # pulled weights land in a staging model on policy.device first; False: it generates with the nn.Module it
-    # is given (which weight channels fill directly)
+    """``rollout.engine``: the generation engine (the protocol: asyncrl.rollout.base.Engine)."""
+
+    target: str  # "module:function" called (spec, model=, tokenizer=, policy_dir=, engine_kwargs=) -> Engine
+    # True: the engine loads its weights from the checkpoint and keeps them itself (vLLM), so pulled
+    # weights land in a staging model on policy.device first; False: it generates with the nn.Module
+    # it is given (which weight channels fill directly)
     owns_weights: bool
+    devices: frozenset[str] | None = None  # the policy.device kinds it runs on; None = any
+    lm_head_fp32: bool = False  # honours policy.lm_head_fp32 (the output head's matmul in float32)
 
 
-# rollout.engine -> its entry (the protocol: asyncrl.rollout.base.Engine)
+# Listed in the order `asyncrl train --help` shows them.
+MODES: dict[str, ModeEntry] = {
+    "sync": ModeEntry("asyncrl.runtime.sources.lockstep:sync_source"),
+    "async": ModeEntry("asyncrl.runtime.sources.async_source:AsyncSource", window=True),
+    "simulated": ModeEntry("asyncrl.runtime.sources.lockstep:simulated_source"),
+}
+
+BACKENDS: dict[str, BackendEntry] = {
+    "local": BackendEntry("asyncrl.runtime.backends:local_pool"),
+    "ray": BackendEntry("asyncrl.runtime.backends:ray_pool", provides=frozenset({RAY}), auto_channels=("ray",)),
+}
+
+CHANNELS: dict[str, ChannelEntry] = {
+    "shm": ChannelEntry("asyncrl.runtime.channels.flat:open_shm", needs=frozenset({HOST})),
+    "cuda": ChannelEntry("asyncrl.runtime.channels.flat:open_cuda", needs=frozenset({HOST}),
+                         devices=frozenset({"cuda"})),
+    "ray": ChannelEntry("asyncrl.runtime.channels.ray_store:open_ray", needs=frozenset({RAY})),
+    "collective": ChannelEntry("asyncrl.runtime.channels.collective:open_collective"),
+}
+
 ENGINES: dict[str, EngineEntry] = {
-    "transformers": EngineEntry("asyncrl.rollout.hf_engine:build", owns_weights=False),
+    "transformers": EngineEntry("asyncrl.rollout.hf_engine:build", owns_weights=False, lm_head_fp32=True),
     "vllm": EngineEntry("asyncrl.rollout.vllm_engine:build", owns_weights=True),
 }
+
+
+def auto_channel(backend: str, device: str) -> str | None:
+    """The channel ``async.weight_channel=auto`` stands for: the first of the backend's
+    ``auto_channels`` that works with it on ``device``; None when none does."""
+    for name in BACKENDS[backend].auto_channels:
+        if name in CHANNELS and CHANNELS[name].refuses(backend, device) is None:
+            return name
+    return None
 
 
 def resolve(path: str) -> Any:

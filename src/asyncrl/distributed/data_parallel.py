@@ -1,33 +1,35 @@
-"""How the trainer's minibatch updates are shared among processes: the trainer's one seam for it.
+"""How the trainer's minibatch updates are shared among processes: the torchrun strategy of the
+trainer's data-parallel seam (asyncrl.training.parallel).
 
 Every rank holds the whole step's batch (the leader broadcasts it), computes the advantages of all
 of it and draws the same minibatch permutation, so group baselines and the minibatches are the same
 as in one process. Each minibatch's rows are then split over the ranks in contiguous shares, which
 each rank trains in micro-batches: exactly what ``trainer.micro_batch_size`` does in one process,
-so a loss that splits exactly into micro-batches (``MICRO_BATCH_EXACT_LOSSES``) splits exactly over
+so a loss that splits exactly into micro-batches (its ``LossEntry.micro_batch_exact``) splits exactly over
 ranks. Each rank's loss is its share of the minibatch's mean (the minibatch's token and sequence
 counts are passed in), times the world size, because FSDP averages the ranks' gradients: the sum of
 the shares' gradients is the minibatch's gradient.
 
 Collectives must match across ranks: every rank runs the same number of forward and backward passes
-per update (a rank with fewer rows than micro-batches runs a stand-in row whose loss is multiplied
-by zero), agrees on whether the update is skipped (one all-reduce), and gathers the minibatch's
-log-probs so that the logged statistics, the ESS and VCPO's learning-rate scale are those of the
-whole minibatch on every rank.
-
-:class:`SingleProcess` is the default (one process trains every row); :class:`DataParallel` is the
-torchrun case.
+per update (a rank with fewer rows than micro-batches runs a stand-in pass, of row 0, whose loss is
+multiplied by zero and whose results are dropped), agrees on whether the update is skipped (one
+all-reduce), and gathers the minibatch's log-probs so that the logged statistics, the ESS and VCPO's
+learning-rate scale are those of the whole minibatch on every rank.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import Tensor
 
 from asyncrl.distributed.world import World, collective_device
+from asyncrl.training.parallel import MicroBatch, SingleProcess
+from asyncrl.training.steps import MinibatchParts
+from asyncrl.types import Batch
 
 
 def shares(rows: int, size: int) -> list[tuple[int, int]]:
@@ -41,50 +43,6 @@ def shares(rows: int, size: int) -> list[tuple[int, int]]:
     return bounds
 
 
-class SingleProcess:
-    """One process trains every row of every minibatch."""
-
-    size = 1
-    split = False  # the minibatch is not shared: its statistics need no gathering
-    loss_scale = 1.0
-
-    def plan(self, rows: int, micro_batch_size: int) -> tuple[int, list[tuple[int, int]]]:
-        """(first row of this process's share, [(lo, hi)] micro-batch ranges within the share)."""
-        from asyncrl.training.steps import micro_bounds
-
-        return 0, micro_bounds(rows, micro_batch_size)
-
-    def all_finite(self, finite: bool) -> bool:
-        return finite
-
-    def gather_rows(self, tensor: Tensor | None, rows: int) -> Tensor | None:
-        return tensor
-
-    def norm(self, value: Tensor) -> Tensor:
-        return value
-
-    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
-        """The optimizer's entry of a checkpoint's trainer state: here the whole state dict."""
-        return optimizer.state_dict()
-
-    def write_shards(self, optimizer: torch.optim.Optimizer, checkpoint: Path) -> None:
-        """Nothing: one process's optimizer state is all in :meth:`optimizer_state`."""
-
-    def shard_bytes(self, optimizer: torch.optim.Optimizer) -> int:
-        """Bytes :meth:`write_shards` writes, all ranks together."""
-        return 0
-
-    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
-        """A checkpoint's optimizer entry: whole (a single-process checkpoint) or sharded (written by
-        several ranks, read here as whole tensors)."""
-        from asyncrl.distributed.sharded_state import is_sharded, load_shards
-
-        if is_sharded(state):
-            load_shards(optimizer, state, distributed=False)
-        else:
-            optimizer.load_state_dict(state)
-
-
 class DataParallel(SingleProcess):
     """``world.size`` ranks, each training its share of every minibatch on an FSDP2-sharded model.
     A run shards only with two ranks or more; a world of one is the tests' check that the sharded
@@ -95,16 +53,44 @@ class DataParallel(SingleProcess):
     def __init__(self, world: World):
         self.world = world
         self.size = world.size
-        self.loss_scale = float(world.size)  # FSDP divides the summed gradient by the world size
 
-    def plan(self, rows: int, micro_batch_size: int) -> tuple[int, list[tuple[int, int]]]:
-        lo, hi = shares(rows, self.size)[self.world.rank]
+    def rows_of(self, rows: int, micro_batch_size: int) -> list[MicroBatch]:
+        """This rank's share in micro-batches, as many passes on every rank (stand-ins where its share
+        has fewer rows than the largest share has micro-batches)."""
         if rows < self.size:
             raise ValueError(f"trainer: a minibatch of {rows} rows cannot be shared by {self.size} ranks "
                              "(fewer trainer.n_minibatches, or a larger batch)")
+        offset, end = shares(rows, self.size)[self.world.rank]
         largest = math.ceil(rows / self.size)
         n_micro = 1 if micro_batch_size <= 0 else math.ceil(largest / micro_batch_size)
-        return lo, shares(hi - lo, n_micro)  # empty ranges when the share has fewer rows than n_micro
+        return [MicroBatch(offset + lo, offset + hi) if hi > lo else MicroBatch(0, 1, stand_in=True)
+                for lo, hi in shares(end - offset, n_micro)]
+
+    def scale(self, loss: Tensor, micro: MicroBatch) -> Tensor:
+        """The world size times the pass's loss (FSDP divides the summed gradient by it); zero for a stand-in."""
+        return loss * (0.0 if micro.stand_in else float(self.size))
+
+    def gather(self, parts: MinibatchParts, micros: list[MicroBatch], rows: int) -> MinibatchParts:
+        """The whole minibatch's log-probs, entropy, π_prox and reference log-probs on every rank."""
+        parts.keep([not micro.stand_in for micro in micros])
+        parts.join()
+        parts.logp, parts.entropy = self.gather_rows(parts.logp, rows), self.gather_rows(parts.entropy, rows)
+        parts.prox_logp = self.gather_rows(parts.prox_logp, rows)
+        parts.ref_logp = self.gather_rows(parts.ref_logp, rows)
+        return parts
+
+    def exact_logprobs(self, batch: Batch, sizes: list[int], micro_batch_size: int,
+                       logprobs: Callable[..., tuple[Tensor, Tensor | None]]) -> Tensor:
+        """Each minibatch's rows in this rank's passes, gathered: the whole batch's [B, T] on every rank."""
+        out, start = [], 0
+        for size in sizes:
+            minibatch = batch.rows(start, start + size)
+            micros = self.rows_of(size, micro_batch_size)
+            own = [logprobs(minibatch.rows(micro.lo, micro.hi))[0] for micro in micros]
+            kept = [logp for logp, micro in zip(own, micros) if not micro.stand_in]
+            out.append(self.gather_rows(torch.cat(kept), size))
+            start += size
+        return torch.cat(out)
 
     def all_finite(self, finite: bool) -> bool:
         flag = torch.tensor([1 if finite else 0], dtype=torch.int32, device=collective_device())
@@ -125,7 +111,7 @@ class DataParallel(SingleProcess):
         torch.distributed.all_gather(parts, padded.to(device))
         return torch.cat([part[: hi - lo] for part, (lo, hi) in zip(parts, bounds)]).to(tensor.device)
 
-    def norm(self, value: Tensor) -> Tensor:
+    def whole(self, value: Tensor) -> Tensor:
         return full(value)
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:

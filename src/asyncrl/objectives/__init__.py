@@ -9,6 +9,8 @@ Public contract:
 
 ``approximate_prox_logp(method, ...)`` is the plan and its one minibatch for a whole batch;
 ``natural_prox(name)`` / ``consistent_prox(name)`` say which proximal strategies go with a loss.
+``LOSSES`` maps each ``loss.name`` to a :class:`LossEntry`; a plugin registers a loss by adding one
+(registry.py).
 
 No model, no I/O, no threads, no config globals: tensors in, tensors out.
 """
@@ -29,8 +31,13 @@ from asyncrl.objectives.prox import (
 from asyncrl.objectives.registry import (
     LOSS_PARAMS,
     LOSSES,
+    PROX_NEVER,
+    PROX_OPTIONAL,
+    PROX_REQUIRED,
+    LossEntry,
     consistent_prox,
     loss_param_names,
+    micro_batch_exact_losses,
     natural_prox,
     policy_loss,
     prox_pairing_error,
@@ -45,7 +52,11 @@ __all__ = [
     "LOG_RATIO_BOUND",
     "LOSSES",
     "LOSS_PARAMS",
+    "PROX_NEVER",
+    "PROX_OPTIONAL",
+    "PROX_REQUIRED",
     "PROX_STRATEGIES",
+    "LossEntry",
     "ProxPlan",
     "ProxStrategy",
     "REQUIRED",
@@ -60,6 +71,7 @@ __all__ = [
     "loglinear_plan",
     "loss_param_names",
     "masked_whiten",
+    "micro_batch_exact_losses",
     "natural_prox",
     "opob_baseline",
     "policy_loss",

@@ -7,23 +7,22 @@ With A-3PO's proximal policy (``trainer.prox=loglinear``, the natural one) w = �
 gradient weight w·r is ρ itself on the unclipped branch. Truncating w at c (TIS's min(w, c), here on
 the behavior half of ρ) bounds that weight by c(1 + ε_high) where A > 0 and by c·r where A < 0 (add
 ``dual_clip`` to bound the latter): variance is bounded at any staleness; the bias is the truncated
-weight mass, reported as ``behav_truncated_mass``. The same values as ``decoupled`` with
-``behav_cap=c, behav_cap_mode="clamp"``; registered on its own so that the cap is on by default and
+weight mass, reported as ``behav_truncated_mass``. It is ``decoupled`` (a3po.py) with
+``behav_cap=c, behav_cap_mode="clamp"``, registered on its own so that the cap is on by default and
 the atlas runs it as an arm.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
-from asyncrl.objectives.numerics import PreparedInputs, aggregate, clamp_log_ratio
+from asyncrl.objectives.a3po import DecoupledParams, decoupled_loss
+from asyncrl.objectives.numerics import PreparedInputs
 from asyncrl.objectives.params import ClipParams, check_real
-from asyncrl.objectives.ppo import clipped_surrogate, required_prox
-from asyncrl.objectives.stats import behav_weight_stats, clip_stats, common_stats
+from asyncrl.objectives.ppo import required_prox
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,20 +37,11 @@ class DecoupledBoundedParams(ClipParams):
 
 
 def decoupled_bounded_loss(inp: PreparedInputs, p: DecoupledBoundedParams) -> tuple[Tensor, dict[str, Tensor]]:
-    """min(w, c) · PPOclip(π_θ/π_prox) over [B, T] tokens. Returns (−J, stats)."""
-    prox = required_prox(inp, "decoupled_bounded")
-    log_w = clamp_log_ratio(prox - inp.behav)
-    log_cap = math.log(p.behav_cap)
-    over_cap = inp.valid & (log_w > log_cap)
-    weight = torch.exp(log_w.clamp(max=log_cap))
-    log_r = clamp_log_ratio(inp.logp - prox)
-    clip = clipped_surrogate(log_r, inp.adv, p.eps_low, p.eps_high_value, p.dual_clip)
-    loss = -aggregate(weight * clip.objective, inp.valid, inp, p)
-    stats = common_stats(inp, log_r, clip.clipped | over_cap, torch.zeros_like(over_cap))
-    stats.update(clip_stats(clip.upper, clip.lower, clip.dual, inp.tok))
-    stats.update(behav_weight_stats(inp, log_w))
-    stats["behav_capped_frac"] = inp.tok.frac(over_cap)
-    stats["applied_weight_mean"] = inp.tok.mean(weight.detach())
+    """min(w, c) · PPOclip(π_θ/π_prox) over [B, T] tokens: a3po.decoupled_loss with the cap clamped.
+    Returns (−J, stats)."""
+    required_prox(inp, "decoupled_bounded")  # the error names this loss, not the one it delegates to
+    same = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+    loss, stats = decoupled_loss(inp, DecoupledParams(**same, behav_cap_mode="clamp"))
     # the share of the behavior weight's mass the cap removed: the bias it buys its bound with
-    stats["behav_truncated_mass"] = 1.0 - stats["applied_weight_mean"] / inp.tok.mean(torch.exp(log_w))
+    stats["behav_truncated_mass"] = 1.0 - stats["applied_weight_mean"] / stats["behav_weight_mean"]
     return loss, stats

@@ -17,6 +17,11 @@ One name means one thing in every loss. Every loss returns at least ``COMMON_STA
   (ratio clipping and weight truncation are not masking).
 - masked_seq_frac: fraction of valid sequences all of whose valid tokens are masked.
 All ratio/fraction statistics over an empty set are NaN (ess_frac too); counts are float32.
+
+Extrema: every statistic whose name ends in ``_max`` / ``_min`` (here and in each loss's extras) is
+the maximum / minimum over the tokens or sequences of one call, and no other statistic is one; a
+caller that combines several calls (minibatches) reduces those with max / min. The counts
+(n_valid_tokens, n_valid_seqs, nonfinite_tokens, future_version_tokens) are per call.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one factory of generation engines. A new engine is one file plus one line in
-:data:`asyncrl.core.registries.ENGINES` (its import path, so config checks the name without importing
-an engine); the protocol is :class:`asyncrl.rollout.base.Engine`."""
+:data:`asyncrl.core.registries.ENGINES` (an ``EngineEntry``: its import path and what it supports, so
+config checks the name without importing an engine); the protocol is :class:`asyncrl.rollout.base.Engine`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Where rollout workers run: ``local`` (processes on this machine) or ``ray`` (actors on a Ray
 cluster). Each backend returns a pool (submit / poll / restart_dead / wait_ready / n_inflight /
 restarts / shutdown) and the weight channel its workers pull from. A new backend is one function
-plus one line in :data:`asyncrl.core.registries.BACKENDS` (its import path)."""
+plus one line in :data:`asyncrl.core.registries.BACKENDS` (a ``BackendEntry``: its import path, what
+it offers a weight channel, and the channels ``auto`` picks from)."""
 
 from __future__ import annotations
 
@@ -42,4 +43,4 @@ def ray_pool(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
 
 def open_backend(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
     """(pool, channel) of ``async.backend``; the channel holds ``model``'s weights as version 0."""
-    return resolve(BACKENDS[cfg.async_.backend])(cfg, specs, model)
+    return resolve(BACKENDS[cfg.async_.backend].target)(cfg, specs, model)

@@ -1,13 +1,17 @@
 """The training loop, the same for every mode: the modes differ only in where batches come from.
 
-    session = Session.open(cfg)                   model, tokenizer, task, run dir, metrics, progress
-                                                  (or all of it restored from the newest checkpoint)
-    source  = open_source(cfg, session)            run.mode: sync | simulated | async (local processes, Ray)
-    for each step:
-        batch = source.next_batch(version)         CPU tensors; the trainer moves them to its device
-        stats = trainer.step(batch)                advantages → prox → minibatch updates → version + 1
-        source.publish(model, version)             the weight channel (async), a snapshot (simulated)
-        session.finish_step(step, ...)             eval / metrics / ledger / progress / checkpoint when due
+    start      = RunStart.check(cfg)                  refusals that cost little: nothing written yet
+    policy_dir = warm_start_if_needed(cfg, ...)       policy.model_path, or the cached warm start
+    session    = Session.open(start, policy_dir)      model, run dir and lock, config.yaml, row files
+    source     = open_source(cfg, session)            run.mode: sync | simulated | async (processes, Ray)
+    for each step, each phase timed (timing/<phase>_s in the step's row):
+        batch = source.next_batch(version, step)      generate: CPU tensors (the trainer moves them)
+        stats = trainer.step(batch)                   train: advantages → prox → minibatch updates → v + 1
+        source.publish(model, version)                publish: the weight channel (async), a snapshot
+        evaluations.run_if_due(step, record)          evaluate: eval.every steps and the last one
+        ess.after_step(step, record, ...)             ESS check: warn, roll back or stop
+        step_log.write(step, record, ...)             log: metrics row, completions, ledger, progress
+        checkpoints.save_if_due(step, ...)            checkpoint: run.checkpoint_every and the last step
     summary = session.finish(...)
 
 A SIGTERM or SIGINT stops the loop at the next safe point, checkpoints the last finished step and
@@ -17,19 +21,22 @@ raises :class:`~asyncrl.runtime.signals.Interrupted`; the run continues with ``-
 from __future__ import annotations
 
 import sys
-import time
 
 import torch
 
 from asyncrl.config import Config
 from asyncrl.distributed.ranks import LeaderTrainer, follow
 from asyncrl.distributed.world import RankLost, World, close_world, init_world, lost_rank, torchrun_world
-from asyncrl.training.reference import build_reference
+from asyncrl.runtime.checkpointing import Checkpoints
+from asyncrl.runtime.ess_check import EssCheck
+from asyncrl.runtime.evaluate import Evaluations
 from asyncrl.runtime.record import Totals, step_record
-from asyncrl.runtime.session import Session, workers_before_eval
+from asyncrl.runtime.session import RunStart, Session, warm_start_if_needed
 from asyncrl.runtime.signals import Interrupted, StopRequested
 from asyncrl.runtime.sources import open_source
-from asyncrl.stability.monitor import EssStop
+from asyncrl.runtime.step_log import StepLog
+from asyncrl.runtime.timing import LoopClock, StepTimer
+from asyncrl.training.reference import build_reference
 from asyncrl.training.trainer import Trainer
 
 
@@ -61,54 +68,87 @@ def _trainer(cfg: Config, session: Session, world: World):
                    reference=reference, lm_head_fp32=cfg.policy.lm_head_fp32)
 
 
+def workers_before_eval(cfg: Config) -> bool:
+    """Whether the rollout engines must be started and ready before the step-0 evaluation: on CUDA,
+    where an engine sizes its memory when it starts (vLLM measures the free GPU memory; memory the
+    evaluation takes or frees meanwhile shrinks its KV cache or stops it), as they do before the
+    trainer's first step allocates its optimizer state. On the CPU the evaluation overlaps their
+    start-up."""
+    return torch.device(cfg.policy.device).type == "cuda"
+
+
+def open_session(cfg: Config) -> Session:
+    """The run's session, its starting weights built first (the warm start: minutes, the first time)."""
+    start = RunStart.check(cfg)  # a refused run is refused before the warm start's minutes
+    with start.released_on_error():
+        policy_dir = warm_start_if_needed(cfg, start.task, start.progress)
+        return Session.open(start, policy_dir)
+
+
+def _before_first_step(cfg: Config, session: Session, source, evaluations: Evaluations) -> None:
+    """The step-0 evaluation (not on resume) and the rollout workers' start-up, in the device's order."""
+    engines_first = workers_before_eval(cfg)
+    if engines_first:
+        source.wait_ready()
+    if session.resume is None:
+        session.progress.phase("evaluating the starting policy")
+        eval_acc = evaluations.run(0)  # on the CPU: overlaps with the workers' start-up
+        session.progress.update(0, eval_acc=eval_acc, elapsed_s=session.elapsed_s())
+    else:
+        session.progress.update(session.start_step, elapsed_s=session.elapsed_s())
+    if not engines_first:
+        source.wait_ready()
+
+
 def _lead(cfg: Config, world: World) -> dict:
     torch.set_num_threads(cfg.policy.torch_threads)
-    session = Session.open(cfg)
+    session = open_session(cfg)
     trainer = _trainer(cfg, session, world)
-    totals = Totals()
+    evaluations, ess, totals = Evaluations(session), EssCheck(session), Totals()
+    clock, timer, step_log = LoopClock(evaluations), StepTimer(), StepLog(session)
+    checkpoints = Checkpoints(session, totals, parts=(evaluations, clock, ess))
     if session.resume is not None:
-        trainer.load_state_dict(session.resume.trainer_state)
-        totals.load_state_dict(session.resume.run_state["totals"])
+        checkpoints.restore(session.resume, trainer)
         print(f"asyncrl: {session.resume.announcement(cfg.trainer.steps)}", file=sys.stderr)
     done = session.start_step  # the last finished step
     with session.stop, open_source(cfg, session) as source, session.progress as progress:
         try:
-            engines_first = workers_before_eval(cfg)
-            if engines_first:  # on a GPU: engines size their memory before the evaluation allocates
-                source.wait_ready()
-            if session.resume is None:
-                progress.phase("evaluating the starting policy")
-                eval_acc = session.evaluate(0)  # async on the CPU: overlaps with the workers' start-up
-                progress.update(0, eval_acc=eval_acc, elapsed_s=session.elapsed_s())
-            else:
-                progress.update(done, elapsed_s=session.elapsed_s())
-            if not engines_first:
-                source.wait_ready()
-            session.start_clock()
+            _before_first_step(cfg, session, source, evaluations)
+            clock.start()
             progress.phase("first batch")
             for step in range(done + 1, cfg.trainer.steps + 1):
-                t0 = time.perf_counter()
+                timer.new_step()
                 version = trainer.version
-                batch = source.next_batch(version, step)
-                waited = time.perf_counter() - t0
-                stats = trainer.step(batch)
-                source.observe(stats, wait_frac=waited / (time.perf_counter() - t0))
-                source.publish(trainer.model, trainer.version)
-                record = step_record(batch, version, stats, source.step_metrics(), wait_s=waited,
-                                     step_s=time.perf_counter() - t0, n_generators=source.n_generators)
+                with timer("generate"):
+                    batch = source.next_batch(version, step)
+                with timer("train"):
+                    stats = trainer.step(batch)
+                source.observe(stats, wait_frac=timer.waited() / timer.elapsed())  # async: paces the workers
+                with timer("publish"):
+                    source.publish(trainer.model, trainer.version)
+                record = step_record(batch, version, stats, source.step_metrics(), wait_s=timer.waited(),
+                                     step_s=timer.elapsed(), n_generators=source.n_generators)
                 totals.add(record)
-                session.finish_step(step, record, batch, trainer, source, totals)
+                with timer("evaluate"):
+                    evaluations.run_if_due(step, record)
+                with timer("ess_check"):
+                    ess_action = ess.after_step(step, record, trainer, source)
+                with timer("log"):
+                    step_log.write(step, record, batch, source, timer)
+                with timer("checkpoint"):
+                    checkpoints.save_if_due(step, trainer, source, now=ess_action == "stop")
                 done = step
+                if ess_action == "stop":  # the ESS warning's stop: a finished run, shorter
+                    break
                 session.stop.check()
-        except EssStop as early:  # the ESS warning's stop action: a finished run, shorter
-            done = early.step
         except StopRequested as stop:
             saved = None
             if cfg.run.checkpoint_on_signal and done > session.start_step:
-                saved = session.checkpoint(done, trainer, source, totals)
+                saved = checkpoints.save(done, trainer, source)
             trainer.close()
             session.close()
             raise Interrupted(stop.signum, done, saved) from None
         trainer.close()
-        extra = {**source.summary(), "stopped_early": done < cfg.trainer.steps}
-    return session.finish(done, {**totals.summary(done), **extra}, session.train_wall_s())
+        extra = {**totals.summary(done), **ess.summary(), **source.summary(),
+                 "stopped_early": done < cfg.trainer.steps}
+    return session.finish(done, evaluations.summary(), extra, clock.seconds())

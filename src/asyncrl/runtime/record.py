@@ -7,6 +7,7 @@
     throughput_tokens_per_s  gen_tokens / step_time_s: what the whole loop moved
     trainer_wait_s    seconds the trainer waited for its batch (sync: all of generation)
     weight_publish_s / weight_pull_s   weight-sync seconds, trainer side / generator side
+    timing/<phase>_s  the loop's own phases (train, publish, evaluate, ...: asyncrl.runtime.timing)
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from asyncrl.core.loader import setting
+from asyncrl.core.registries import MODES
 
 
 @dataclass
@@ -87,7 +88,7 @@ def check_combinations(cfg) -> None:
     if cfg.trainer.vcpo.opob and cfg.trainer.advantage not in ("grpo", "drgrpo"):
         raise ValueError(f"trainer.vcpo.opob: replaces the group-mean baseline of grpo/drgrpo; "
                          f"trainer.advantage={cfg.trainer.advantage!r} has a baseline of its own")
-    if cfg.async_.adaptive.enabled and cfg.run.mode != "async":
+    if cfg.async_.adaptive.enabled and not MODES[cfg.run.mode].window:  # ModeEntry.window
         raise ValueError(f"async.adaptive: adapts the async look-ahead window; run.mode={cfg.run.mode!r} has none")
     if cfg.trainer.ess_warning.action == "rollback":
         if cfg.run.checkpoint_every <= 0:

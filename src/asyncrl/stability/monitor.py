@@ -9,14 +9,6 @@ import math
 from asyncrl.stability.config import EssWarningConfig
 
 
-class EssStop(Exception):
-    """The ESS warning's ``stop`` action: the run ends after ``step`` (checkpointed)."""
-
-    def __init__(self, step: int):
-        super().__init__(f"ESS warning at step {step}: run stopped")
-        self.step = step
-
-
 class EssMonitor:
     """Feed it each step's ESS fraction; it says when the warning fires (and what to do)."""
 

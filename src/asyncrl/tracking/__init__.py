@@ -1,21 +1,27 @@
 """Experiment trackers (``run.report_to``): where a run's metrics go besides ``metrics.jsonl``.
 
-A tracker is one file here and one line in :data:`TRACKERS`; its module is imported only when a run
-asks for it, so wandb, mlflow and trackio stay optional. A backend whose package is missing is
-refused when the configuration loads (:func:`check_available`), with the pip package to install.
+:data:`TRACKERS` maps each ``run.report_to`` name to a :class:`TrackerEntry`: the import path of
+its ``open_tracker(run_dir, cfg, after_step)`` and the package it needs. Its module is imported
+only when a run asks for it, so wandb, mlflow and trackio stay optional; one whose package is
+missing is refused when the configuration loads (:func:`check_available`), with what to install.
+A new tracker is one file plus one entry: a line here, or, from outside the package, a plugin
+module named in ``run.plugins`` (imported before ``run.report_to`` is checked)::
+
+    from asyncrl.tracking import TRACKERS, TrackerEntry
+    TRACKERS["mine"] = TrackerEntry("my_pkg.tracker:open_tracker")
 
 Every tracker receives namespaced names (``asyncrl.tracking.names``), never the flat record keys.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from asyncrl.core.loader import ConfigError
+from asyncrl.core.registries import resolve
 
 
 class Tracker(Protocol):
@@ -34,17 +40,19 @@ class Tracker(Protocol):
 
 
 @dataclass(frozen=True)
-class Backend:
-    module: str  # asyncrl.tracking.<module> holds ``open_tracker(run_dir, cfg, after_step)``
-    package: str  # the module the backend imports (its presence is checked at config load)
-    pip: str  # what to install when it is missing
+class TrackerEntry:
+    """One ``run.report_to`` backend."""
+
+    target: str  # "module:attr" of open_tracker(run_dir, cfg, after_step) -> Tracker
+    package: str | None = None  # the module it imports, checked at config load; None = nothing to check
+    pip: str | None = None  # what to install when that package is missing
 
 
-TRACKERS: dict[str, Backend] = {
-    "tensorboard": Backend("tensorboard_tracker", "tensorboard", "tensorboard"),
-    "wandb": Backend("wandb_tracker", "wandb", "wandb"),
-    "mlflow": Backend("mlflow_tracker", "mlflow", "mlflow"),
-    "trackio": Backend("trackio_tracker", "trackio", "trackio"),
+TRACKERS: dict[str, TrackerEntry] = {
+    "tensorboard": TrackerEntry("asyncrl.tracking.tensorboard_tracker:open_tracker", "tensorboard", "tensorboard"),
+    "wandb": TrackerEntry("asyncrl.tracking.wandb_tracker:open_tracker", "wandb", "wandb"),
+    "mlflow": TrackerEntry("asyncrl.tracking.mlflow_tracker:open_tracker", "mlflow", "mlflow"),
+    "trackio": TrackerEntry("asyncrl.tracking.trackio_tracker:open_tracker", "trackio", "trackio"),
 }
 
 
@@ -53,10 +61,10 @@ def check_available(names: list[str]) -> None:
     for name in names:
         if name not in TRACKERS:
             raise ValueError(f"report_to: unknown tracker {name!r} (known: {', '.join(sorted(TRACKERS))})")
-        backend = TRACKERS[name]
-        if importlib.util.find_spec(backend.package) is None:
-            raise ValueError(f"report_to: {name} needs the {backend.package!r} package, which is not "
-                             f"installed (pip install {backend.pip})")
+        entry = TRACKERS[name]
+        if entry.package is not None and importlib.util.find_spec(entry.package) is None:
+            raise ValueError(f"report_to: {name} needs the {entry.package!r} package, which is not "
+                             f"installed (pip install {entry.pip or entry.package})")
     if len(set(names)) != len(names):
         raise ValueError(f"report_to: a tracker is listed twice: {names}")
 
@@ -66,9 +74,8 @@ def open_trackers(names: list[str], run_dir: Path, cfg, after_step: int = 0) -> 
     written before the run was killed are superseded)."""
     out: list[Tracker] = []
     for name in names:
-        module = importlib.import_module(f"asyncrl.tracking.{TRACKERS[name].module}")
         try:
-            out.append(module.open_tracker(Path(run_dir), cfg, after_step))
+            out.append(resolve(TRACKERS[name].target)(Path(run_dir), cfg, after_step))
         except Exception as err:  # noqa: BLE001 (the backend's own setup error, e.g. a tracking URI it refuses)
             for tracker in out:
                 tracker.close()

@@ -1,5 +1,6 @@
 """The trainer's helpers that hold no state: micro-batch bounds, the parts of one minibatch update,
-the log-prob mismatch metric, the proximal-error statistics and the settings checks."""
+the log-prob mismatch metric, the proximal-error statistics, the step's reduction of its updates'
+statistics and the settings checks."""
 
 from __future__ import annotations
 
@@ -45,6 +46,12 @@ class MinibatchParts:
         self.ref_logp.append(ref_logp)
         self.loss, self.loss_stats = loss.detach(), loss_stats
         self.kl = None if kl is None else kl.detach()
+
+    def keep(self, kept: list[bool]) -> None:
+        """Only the micro-batches flagged in ``kept`` (one flag per :meth:`add`, before :meth:`join`)."""
+        self.logp, self.entropy, self.prox_logp, self.ref_logp = (
+            [value for value, flag in zip(values, kept) if flag]
+            for values in (self.logp, self.entropy, self.prox_logp, self.ref_logp))
 
     def join(self) -> None:
         self.logp = torch.cat(self.logp)
@@ -93,9 +100,23 @@ def check_hparams(clip: float, groups: list[tuple]) -> None:
             raise ValueError(f"trainer.weight_decay: must be a finite number >= 0, got {wd}")
 
 
-def nanmean(values: list[float]) -> float:
-    finite = [v for v in values if not math.isnan(v)]
-    return sum(finite) / len(finite) if finite else math.nan
+def reduce_updates(per_update: dict[str, list[float]]) -> dict[str, float]:
+    """The step's value of each statistic from its minibatch updates' values: the largest for a key
+    ending in ``_max``, the smallest for ``_min``, the mean for any other, so that a name says what
+    it holds. NaN values (an update with nothing to measure, e.g. no stale token) are left out; a key
+    with only NaN values is NaN."""
+    out = {}
+    for key, values in per_update.items():
+        measured = [v for v in values if not math.isnan(v)]
+        if not measured:
+            out[key] = math.nan
+        elif key.endswith("_max"):
+            out[key] = max(measured)
+        elif key.endswith("_min"):
+            out[key] = min(measured)
+        else:
+            out[key] = sum(measured) / len(measured)
+    return out
 
 
 def advantage_stats(batch: Batch) -> dict[str, float]:

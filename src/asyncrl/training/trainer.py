@@ -15,6 +15,16 @@ gradients add up (the losses get the minibatch's token and sequence counts, so t
 minibatch's); logged statistics are those of the whole minibatch. ``trainer.logits_chunk`` bounds
 the LM head's memory (asyncrl.policy.logprobs).
 
+Data parallelism stays outside the algorithm: the trainer is given a strategy
+(asyncrl.training.parallel) that says which micro-batches this process runs, scales their losses
+and gathers the minibatch's log-probs. The default, one process, changes nothing; torchrun's ranks
+get asyncrl.distributed.data_parallel.DataParallel.
+
+Statistics: each minibatch update yields one value per statistic (over the whole minibatch); the
+step reports, per key, the largest of its updates' values for a key ending in ``_max``, the smallest
+for ``_min`` and the mean otherwise, NaN values left out (asyncrl.training.steps.reduce_updates).
+``ess_frac_min`` is the smallest update's ESS fraction and ``ess_frac_first`` the first's.
+
 Learning rate: ``trainer.lr_schedule`` (asyncrl.training.lr_schedule) sets each step's lr; VCPO's ESS rule
 scales that lr for one minibatch update and restores it. Optional KL penalty to a frozen reference
 (``trainer.kl_coef``, asyncrl.training.reference): one extra no-grad forward per minibatch.
@@ -34,15 +44,15 @@ import torch
 
 from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.config.training import check_micro_batching
-from asyncrl.distributed.data_parallel import SingleProcess
-from asyncrl.training.lr_schedule import build_scheduler, check_schedule, schedule_key
 from asyncrl.objectives import ProxPlan, group_advantages, policy_loss, prox_strategy
 from asyncrl.policy.logprobs import completion_logprobs
-from asyncrl.training.reference import ReferencePolicy, kl_penalty
 from asyncrl.stability.ess_lr import lr_scale, minibatch_ess, scaled_lr, sequence_log_weights
 from asyncrl.stability.opob import opob_advantages, score_grad_sq_norms
+from asyncrl.training.lr_schedule import build_scheduler, check_schedule, schedule_key
+from asyncrl.training.parallel import SingleProcess
+from asyncrl.training.reference import ReferencePolicy, kl_penalty
 from asyncrl.training.steps import (MinibatchParts, advantage_stats, check_hparams, logp_mismatch, micro_bounds,
-                                   nanmean, prox_error_stats)
+                                   prox_error_stats, reduce_updates)
 from asyncrl.types import Batch
 
 AUTOCAST_DTYPES = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -55,8 +65,8 @@ class Trainer:
                  temperature: float = 1.0, seed: int = 0, reference: ReferencePolicy | None = None,
                  lm_head_fp32: bool = False, parallel: SingleProcess | None = None):
         self.model = model
-        # who trains which rows of a minibatch (asyncrl.distributed.data_parallel): one process, or
-        # torchrun's ranks each with their share
+        # who trains which rows of a minibatch (asyncrl.training.parallel): one process, or torchrun's
+        # ranks each with their share (asyncrl.distributed.data_parallel)
         self.parallel = parallel or SingleProcess()
         self.reference = reference if cfg.kl_coef > 0 else None  # frozen starting policy of the KL penalty
         self.cfg = cfg
@@ -125,27 +135,11 @@ class Trainer:
         t0 = time.perf_counter()
         if self.prox.needs_forward or measure:
             with torch.no_grad():
-                exact_logp = self._exact_logprobs(batch, sizes)
+                exact_logp = self.parallel.exact_logprobs(batch, sizes, cfg.micro_batch_size, self.logprobs)
             if measure:  # the measurement is not the approximation's cost
                 error_time, t0 = time.perf_counter() - t0, time.perf_counter()
         plan = self.prox.plan(batch.behav_logp, batch.versions, self.version, exact_logp)
         return plan, exact_logp, measure, time.perf_counter() - t0, error_time
-
-    def _exact_logprobs(self, batch: Batch, sizes: list[int]) -> torch.Tensor:
-        """[B, T] log-probs of the whole step's batch under the current weights (no grad): in
-        micro-batches in one process; each rank its share of each minibatch, gathered, with several."""
-        par = self.parallel
-        if not par.split:
-            return self.logprobs(batch, rows_per_forward=self.cfg.micro_batch_size or max(sizes))[0]
-        out, start = [], 0
-        for size in sizes:
-            mb = batch.rows(start, start + size)
-            offset, bounds = par.plan(size, self.cfg.micro_batch_size)
-            own = [self._forward(mb.rows(offset + lo, offset + hi) if hi > lo else mb.rows(0, 1), False)[0][:hi - lo]
-                   for lo, hi in bounds]  # an empty range runs a stand-in row: every rank, the same passes
-            out.append(par.gather_rows(torch.cat(own), size))
-            start += size
-        return torch.cat(out)
 
     def step(self, batch: Batch) -> dict[str, float]:
         """Train on ``batch`` (any number of versions behind) and advance the version by one."""
@@ -176,12 +170,9 @@ class Trainer:
         with warnings.catch_warnings():  # a step whose updates were all skipped still moves the schedule on
             warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)` before")
             self.scheduler.step()  # the next step's lr
-        out = {key: nanmean(values) for key, values in stats.items()}
-        if "prox_abs_err_max" in stats:  # the step's worst token, not a mean of per-minibatch maxima
-            out["prox_abs_err_max"] = max(stats["prox_abs_err_max"], key=lambda v: -math.inf if math.isnan(v) else v)
+        out = reduce_updates({**stats, "ess_frac_min": stats["ess_frac"]})  # *_max: a maximum, *_min: a minimum
         out["skipped_updates"] = float(sum(not math.isfinite(g) for g in stats["grad_norm"]))
         out["ess_frac_first"] = stats["ess_frac"][0]  # before this step's first update: staleness alone
-        out["ess_frac_min"] = min(stats["ess_frac"])
         out["lr"] = step_lr
         out["lr_effective"] = step_lr * out["lr_scale"]
         out["logp_mismatch"] = mismatch
@@ -196,37 +187,31 @@ class Trainer:
                          ) -> MinibatchParts:
         """One optimizer update on minibatch ``mb`` (rows ``start:`` of the step's batch): forward and
         backward per micro-batch, gradients accumulated, then clip and step. Appends the update's
-        statistics, computed over the whole minibatch, to ``stats``."""
-        cfg, par = self.cfg, self.parallel
-        offset, bounds = par.plan(len(mb), cfg.micro_batch_size)  # this process's rows: offset + [lo, hi)
+        statistics, computed over the whole minibatch, to ``stats``. The seam (``self.parallel``)
+        names this process's micro-batches, scales their losses and gathers the minibatch's log-probs."""
+        cfg, seam = self.cfg, self.parallel
+        micros = seam.rows_of(len(mb), cfg.micro_batch_size)
         mask = mb.completion_mask
-        shared = par.split or len(bounds) > 1
-        # the minibatch's counts: each micro-batch's loss is its share of the minibatch's mean
+        # a part of the minibatch per backward pass: each part's loss is its share of the minibatch's
+        # mean (the minibatch's counts), so the gradients add up to the minibatch's
+        shared = seam.split or len(micros) > 1
         counts = {"global_num_tokens": mask.sum(), "global_num_seqs": mask.any(-1).sum()} if shared else {}
         self._begin_update()
         parts, finite = MinibatchParts(), True
-        for lo, hi in bounds:
-            real = hi > lo  # else a stand-in row whose loss counts zero: every rank runs the same passes
-            a, b = (offset + lo, offset + hi) if real else (0, 1)
-            micro = mb.rows(a, b)
-            logp, entropy = self.logprobs(micro, with_entropy=True)
+        for micro in micros:
+            rows = mb.rows(micro.lo, micro.hi)
+            logp, entropy = self.logprobs(rows, with_entropy=True)
             t0 = time.perf_counter()
-            prox_logp = plan.minibatch(start + a, start + b, micro.behav_logp, logp, micro.versions)  # None: coupled
+            prox_logp = plan.minibatch(start + micro.lo, start + micro.hi, rows.behav_logp, logp,
+                                       rows.versions)  # None: a coupled loss
             parts.prox_time += time.perf_counter() - t0
-            ref_logp = None if self.reference is None else self.reference.logprobs(
-                micro, temperature=self.temperature, autocast=self._autocast(), logits_chunk=cfg.logits_chunk,
-                lm_head_fp32=self.lm_head_fp32)
-            loss, loss_stats, kl = self._objective(micro, logp, prox_logp, ref_logp, counts)
-            # after a non-finite loss the update is skipped (ranks still run the backward pass: it is a collective)
-            finite = self._backward(loss * (par.loss_scale if real else 0.0), always=par.split) and finite
-            if real:
-                parts.add(logp, entropy, prox_logp, ref_logp, loss, loss_stats, kl)
-        parts.join()
-        if par.split:  # the whole minibatch's log-probs on every rank
-            parts.logp, parts.entropy = par.gather_rows(parts.logp, len(mb)), par.gather_rows(parts.entropy, len(mb))
-            parts.prox_logp = par.gather_rows(parts.prox_logp, len(mb))
-            parts.ref_logp = par.gather_rows(parts.ref_logp, len(mb))
-        finite = par.all_finite(finite)
+            ref_logp = self._reference_logprobs(rows)  # None without a KL penalty
+            loss, loss_stats, kl = self._objective(rows, logp, prox_logp, ref_logp, counts)
+            # a non-finite loss skips the update (shared: every process still runs the backward pass, a collective)
+            finite = self._backward(seam.scale(loss, micro), always=seam.split) and finite
+            parts.add(logp, entropy, prox_logp, ref_logp, loss, loss_stats, kl)
+        parts = seam.gather(parts, micros, len(mb))  # the whole minibatch's log-probs [b, T]
+        finite = seam.all_finite(finite)
         if shared:  # the statistics of the whole minibatch, from its detached log-probs
             with torch.no_grad():
                 parts.loss, parts.loss_stats, parts.kl = self._objective(mb, parts.logp, parts.prox_logp,
@@ -245,6 +230,13 @@ class Trainer:
         for key, value in parts.loss_stats.items():
             stats[key].append(float(value))
         return parts
+
+    def _reference_logprobs(self, rows: Batch) -> torch.Tensor | None:
+        """[b, T] log-probs of ``rows`` under the frozen reference (no grad); None without one."""
+        if self.reference is None:
+            return None
+        return self.reference.logprobs(rows, temperature=self.temperature, autocast=self._autocast(),
+                                       logits_chunk=self.cfg.logits_chunk, lm_head_fp32=self.lm_head_fp32)
 
     def _objective(self, rows: Batch, logp: torch.Tensor, prox_logp: torch.Tensor | None,
                    ref_logp: torch.Tensor | None, counts: dict) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
@@ -301,7 +293,7 @@ class Trainer:
             return math.nan
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = self.parallel.norm(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip))
+        grad_norm = self.parallel.whole(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip))
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             if self.scaler is not None:

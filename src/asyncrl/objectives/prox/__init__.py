@@ -7,7 +7,8 @@ uses one without branching on its name:
     prox_logp = plan.minibatch(start, stop, behav_logp, logp, versions)         # per update; None = coupled
 
 A new strategy is one file with a ``ProxStrategy`` subclass and one line in ``PROX_STRATEGIES``.
-A-3PO is loglinear.py; loglinear_floor.py and loglinear_ess.py bound its α from below.
+A-3PO is loglinear.py (its math: asyncrl/objectives/a3po.py); loglinear_floor.py and loglinear_ess.py
+bound its α from below.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
+from asyncrl.objectives.a3po import apply_loglinear, loglinear_plan, staleness_alpha
 from asyncrl.objectives.prox.base import ProxPlan, ProxStrategy
 from asyncrl.objectives.prox.behav import Behav
 from asyncrl.objectives.prox.linear import Linear
-from asyncrl.objectives.prox.loglinear import LogLinear, apply_loglinear, loglinear_plan, staleness_alpha
+from asyncrl.objectives.prox.loglinear import LogLinear
 from asyncrl.objectives.prox.loglinear_ess import LogLinearESS
 from asyncrl.objectives.prox.loglinear_floor import LogLinearFloor
 from asyncrl.objectives.prox.none import NoProx

@@ -1,6 +1,6 @@
 """``linear``: A-3PO's weights applied in probability space instead of log space.
 
-    π_prox = α π_behav + (1 − α) π_θ,   α = staleness_alpha (loglinear.py),
+    π_prox = α π_behav + (1 − α) π_θ,   α = staleness_alpha (a3po.py),
 
 evaluated as logaddexp(ℓ_b + log α, sg(ℓ) + log(1 − α)) (no exp overflow), and exactly ℓ_b where
 α = 1 (both logs are finite wherever the mixture is selected).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from asyncrl.objectives.prox.base import ProxStrategy
-from asyncrl.objectives.prox.loglinear import staleness_alpha
+from asyncrl.objectives.a3po import staleness_alpha
 
 
 class Linear(ProxStrategy):

@@ -1,6 +1,6 @@
 """``loglinear_ess``: A-3PO with an α floor chosen per minibatch from the ESS of its behavior weights.
 
-A-3PO's behavior weight is w_t = ρ_t^(1−α_t), ρ = π_θ/π_behav, α_t = 1/d_t (loglinear.py). For a floor
+A-3PO's behavior weight is w_t = ρ_t^(1−α_t), ρ = π_θ/π_behav, α_t = 1/d_t (a3po.py). For a floor
 a, α_t(a) = max(α_t, a) and w_t(a) = ρ_t^(1−α_t(a)); over the minibatch's valid tokens V (generated,
 v_t >= 0, finite ρ_t) the effective-sample-size fraction is
 
@@ -26,7 +26,7 @@ from torch import Tensor
 from asyncrl.objectives.numerics import LOG_RATIO_BOUND
 from asyncrl.objectives.params import check_real
 from asyncrl.objectives.prox.base import ProxStrategy
-from asyncrl.objectives.prox.loglinear import staleness_alpha
+from asyncrl.objectives.a3po import staleness_alpha
 
 
 def _ess_frac(log_rho: Tensor, alpha: Tensor, floor: Tensor, valid_f: Tensor, n: Tensor) -> Tensor:

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from asyncrl.objectives.params import check_real
 from asyncrl.objectives.prox.base import ProxStrategy
-from asyncrl.objectives.prox.loglinear import apply_loglinear, staleness_alpha
+from asyncrl.objectives.a3po import apply_loglinear, staleness_alpha
 
 
 def floored_alpha(versions: Tensor, current_version: int | Tensor, alpha_min: float) -> Tensor:

@@ -4,8 +4,9 @@ Every channel has ``publish(model, version)`` (trainer side, after each step), `
 ``pull(model) -> version`` (worker side, between decode chunks). A channel object is picklable: the
 same handle is passed to every worker process or actor. Which one a run uses follows from the
 device and the backend (``async.weight_channel=auto``), or is named. A new channel is one file plus
-one line in :data:`asyncrl.core.registries.CHANNELS` (name -> the import path of its ``open_*`` function,
-called ``(model, ctx=, device=, dtype=)``).
+one line in :data:`asyncrl.core.registries.CHANNELS`: a ``ChannelEntry`` with the import path of its
+``open_*`` function, called ``(model, ctx=, device=, dtype=)``, what it needs of the backend and the
+devices it works on.
 
 * ``shm``: workers on this machine, CPU. Two flat float32 buffers in host shared memory.
 * ``cuda``: workers on the trainer's GPU. Two flat buffers in GPU memory shared through CUDA IPC;
@@ -23,7 +24,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from asyncrl.core.registries import CHANNELS, resolve
+from asyncrl.core.registries import CHANNELS, auto_channel, resolve
 
 __all__ = ["CHANNELS", "WeightChannel", "channel_name", "open_channel"]
 
@@ -38,17 +39,20 @@ class WeightChannel(Protocol):
 
 
 def channel_name(requested: str, backend: str, device: str) -> str:
-    """``auto``: Ray's object store on the Ray backend, CUDA IPC when the workers share the trainer's
-    GPU, host shared memory otherwise."""
+    """``auto``: the first of the backend's ``auto_channels`` that works with it on ``device``
+    (:func:`asyncrl.core.registries.auto_channel`): Ray's object store on the Ray backend, CUDA IPC
+    when local workers share the trainer's GPU, host shared memory otherwise. Config has checked
+    that there is one."""
     if requested != "auto":
         return requested
-    if backend == "ray":
-        return "ray"
-    return "cuda" if torch.device(device).type == "cuda" else "shm"
+    name = auto_channel(backend, device)
+    if name is None:
+        raise ValueError(f"async.weight_channel: auto finds no channel for async.backend={backend!r} on {device!r}")
+    return name
 
 
 def open_channel(name: str, model: torch.nn.Module, **kwargs) -> WeightChannel:
     """Create channel ``name`` holding ``model``'s weights as version 0."""
-    channel = resolve(CHANNELS[name])(model, **kwargs)
+    channel = resolve(CHANNELS[name].target)(model, **kwargs)
     channel.publish(model, 0)
     return channel

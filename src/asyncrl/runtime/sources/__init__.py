@@ -8,7 +8,7 @@ for the batch, e.g. to adapt the look-ahead window),
 ledger), ``state_dict()`` (what a checkpoint needs to resume it: prompt cursor, RNGs, buffered and
 in-flight work; a source restores it from ``session.resume`` when it is built), ``wait_ready()``,
 ``summary()``, ``n_generators``, and is a context manager that releases its workers. A new mode is one source plus one line in
-:data:`asyncrl.core.registries.MODES` (its import path).
+:data:`asyncrl.core.registries.MODES` (a ``ModeEntry``: its import path, and whether it has a look-ahead window).
 """
 
 from __future__ import annotations
@@ -19,4 +19,4 @@ from asyncrl.core.registries import MODES, resolve
 def open_source(cfg, session):
     """The batch source of ``run.mode``: its entry of :data:`asyncrl.core.registries.MODES`, called
     ``(cfg, session)``."""
-    return resolve(MODES[cfg.run.mode])(cfg, session)
+    return resolve(MODES[cfg.run.mode].target)(cfg, session)

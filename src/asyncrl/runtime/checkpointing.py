@@ -1,0 +1,54 @@
+"""Resumable checkpoints of a run (the files: :mod:`asyncrl.training.checkpoint`): every
+``run.checkpoint_every`` steps, at the last step, when the ESS warning stops the run and on a stop
+signal. A checkpoint holds the model, the trainer, the batch source, the run totals and the state
+of the run's parts; a resumed run restores them all before its first step.
+
+The parts' state sits under the checkpoint's ``"session"`` entry, flat, as checkpoints have held
+it from the start (``eval_history``, ``elapsed_s``, ``train_wall_s``, ``ess_monitor``, ...)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from asyncrl.runtime.record import Totals
+from asyncrl.runtime.resume import Resume
+from asyncrl.runtime.session import Session
+from asyncrl.runtime.timing import due
+from asyncrl.training.checkpoint import save_checkpoint
+
+
+class Checkpoints:
+    """Saves the run when due and restores it on resume. ``parts``: objects with ``state_dict()``
+    and ``load_state_dict(state)`` whose state goes under ``"session"`` (their keys apart)."""
+
+    def __init__(self, session: Session, totals: Totals, parts: tuple):
+        self.session, self.totals, self.parts = session, totals, parts
+
+    def due(self, step: int) -> bool:
+        return due(step, self.session.cfg.run.checkpoint_every, self.session.cfg.trainer.steps)
+
+    def save_if_due(self, step: int, trainer, source, *, now: bool = False) -> None:
+        """Save ``step`` if due (or ``now``)."""
+        if now or self.due(step):
+            self.save(step, trainer, source)
+
+    def save(self, step: int, trainer, source) -> Path:
+        """Save step ``step``; the row files are flushed first, so that the checkpoint has its rows."""
+        session = self.session
+        for rows in (session.metrics, session.ledger, session.completions):
+            rows.flush()
+        # the session's clock comes back when a resumed session opens
+        parts = {"elapsed_s": session.elapsed_s(),
+                 **{key: value for part in self.parts for key, value in part.state_dict().items()}}
+        run_state = {"source": source.state_dict(), "session": parts, "totals": self.totals.state_dict()}
+        return save_checkpoint(session.run_dir, step, session.model, session.tokenizer, trainer.state_dict(),
+                               run_state, keep=session.cfg.run.keep_checkpoints, write_shards=trainer.write_shards,
+                               shard_bytes=trainer.shard_bytes())
+
+    def restore(self, resume: Resume, trainer) -> None:
+        """The trainer, the totals and the parts from the checkpoint the run continues (the model
+        and the global random state came back when the session opened)."""
+        trainer.load_state_dict(resume.trainer_state)
+        self.totals.load_state_dict(resume.run_state["totals"])
+        for part in self.parts:
+            part.load_state_dict(resume.run_state["session"])

@@ -1,0 +1,110 @@
+"""Many `asyncrl` command lines, each in its own process, without paying the imports each time.
+
+``python cli_forks.py`` imports the CLI (and torch, transformers) once, then serves requests on
+stdin, one JSON line each: ``{"args": [...], "cwd": DIR, "env": {...}, "prelude": CODE}``. For each
+it forks a child that changes to ``cwd``, updates its environment, runs ``prelude`` (a patch, or
+nothing) and then ``asyncrl.cli.main(args)``, exactly what ``python -m asyncrl.cli ARGS`` runs, with
+its stdout and stderr in files. The child's exit status, stdout and stderr come back on stdout as a
+JSON line. An exception escaping ``main`` prints its traceback and exits 1, as the interpreter does.
+
+The server is single-threaded when it forks (the imports start no thread it keeps), so each child is
+a clean copy. Environment variables read at import time (HF_HUB_OFFLINE, TOKENIZERS_PARALLELISM)
+come from the server's own environment, which the caller sets when it starts the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+
+def _child(request: dict, out: str, err: str) -> None:
+    code = 1
+    try:
+        os.chdir(request["cwd"])
+        os.environ.update(request.get("env", {}))
+        for fd, path in ((1, out), (2, err)):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        sys.argv = ["asyncrl", *request["args"]]
+        if request.get("prelude"):
+            exec(request["prelude"], {})
+        from asyncrl.cli import main
+
+        code = main(request["args"])
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _wait(pid: int, timeout_s: float = 120.0) -> int:
+    """The child's wait status; a child still running after ``timeout_s`` is killed (status 9)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
+
+
+def serve() -> None:
+    import torch  # noqa: F401  (what the children need, imported once)
+
+    import asyncrl.cli  # noqa: F401
+
+    scratch = tempfile.mkdtemp(prefix="cli-forks-")
+    reply = sys.stdout
+    for line in sys.stdin:
+        request = json.loads(line)
+        out, err = os.path.join(scratch, "out"), os.path.join(scratch, "err")
+        reply.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(request, out, err)
+        status = _wait(pid)
+        reply.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status), "stdout": Path(out).read_text(),
+                                "stderr": Path(err).read_text()}) + "\n")
+        reply.flush()
+
+
+class CliForks:
+    """The test side: start the server once, then :meth:`run` command lines through it."""
+
+    def __init__(self, env: dict[str, str]):
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__))], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env)
+
+    def run(self, args: list[str], cwd: Path, env: dict[str, str] | None = None,
+            prelude: str = "") -> subprocess.CompletedProcess:
+        self.proc.stdin.write(json.dumps({"args": args, "cwd": str(cwd), "env": env or {}, "prelude": prelude}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the CLI fork server ended (exit {self.proc.wait()})")
+        done = json.loads(line)
+        return subprocess.CompletedProcess(args, done["returncode"], done["stdout"], done["stderr"])
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+if __name__ == "__main__":
+    serve()
