@@ -22,11 +22,6 @@ BENCH_TINY = [o for o in TINY if not o.startswith(("run.mode=", "eval.every=", "
     "trainer.steps=2", "eval.every=0", "async.worker_start_timeout_s=120"]
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("bench-cache"))
-
-
 def bench(tmp_path: Path, cache: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     return subprocess.run([sys.executable, "-m", "asyncrl.cli", "bench", *args, *BENCH_TINY,

@@ -6,9 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_runtime.py"
 
 
+# slow: it guards a benchmark script that only a GPU session runs (benchmarks/gpu_check.sh), through
+# parts the default suite covers one by one; run `make test-all` before a GPU session
+@pytest.mark.slow
 def test_gpu_runtime_script_tiny_on_cpu(tmp_path):
     out = tmp_path / "gpu_runtime.json"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--size", "tiny", "--device", "cpu", "--rows", "16",

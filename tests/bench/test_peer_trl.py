@@ -39,8 +39,8 @@ def run_peer(cwd: Path, *args: str, timeout: int = 240) -> subprocess.CompletedP
                           text=True, cwd=cwd, env=env, timeout=timeout)
 
 
-def test_peer_trl_end_to_end(tmp_path):
-    proc = run_peer(tmp_path, *TINY, f"policy.cache_dir={tmp_path / 'cache'}", "run.out_dir=runs", "run.name=t")
+def test_peer_trl_end_to_end(tmp_path, cache):
+    proc = run_peer(tmp_path, *TINY, f"policy.cache_dir={cache}", "run.out_dir=runs", "run.name=t")
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = json.loads(proc.stdout.strip().splitlines()[-1])
     run_dir = tmp_path / "runs" / "t"

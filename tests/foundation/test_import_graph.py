@@ -226,3 +226,10 @@ def test_control_imports_only_objectives():
         outside = {m for m in reachable(graph, module) if not m.startswith("asyncrl.control")}
         assert all(m == "asyncrl" or m.startswith("asyncrl.objectives") for m in outside), (module, outside)
         assert not any(m == p or m.startswith(p + ".") for m in outside for p in LLM_RUNTIME)
+
+
+def test_the_package_root_holds_at_most_ten_modules():
+    """The root is the public face (API, CLI, the batch types); everything else lives in a package
+    named for its job, so that the layout is the architecture."""
+    root = sorted(p.name for p in (SRC / "asyncrl").glob("*.py"))
+    assert len(root) <= 10, root

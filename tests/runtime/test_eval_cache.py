@@ -13,6 +13,10 @@ from asyncrl.runtime import eval_cache
 sys.path.insert(0, str(Path(__file__).parents[1] / "foundation"))
 from test_e2e_train import TINY  # noqa: E402
 
+# an untrained warm start (pretrain.steps=0) builds in a second: this test reads and writes the
+# step-0 cache, it does not need a policy that learned anything
+FAST = [a for a in TINY if not a.startswith("pretrain.steps")] + ["pretrain.steps=0"]
+
 
 def key(model, problems, *overrides):
     return eval_cache.initial_eval_key(load_config(None, list(overrides)), model, problems)
@@ -54,7 +58,7 @@ def test_store_load_round_trip_and_unreadable(tmp_path):
 
 
 def _step0(tmp_path: Path, cache: Path, name: str, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *TINY, "trainer.steps=1", "eval.every=0",
+    proc = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *FAST, "trainer.steps=1", "eval.every=0",
                            f"policy.cache_dir={cache}", f"run.name={name}", *args],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -11,6 +11,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_modes_e2e import train  # noqa: E402
 
 
+# slow: test_ray_k0_equals_local_k0 runs the Ray backend end to end in the default suite; this one
+# adds staleness 1 on Ray, whose bound the local backend's test_async_staleness_bound_holds checks
+@pytest.mark.slow
 def test_ray_backend_end_to_end(tmp_path, cache):
     run_dir, records = train(tmp_path, cache, "ray", "run.mode=async", "async.backend=ray",
                              "async.max_staleness=1", "trainer.steps=5", "trainer.prox=loglinear",

@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 from resume_campaign import alive, descendants  # noqa: E402  (the kill campaign's process checks)
 from test_e2e_train import TINY  # noqa: E402
 
+from cli_forks import CliForks  # noqa: E402  (tests/, on the path beside conftest.py)
+
 BASE = [*TINY, "trainer.lr=0.0002", "eval.every=3", "run.checkpoint_every=1"]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 TIMING = ("_s", "per_s", "util")  # wall-clock figures differ between any two runs
@@ -146,10 +148,14 @@ def test_resume_refusals(tmp_path, cache):
         (["train", *BASE, "run.name=r", f"policy.cache_dir={cache}", "run.mode=async", "run.resume=auto",
           "trainer.steps=4"], "run.mode"),  # auto-resume with another mode
     ]
-    for args, key in cases:
-        proc = cli(tmp_path, *args)
-        lines = proc.stderr.strip().splitlines()
-        assert proc.returncode == 2 and len(lines) == 1 and key in lines[0], (args, proc.stderr[-2000:])
+    forks = CliForks(ENV)  # each refusal in a process of its own, without paying the imports each time
+    try:
+        for args, key in cases:
+            proc = forks.run(args, tmp_path)
+            lines = proc.stderr.strip().splitlines()
+            assert proc.returncode == 2 and len(lines) == 1 and key in lines[0], (args, proc.stderr[-2000:])
+    finally:
+        forks.close()
     more = cli(tmp_path, "train", "--resume", str(run_dir), "trainer.steps=3")  # a longer run: continues
     assert more.returncode == 0, more.stderr[-3000:]
     assert [r["step"] for r in rows(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
