@@ -14,6 +14,7 @@ come from the server's own environment, which the caller sets when it starts the
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -74,7 +75,7 @@ def serve() -> None:
         pid = os.fork()
         if pid == 0:
             _child(request, out, err)
-        status = _wait(pid)
+        status = _wait(pid, request.get("timeout", 120))
         reply.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status), "stdout": Path(out).read_text(),
                                 "stderr": Path(err).read_text()}) + "\n")
         reply.flush()
@@ -88,8 +89,10 @@ class CliForks:
                                      stdout=subprocess.PIPE, text=True, env=env)
 
     def run(self, args: list[str], cwd: Path, env: dict[str, str] | None = None,
-            prelude: str = "") -> subprocess.CompletedProcess:
-        self.proc.stdin.write(json.dumps({"args": args, "cwd": str(cwd), "env": env or {}, "prelude": prelude}) + "\n")
+            prelude: str = "", timeout: float = 120) -> subprocess.CompletedProcess:
+        request = {"args": [str(a) for a in args], "cwd": str(cwd), "env": env or {}, "prelude": prelude,
+                   "timeout": timeout}
+        self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
@@ -104,6 +107,18 @@ class CliForks:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+_SHARED: list[CliForks] = []
+
+
+def shared_forks() -> CliForks:
+    """One server per test process, started on first use (with this process's environment) and
+    stopped at exit."""
+    if not _SHARED:
+        _SHARED.append(CliForks(dict(os.environ)))
+        atexit.register(_SHARED[0].close)
+    return _SHARED[0]
 
 
 if __name__ == "__main__":

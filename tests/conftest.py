@@ -10,6 +10,9 @@ import torch
 torch.set_num_threads(1)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# and one thread in every subprocess too (the CLI sets policy.torch_threads, but a worker that waits
+# in an OpenMP pool of two spins on the core another test needs)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # No test reads or writes the user's cache (~/.cache/asyncrl, or a developer's $ASYNCRL_CACHE): the
 # default-cache runs of this test run share a throwaway one (subprocesses inherit the variable). The
 # process that loads this file first (pytest itself, or xdist's controller, which starts its

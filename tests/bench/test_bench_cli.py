@@ -114,6 +114,9 @@ def test_bad_bench_arguments_exit_2_without_traceback(tmp_path, cache):
     assert not (tmp_path / "out").exists()  # nothing half-written
 
 
+# slow: the runner, its report and resume are checked by test_a3po_quick_runs_reports_and_resumes,
+# the TRL peer itself by tests/bench/test_peer_trl.py::test_peer_trl_end_to_end
+@pytest.mark.slow
 def test_peer_trl_quick(tmp_path, cache):
     pytest.importorskip("trl")
     proc = bench(tmp_path, cache, "peer-trl", "--quick", "--out", "out")

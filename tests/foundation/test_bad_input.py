@@ -239,16 +239,6 @@ def _expand(items: list, tmp: Path, model: Path | None) -> list[str]:
     return out
 
 
-_FORKS: list = []  # the fork server of this module, started on first use
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_fork_server():
-    yield
-    while _FORKS:
-        _FORKS.pop().close()
-
-
 def run_case(tmp: Path, args: list[str], fresh: bool = False) -> subprocess.CompletedProcess:
     """``asyncrl ARGS`` in ``tmp``, in a process of its own: forked from the module's server, or
     (``fresh``) a new interpreter, ``python -m asyncrl.cli``."""
@@ -262,11 +252,9 @@ def run_case(tmp: Path, args: list[str], fresh: bool = False) -> subprocess.Comp
     env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "ASYNCRL_CACHE": str(tmp / "warm-start-cache")}  # the case's own: a warm start would show
     if not fresh:
-        if not _FORKS:
-            from cli_forks import CliForks
+        from cli_forks import shared_forks
 
-            _FORKS.append(CliForks({**os.environ, **env}))
-        return _FORKS[0].run(args, tmp, env, prelude)
+        return shared_forks().run(args, tmp, env, prelude)
     command = [sys.executable, "-c", f"{prelude}; import sys; from asyncrl.cli import main; "
                                      "sys.exit(main(sys.argv[1:]))"] if prelude else [sys.executable, "-m", "asyncrl.cli"]
     return subprocess.run([*command, *args], capture_output=True, text=True, cwd=tmp, env={**os.environ, **env},

@@ -23,6 +23,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from cli_forks import shared_forks
 from test_bad_input import BASE, SMALL, _expand, check_one_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,9 +210,12 @@ def run_fault(tmp: Path, argv: list, model: Path, disk, base_run):
     args = _expand(args, tmp, model)
     if args[0] == "train" and "--resume" not in args:
         args = [args[0], *BASE, *args[1:]]
-    command = [sys.executable, "-c", SMALL_DISK] if not real else [sys.executable, "-m", "asyncrl.cli"]
-    proc = subprocess.run([*command, *args], capture_output=True, text=True, cwd=tmp,
-                          env={**_env(tmp), "FAULT_DISK": str(out)}, timeout=300)
+    env = {**_env(tmp), "FAULT_DISK": str(out)}
+    if real:  # the CLI in a process of its own, forked from one that imported it once (tests/cli_forks.py)
+        proc = shared_forks().run(args, tmp, env, timeout=300)
+    else:
+        proc = subprocess.run([sys.executable, "-c", SMALL_DISK, *args], capture_output=True, text=True, cwd=tmp,
+                              env=env, timeout=300)
     return proc, out, real, before
 
 
