@@ -22,7 +22,7 @@ demo: $(STAMP)
 # the default suite: CPU only, slow and gpu tests deselected, on pytest-xdist workers: one more than
 # the cores, as the end-to-end tests spend part of their time waiting on their subprocesses
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $$(( $$(nproc) + 1 )) --durations=25
+	$(BIN)/python -m pytest -q -n $$(( $$(nproc) + 1 )) --dist loadgroup --durations=25
 
 # everything that runs without a GPU, the slow tests too (torchrun jobs, Ray clusters, signals to
 # whole process groups, long trainings), one at a time: before a release, and after touching

@@ -30,6 +30,8 @@ def _child(request: dict, out: str, err: str) -> None:
     code = 1
     try:
         os.chdir(request["cwd"])
+        if request.get("replace_env"):  # the caller's whole environment, as subprocess.run(env=...) gives
+            os.environ.clear()
         os.environ.update(request.get("env", {}))
         for fd, path in ((1, out), (2, err)):
             os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
@@ -89,9 +91,9 @@ class CliForks:
                                      stdout=subprocess.PIPE, text=True, env=env)
 
     def run(self, args: list[str], cwd: Path, env: dict[str, str] | None = None,
-            prelude: str = "", timeout: float = 120) -> subprocess.CompletedProcess:
+            prelude: str = "", timeout: float = 120, replace_env: bool = False) -> subprocess.CompletedProcess:
         request = {"args": [str(a) for a in args], "cwd": str(cwd), "env": env or {}, "prelude": prelude,
-                   "timeout": timeout}
+                   "timeout": timeout, "replace_env": replace_env}
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
@@ -119,6 +121,15 @@ def shared_forks() -> CliForks:
         _SHARED.append(CliForks(dict(os.environ)))
         atexit.register(_SHARED[0].close)
     return _SHARED[0]
+
+
+def run_cli(args: list[str], cwd: Path, env: dict[str, str] | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+    """What ``subprocess.run([python, "-m", "asyncrl.cli", *args], cwd=cwd, env=env, timeout=...,
+    capture_output=True, text=True)`` returns, from a forked process (``env``: the whole
+    environment, this process's when None)."""
+    return shared_forks().run(args, cwd, dict(os.environ) if env is None else env, timeout=timeout,
+                              replace_env=True)
 
 
 if __name__ == "__main__":

@@ -79,3 +79,16 @@ def model_dir(tmp_path_factory, tiny_policy):
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+# The modules whose tests run longest (end-to-end runs, a Ray cluster, bench suites) go first: xdist
+# hands tests out in order, and a long test handed out last leaves the other workers idle at the end.
+LONG_FIRST = ("test_bench_cli.py", "test_ray_backend.py", "test_resume.py", "test_modes_e2e.py",
+              "test_eval_cache.py", "test_dataset_e2e.py", "test_torchrun.py", "test_example_loop.py",
+              "test_e2e_train.py", "test_any_dataset_e2e.py", "test_orphans.py", "test_watchdog.py",
+              "test_run_lock.py", "test_vcpo_trainer.py", "test_peer_trl.py", "test_small_items.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order

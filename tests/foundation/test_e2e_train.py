@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from cli_forks import run_cli as forked_cli  # tests/: the CLI forked from one imported copy
 import torch
 from safetensors.torch import load_file
 
@@ -30,8 +32,7 @@ TINY = [
 
 def run_cli(tmp_path: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "asyncrl.cli", *args], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=timeout)
+    return forked_cli(list(args), tmp_path, env, timeout=timeout)
 
 
 def test_train_end_to_end(tmp_path, cache):

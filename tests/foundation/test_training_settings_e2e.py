@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
+
 from asyncrl.training.lr_schedule import lr_factor
 
 TINY_MODEL = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
@@ -30,8 +32,7 @@ def test_schedule_kl_pass_k_and_kept_checkpoints(tmp_path, policy_dir):
             "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=6",
             "eval.every=1", "eval.n_problems=3", "eval.samples=2", "eval.pass_k=[1,2]", "eval.greedy=true",
             "run.checkpoint_every=1", "run.keep_checkpoints=1"]
-    proc = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *args], capture_output=True, text=True,
-                          cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    proc = run_cli(["train", *args], tmp_path, {**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "runs" / "r"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

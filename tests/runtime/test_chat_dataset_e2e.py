@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
+
 ROWS = [{"messages": [{"role": "system", "content": "Reply with #### and the number."},
                       {"role": "user", "content": f"What is {i} + {i % 3}?"}],
          "answer": f"#### {i + i % 3}"} for i in range(20)]
@@ -27,8 +29,7 @@ def test_train_on_chat_jsonl(tmp_path, model_dir, mode):
             "eval.every=0", "trainer.steps=2", "trainer.n_minibatches=1", f"run.mode={mode}",
             "run.progress=false", "run.report_to=[]", "run.name=chat", f"run.out_dir={tmp_path / 'runs'}"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *args], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=240)
+    proc = run_cli(["train", *args], tmp_path, env, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # the over-long prompt is reported once at start-up and counted in the summary
     assert "prompt(s) longer than task.max_prompt_length=96 tokens: left-truncated" in proc.stderr

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
+
 import torch
 
 from asyncrl.config import load_config
@@ -58,9 +60,8 @@ def test_store_load_round_trip_and_unreadable(tmp_path):
 
 
 def _step0(tmp_path: Path, cache: Path, name: str, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *FAST, "trainer.steps=1", "eval.every=0",
-                           f"policy.cache_dir={cache}", f"run.name={name}", *args],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    proc = run_cli(["train", *FAST, "trainer.steps=1", "eval.every=0", f"policy.cache_dir={cache}",
+                    f"run.name={name}", *args], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = (tmp_path / "runs" / name / "metrics.jsonl").read_text().splitlines()[0]
     return json.loads(first)

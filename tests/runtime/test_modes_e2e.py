@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
 import torch
 from safetensors.torch import load_file
 
@@ -15,13 +17,14 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "foundation"))
 from test_e2e_train import TINY  # noqa: E402
 
 BASE = [*TINY, "trainer.lr=0.0002", "eval.every=0"]
+# one xdist worker runs this module (make test: --dist loadgroup), so its tests share the runs of `runs`
+pytestmark = pytest.mark.xdist_group("modes_e2e")
 
 
 def train(tmp_path: Path, cache: str, name: str, *args: str, timeout: int = 300):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *BASE, f"run.name={name}",
-                           f"policy.cache_dir={cache}", *args],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=timeout)
+    proc = run_cli(["train", *BASE, f"run.name={name}", f"policy.cache_dir={cache}", *args], tmp_path, env,
+                   timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "runs" / name
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

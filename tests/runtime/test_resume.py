@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 from resume_campaign import alive, descendants  # noqa: E402  (the kill campaign's process checks)
 from test_e2e_train import TINY  # noqa: E402
 
-from cli_forks import CliForks  # noqa: E402  (tests/, on the path beside conftest.py)
+from cli_forks import run_cli, CliForks  # noqa: E402  (tests/, on the path beside conftest.py)
 
 BASE = [*TINY, "trainer.lr=0.0002", "eval.every=3", "run.checkpoint_every=1"]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -29,8 +29,7 @@ TIMING = ("_s", "per_s", "util")  # wall-clock figures differ between any two ru
 
 
 def cli(tmp_path: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "asyncrl.cli", *args], capture_output=True, text=True,
-                          cwd=tmp_path, env=ENV, timeout=timeout)
+    return run_cli(list(args), tmp_path, ENV, timeout=timeout)
 
 
 def start(tmp_path: Path, cache: str, name: str, *args: str) -> subprocess.Popen:

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
 import torch
 from safetensors.torch import load_file
 
@@ -81,8 +83,7 @@ def test_async_k0_equals_sync_with_vcpo_on(tmp_path, cache):
               "trainer.vcpo.enabled=true", "trainer.vcpo.opob=true", "trainer.ess_warning.threshold=0.99"]
     weights = {}
     for name, mode in [("sync", ["run.mode=sync"]), ("async", ["run.mode=async", "async.max_staleness=0"])]:
-        proc = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *common, *mode, f"run.name={name}"],
-                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=400)
+        proc = run_cli(["train", *common, *mode, f"run.name={name}"], tmp_path, env, timeout=400)
         assert proc.returncode == 0, proc.stderr[-3000:]
         weights[name] = load_file(tmp_path / "runs" / name / "checkpoint" / "model.safetensors")
         rows = [json.loads(line) for line in (tmp_path / "runs" / name / "metrics.jsonl").read_text().splitlines()]
@@ -93,9 +94,8 @@ def test_async_k0_equals_sync_with_vcpo_on(tmp_path, cache):
 
 def _train(tmp_path, cache, name, *args):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *TINY, "trainer.lr=0.001", "eval.every=0",
-                           "trainer.n_minibatches=1", f"policy.cache_dir={cache}", f"run.name={name}", *args],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=400)
+    proc = run_cli(["train", *TINY, "trainer.lr=0.001", "eval.every=0", "trainer.n_minibatches=1",
+                    f"policy.cache_dir={cache}", f"run.name={name}", *args], tmp_path, env, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "runs" / name
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
