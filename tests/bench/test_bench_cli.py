@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "foundation"))
 from test_e2e_train import TINY  # noqa: E402
 
@@ -24,9 +26,7 @@ BENCH_TINY = [o for o in TINY if not o.startswith(("run.mode=", "eval.every=", "
 
 def bench(tmp_path: Path, cache: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "asyncrl.cli", "bench", *args, *BENCH_TINY,
-                           f"policy.cache_dir={cache}"], capture_output=True, text=True, cwd=tmp_path,
-                          env=env, timeout=timeout)
+    return run_cli(["bench", *args, *BENCH_TINY, f"policy.cache_dir={cache}"], tmp_path, env, timeout=timeout)
 
 
 def check_report(out: Path, n_runs: int) -> dict:
