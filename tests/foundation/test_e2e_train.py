@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from cli_forks import run_cli as forked_cli  # tests/: the CLI forked from one imported copy
 import torch
 from safetensors.torch import load_file
 
 from asyncrl.config import load_config
 from asyncrl.training.pretrain import pretrained_dir
+from cli_forks import run_cli as forked_cli  # tests/: the CLI forked from one imported copy
 
 TINY = [
     "model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",

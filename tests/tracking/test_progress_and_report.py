@@ -4,7 +4,6 @@ rows and the per-run report.html on hand-made run files."""
 import io
 import json
 import re
-import time
 
 import torch
 from rich.console import Console
