@@ -3,7 +3,7 @@ the completion tokens: column t is the t-th generated token of the sequence (no 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -23,7 +23,12 @@ class Generation:
     completion_ids [B, T] long (right-padded with pad id after eos),
     behav_logp [B, T] float32 (log-prob of each sampled token under the sampling distribution; 0 at pad),
     versions [B, T] long (weights version that produced each token; −1 at pad),
-    completion_mask [B, T] bool (generated tokens, eos included).
+    completion_mask [B, T] bool (generated tokens, eos included): the loss mask, the tokens trained on,
+    observation_mask [B, T] bool or None (multi-turn episodes: tokens the environment or a tool put
+    in the completion, attended to and never trained on, version −1 and behav_logp 0; None = none).
+
+    The loss mask is never the attention mask: a completion's attended tokens are
+    :attr:`completion_attention`, the loss mask's tokens and the observations between them.
     """
 
     prompt_ids: torch.Tensor
@@ -32,6 +37,14 @@ class Generation:
     behav_logp: torch.Tensor
     versions: torch.Tensor
     completion_mask: torch.Tensor
+    observation_mask: torch.Tensor | None = field(default=None, kw_only=True)
+
+    @property
+    def completion_attention(self) -> torch.Tensor:
+        """[B, T] bool: the completion tokens the model attends to (sampled and observed)."""
+        if self.observation_mask is None:
+            return self.completion_mask
+        return self.completion_mask | self.observation_mask
 
     def to(self, device: torch.device | str, non_blocking: bool = False):
         """Every tensor field on ``device`` (the same object when already there): the one place a

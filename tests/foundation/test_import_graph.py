@@ -32,6 +32,8 @@ LAYERS: list[tuple[str, ...]] = [
     # the parts, each usable alone: pure objectives, problems and rewards, trackers and metric rows
     ("asyncrl.objectives", "asyncrl.stability", "asyncrl.control", "asyncrl.tasks", "asyncrl.rewards",
      "asyncrl.tracking",
+     # agents: the environment registry and seam, tools, rendering of turns, episode statistics
+     "asyncrl.agents",
      # which process of a torchrun job this is, and the sharded trainer's settings
      "asyncrl.distributed", "asyncrl.distributed.world", "asyncrl.distributed.config"),
     # the typed run configuration (its presets and peer names too), which checks names against the
@@ -39,7 +41,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("asyncrl.config",),
     # machinery over one model: weights, generation engines, the trainer and its parts, evaluation,
     # warm start, checkpoints
-    ("asyncrl.policy", "asyncrl.rollout", "asyncrl.training",
+    # (episodes played with an engine and scored into batches included)
+    ("asyncrl.policy", "asyncrl.rollout", "asyncrl.training", "asyncrl.agents.episode", "asyncrl.agents.rollout",
      "asyncrl.distributed.data_parallel", "asyncrl.distributed.fsdp", "asyncrl.distributed.sharded_state"),
     # the training loop, batch sources, the buffer, workers, weight channels, backends
     ("asyncrl.runtime", "asyncrl.distributed.ranks"),

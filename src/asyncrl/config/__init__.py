@@ -34,6 +34,7 @@ from asyncrl.core.loader import (
 )
 from asyncrl.config.presets import resolve_config_path
 from asyncrl.config.asynchrony import AsyncConfig
+from asyncrl.config.env import EnvConfig
 from asyncrl.config.model import ModelConfig, PolicyConfig, PretrainConfig
 from asyncrl.config.run import RunConfig
 from asyncrl.config.task import RewardConfig, TaskConfig
@@ -54,6 +55,7 @@ class Config:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -183,7 +185,7 @@ def _rename_old_keys(data: dict[str, Any]) -> None:
 
 
 __all__ = [
-    "AsyncConfig", "Config", "ConfigError", "EvalConfig", "LossConfig", "ModelConfig", "PolicyConfig",
+    "AsyncConfig", "Config", "ConfigError", "EnvConfig", "EvalConfig", "LossConfig", "ModelConfig", "PolicyConfig",
     "PretrainConfig", "RewardConfig", "RolloutConfig", "RunConfig", "TaskConfig", "TrainerConfig", "load_config",
     "set_key",
 ]

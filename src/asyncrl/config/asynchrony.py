@@ -32,7 +32,7 @@ class AsyncConfig:
     interruptible: bool = setting(True, "workers pick up new weights between decode chunks")
     chunk_tokens: int = setting(8, "decode chunk between weight checks, in tokens")
     unit_prompts: int | None = setting(None, "prompts per work unit; null = prompts_per_step / n_workers")
-    recency_decay: float = setting(1.0, "sample buffered groups with weight decay^age; 1 = FIFO")
+    recency_decay: float = setting(1.0, "sample buffered groups with weight decay^age; 1 = oldest first (by oldest trained token)")
     hard_sync_every: int = setting(0, "every M steps drop all data older than the current version; 0 = off")
     worker_start_timeout_s: float = setting(300.0, "seconds a rollout worker may take to start")
     # above reward.timeout_s (default 300): a slow reward is then named by the reward's own timeout

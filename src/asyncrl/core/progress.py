@@ -41,6 +41,7 @@ def step_fields(record: dict, batch_size: int | None = None) -> list[tuple[str, 
     add("sft loss", "sft_loss", "{:.3f}")  # the warm start's
     add("reward", "reward_mean", "{:.3f}")
     add("eval", "eval_reward", "{:.3f}")
+    add("turns", "episode/turns_mean", "{:.1f}")  # multi-turn episodes only
     mean, top = _num(record, "staleness_token_mean"), _num(record, "staleness_token_max")
     if mean is not None and top is not None:
         out.append(("stale", f"{mean:.1f}/{top:.0f}"))
@@ -56,8 +57,8 @@ def step_fields(record: dict, batch_size: int | None = None) -> list[tuple[str, 
 
 # most important first; a narrow terminal drops fields from the end of this list (the step counter,
 # elapsed time and ETA are columns of their own and always stay)
-FIELD_PRIORITY = ("ess warning", "sft loss", "ess", "reward", "eval", "stale", "samples/s", "wait", "dropped",
-                  "tok/s")
+FIELD_PRIORITY = ("ess warning", "sft loss", "ess", "reward", "eval", "turns", "stale", "samples/s", "wait",
+                  "dropped", "tok/s")
 
 
 def _width(fields: list[tuple[str, str]]) -> int:

@@ -35,8 +35,8 @@ _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling",
 def completion_logprobs(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                         completion_ids: torch.Tensor, completion_mask: torch.Tensor, *,
                         temperature: float = 1.0, with_entropy: bool = False, logits_chunk: int = 1024,
-                        lm_head_fp32: bool = False, entropy_grad: bool = False
-                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                        lm_head_fp32: bool = False, entropy_grad: bool = False,
+                        completion_attn: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of each completion token given everything before it.
 
     prompt_ids [B, P] long (left-padded), prompt_mask [B, P] bool/long, completion_ids [B, T] long,
@@ -45,8 +45,10 @@ def completion_logprobs(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt
     without a gradient unless ``entropy_grad``). Logits are divided by ``temperature`` so the result
     is comparable to the behavior log-probs recorded at sampling. Differentiable when called with
     grad enabled. ``logits_chunk``: token positions per head chunk (memory ∝ logits_chunk × V).
-    ``lm_head_fp32``: the head's matmul in fp32 even under autocast. Every tensor must be on the
-    model's device (callers move a batch once, with ``Batch.to``).
+    ``lm_head_fp32``: the head's matmul in fp32 even under autocast. ``completion_attn`` [B, T] bool:
+    the completion tokens attended to when they differ from those scored (a multi-turn episode's
+    observations are attended to, never scored: ``Batch.completion_attention``); None = the mask.
+    Every tensor must be on the model's device (callers move a batch once, with ``Batch.to``).
     """
     if logits_chunk < 1:
         raise ValueError(f"logits_chunk: must be >= 1, got {logits_chunk}")
@@ -54,10 +56,12 @@ def completion_logprobs(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt
     if parts is None:
         return full_logits_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
                                     temperature=temperature, with_entropy=with_entropy,
-                                    lm_head_fp32=lm_head_fp32, entropy_grad=entropy_grad)
+                                    lm_head_fp32=lm_head_fp32, entropy_grad=entropy_grad,
+                                    completion_attn=completion_attn)
     backbone, head = parts
     ids = torch.cat([prompt_ids, completion_ids], dim=1)
-    attn = torch.cat([prompt_mask.long(), completion_mask.long()], dim=1)
+    attended = completion_mask if completion_attn is None else completion_attn
+    attn = torch.cat([prompt_mask.long(), attended.long()], dim=1)
     n = completion_ids.shape[1]
     hidden = backbone(input_ids=ids, attention_mask=attn, position_ids=positions(attn),
                       use_cache=False).last_hidden_state
@@ -198,13 +202,15 @@ class ChunkedHeadLogprobs(torch.autograd.Function):
 def full_logits_logprobs(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                          completion_ids: torch.Tensor, completion_mask: torch.Tensor, *,
                          temperature: float = 1.0, with_entropy: bool = False, lm_head_fp32: bool = False,
-                         entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                         entropy_grad: bool = False, completion_attn: torch.Tensor | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`completion_logprobs` through the model's own forward: logits [B, P + T, V] at once.
     For architectures without a separable head; ``lm_head_fp32`` then has no effect (the head is
     inside the model's forward). Shapes and results as :func:`completion_logprobs`."""
     del lm_head_fp32
     ids = torch.cat([prompt_ids, completion_ids], dim=1)
-    attn = torch.cat([prompt_mask.long(), completion_mask.long()], dim=1)
+    attended = completion_mask if completion_attn is None else completion_attn
+    attn = torch.cat([prompt_mask.long(), attended.long()], dim=1)
     n = completion_ids.shape[1]
     logits = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn), use_cache=False).logits
     logits = logits[:, -n - 1:-1].float() / temperature

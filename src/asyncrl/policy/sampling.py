@@ -20,7 +20,7 @@ autocast), as the trainer's does under ``policy.lm_head_fp32``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -197,12 +197,14 @@ def sample_token(logits: torch.Tensor, *, temperature: float, top_p: float = 1.0
 @torch.no_grad()
 def decode(model: PreTrainedModel, state: DecodeState, n_tokens: int, *, temperature: float,
            eos_id: int, pad_id: int, version: int = 0, generator: torch.Generator | None = None,
-           top_p: float = 1.0, top_k: int = 0, lm_head_fp32: bool = False) -> DecodeState:
+           top_p: float = 1.0, top_k: int = 0, lm_head_fp32: bool = False,
+           stop: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> DecodeState:
     """Decode up to ``n_tokens`` more tokens (stops early when every sequence has finished).
 
     temperature 0 = greedy; ``top_p`` < 1 / ``top_k`` > 0 truncate the sampling distribution
     (:func:`sample_token`). Finished sequences get ``pad_id``, log-prob 0 and version −1.
-    ``lm_head_fp32``: the output head in float32.
+    ``lm_head_fp32``: the output head in float32. ``stop(tokens [B, t], alive [B]) -> [B] bool``:
+    rows that end after the token just sampled (stop strings, :class:`StopStrings`), as at eos.
     """
     cache = cache_field(model)
     for _ in range(n_tokens):
@@ -218,11 +220,41 @@ def decode(model: PreTrainedModel, state: DecodeState, n_tokens: int, *, tempera
         state.logps = torch.cat([state.logps, token_logp[:, None]], dim=1)
         state.versions = torch.cat([state.versions, token_version[:, None]], dim=1)
         state.finished = state.finished | (alive & (token == eos_id))
+        if stop is not None:
+            state.finished = state.finished | (alive & stop(state.tokens, alive))
         state.attn = torch.cat([state.attn, alive.long()[:, None]], dim=1)
         state.next_logits, state.past = last_logits(
             model, lm_head_fp32=lm_head_fp32, input_ids=token[:, None], attention_mask=state.attn,
             position_ids=positions(state.attn)[:, -1:], use_cache=True, **{cache: state.past})
     return state
+
+
+class StopStrings:
+    """Rows whose generated text now contains one of ``stops`` (a turn ends at ``</tool_call>``, at
+    a newline...): the stop of :func:`decode`. Only the last tokens of a row are decoded, enough to
+    hold the longest stop string (every token decodes to at least one character); a row that
+    contained a stop before this token had already finished. The token that completes the string
+    is kept (token-in/token-out: what was sampled stays as sampled)."""
+
+    def __init__(self, tokenizer, stops: Sequence[str]):
+        self.tokenizer = tokenizer
+        self.stops = tuple(s for s in stops if s)
+        self.window = max((len(s) for s in self.stops), default=0) + 2
+
+    def __bool__(self) -> bool:
+        return bool(self.stops)
+
+    def __call__(self, tokens: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+        hit = torch.zeros_like(alive)
+        rows = alive.nonzero().squeeze(1).tolist()
+        if not rows:
+            return hit
+        tails = tokens[rows, -self.window:].cpu().tolist()
+        texts = self.tokenizer.batch_decode(tails, skip_special_tokens=False)
+        for row, text in zip(rows, texts):
+            if any(stop in text for stop in self.stops):
+                hit[row] = True
+        return hit
 
 
 def to_generation(state: DecodeState) -> Generation:

@@ -144,12 +144,17 @@ class RewardSet:
         return [[{"role": "assistant", "content": c}] if getattr(p, "messages", None) is not None else c
                 for c, p in zip(completions, problems)]
 
-    def score(self, completions: list[str], problems: Sequence[Problem]) -> Scores:
-        """Every function on every row; the weighted total per row."""
+    def score(self, completions: list[str], problems: Sequence[Problem], *, shown: list | None = None,
+              extra: dict[str, list] | None = None) -> Scores:
+        """Every function on every row; the weighted total per row. ``shown``: the completions as
+        functions receive them, when not the default form (an episode's conversation); ``extra``:
+        more keyword arguments, one list aligned with the rows each (an episode's ``tool_calls``,
+        ``env_info``, ``env_reward``, ``turns``)."""
         if len(completions) != len(problems):
             raise ValueError(f"score: {len(completions)} completions for {len(problems)} problems")
         ctx = self.context(problems)
-        shown = self._shown(completions, problems)
+        ctx.update(extra or {})
+        shown = self._shown(completions, problems) if shown is None else shown
         columns = [self._values(f, shown, problems, ctx) for f in self.functions]
         parts = [list(row) for row in zip(*columns)] if columns else []
         total = [sum(w * (0.0 if math.isnan(v) else v) for w, v in zip(self.weights, row)) for row in parts]

@@ -7,7 +7,7 @@ that carry the new version.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -25,8 +25,12 @@ class Engine(Protocol):
     spec: "EngineSpec"  # noqa: F821 (defined below)
     version: int  # version of the weights the engine generates with now
 
-    def generate(self, prompts: list[list[int]], *, between_chunks: ChunkHook | None = None) -> Generation:
-        """One completion per prompt; rows in prompt order; the Generation's tensors on the CPU."""
+    def generate(self, prompts: list[list[int]], *, between_chunks: ChunkHook | None = None,
+                 max_new_tokens: int | None = None, stop: Sequence[str] = ()) -> Generation:
+        """One completion per prompt; rows in prompt order; the Generation's tensors on the CPU.
+        ``max_new_tokens``: this call's limit (None = ``spec.max_new_tokens``); ``stop``: strings
+        that end a row once its generated text contains one, the token completing it kept (a turn
+        of an episode ends at ``</tool_call>``)."""
 
     def update_weights(self, weights: torch.nn.Module | Mapping[str, torch.Tensor], version: int) -> None:
         """Take new weights (a model, or a state dict under the base model's names)."""

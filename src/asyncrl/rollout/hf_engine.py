@@ -11,13 +11,13 @@ weights and carry their version. Each forward pass computes the logits of the la
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from asyncrl.core.loader import ConfigError
 from asyncrl.policy.model import DTYPES, plain_copy
-from asyncrl.policy.sampling import decode, left_pad, prefill, to_generation
+from asyncrl.policy.sampling import StopStrings, decode, left_pad, prefill, to_generation
 from asyncrl.rollout.base import ChunkHook, EngineSpec
 from asyncrl.types import Generation
 
@@ -60,20 +60,24 @@ class TransformersEngine:
         self.version = version
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], *, between_chunks: ChunkHook | None = None) -> Generation:
+    def generate(self, prompts: list[list[int]], *, between_chunks: ChunkHook | None = None,
+                 max_new_tokens: int | None = None, stop: Sequence[str] = ()) -> Generation:
         spec, tok = self.spec, self.tokenizer
+        limit = max_new_tokens or spec.max_new_tokens
+        stops = StopStrings(tok, stop) if stop else None
         was_training = self.model.training
         self.model.eval()
         try:
             ids, mask = left_pad(prompts, tok.pad_token_id, device=self.device)
             state = prefill(self.model, ids, mask, lm_head_fp32=spec.lm_head_fp32)
-            chunk = spec.chunk_tokens if between_chunks is not None and spec.chunk_tokens else spec.max_new_tokens
-            while state.n_generated < spec.max_new_tokens and not bool(state.finished.all()):
-                n = min(chunk, spec.max_new_tokens - state.n_generated)
+            chunk = spec.chunk_tokens if between_chunks is not None and spec.chunk_tokens else limit
+            while state.n_generated < limit and not bool(state.finished.all()):
+                n = min(chunk, limit - state.n_generated)
                 state = decode(self.model, state, n, temperature=spec.temperature, eos_id=tok.eos_token_id,
                                pad_id=tok.pad_token_id, version=self.version, generator=self.generator,
-                               top_p=spec.top_p, top_k=spec.top_k, lm_head_fp32=spec.lm_head_fp32)
-                unfinished = state.n_generated < spec.max_new_tokens and not bool(state.finished.all())
+                               top_p=spec.top_p, top_k=spec.top_k, lm_head_fp32=spec.lm_head_fp32,
+                               stop=stops or None)
+                unfinished = state.n_generated < limit and not bool(state.finished.all())
                 if unfinished and between_chunks is not None and between_chunks():
                     state = prefill(self.model, state.prompt_ids, state.prompt_mask, state.tokens, state.logps,
                                     state.versions, state.finished, lm_head_fp32=spec.lm_head_fp32)

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -179,7 +179,8 @@ class VLLMEngine:
 
     # -- generation -------------------------------------------------------------------------------
 
-    def generate(self, prompts: list[list[int]], *, between_chunks: ChunkHook | None = None) -> Generation:
+    def generate(self, prompts: list[list[int]], *, between_chunks: ChunkHook | None = None,
+                 max_new_tokens: int | None = None, stop: Sequence[str] = ()) -> Generation:
         """One completion per prompt (token ids), tagged with :attr:`version`. ``between_chunks`` runs
         after every chunk while some sequence is unfinished; it may call :meth:`update_weights`
         (every chunk re-prefills its prefix, so nothing else changes when it does)."""
@@ -191,16 +192,19 @@ class VLLMEngine:
         logps: list[list[float]] = [[] for _ in range(rows)]
         versions: list[list[int]] = [[] for _ in range(rows)]
         finished = [False] * rows
-        chunk = self.chunk_tokens or self.max_new_tokens
+        limit = max_new_tokens or self.max_new_tokens
+        chunk = self.chunk_tokens or limit
         while True:
             alive = [i for i in range(rows) if not finished[i]]
             if not alive:
                 break
-            todo = {i: min(chunk, self.max_new_tokens - len(tokens[i])) for i in alive}
+            todo = {i: min(chunk, limit - len(tokens[i])) for i in alive}
+            # stop strings need the text: vLLM then detokenizes, and keeps the stop string's tokens
             params = [vllm.SamplingParams(temperature=self.temperature, top_p=self.top_p,
                                           top_k=self.top_k if self.top_k > 0 else -1, max_tokens=todo[i], logprobs=0,
                                           stop_token_ids=[eos] if eos is not None else None,
-                                          detokenize=False, skip_special_tokens=False)
+                                          stop=list(stop) or None, include_stop_str_in_output=bool(stop),
+                                          detokenize=bool(stop), skip_special_tokens=False)
                       for i in alive]
             requests = [vllm.TokensPrompt(prompt_token_ids=list(prompts[i]) + tokens[i]) for i in alive]
             outputs = self.llm.generate(requests, params, use_tqdm=False)
@@ -212,7 +216,7 @@ class VLLMEngine:
                 versions[i] += [self.version] * len(ids)
                 stopped = (eos is not None and ids and ids[-1] == eos) or completion.finish_reason == "stop"
                 # fewer tokens than asked without a stop: the context window is full
-                finished[i] = stopped or len(ids) < todo[i] or len(tokens[i]) >= self.max_new_tokens
+                finished[i] = stopped or len(ids) < todo[i] or len(tokens[i]) >= limit
             if between_chunks is not None and not all(finished):
                 between_chunks()
         self._sleep()

@@ -1,4 +1,4 @@
-"""Staleness-bounded rollout buffer: admission control, drop-stale at consumption, FIFO or
+"""Staleness-bounded rollout buffer: admission control, drop-stale at consumption, oldest-first or
 recency-weighted sampling. Pure bookkeeping (stdlib + tensors), so it is tested with a fake clock.
 
 Admission (docs/runtime.md, after AReaL's ``StalenessManager``): with K = ``max_staleness``,
@@ -18,7 +18,7 @@ look-ahead already keeps the trainer busy. ``max_ahead`` = W ≤ K replaces K in
 (not in the drop bound): data are then about W versions stale, the trainer still never waits as long
 as W ≥ 1 and a batch is generated faster than it is trained, and K still bounds any overtaken rollout.
 
-Consumption: a group whose oldest generated token is more than K versions behind V is dropped
+Consumption: a group whose oldest trained token is more than K versions behind V is dropped
 (all its samples; GRPO advantages need the whole group) and counted. Staleness is measured at
 consumption time, so time spent waiting in the queue counts.
 """
@@ -80,6 +80,10 @@ def concat_groups(groups: list[Group], pad_id: int) -> Batch:
         "group_ids": [g.batch.group_ids for g in groups],
         "advantages": [g.batch.advantages for g in groups],
     }
+    if any(g.batch.observation_mask is not None for g in groups):  # episodes: observations attended, not trained
+        parts["observation_mask"] = [
+            pad(g.batch.observation_mask if g.batch.observation_mask is not None
+                else torch.zeros_like(g.batch.completion_mask), c_width, False, False) for g in groups]
     reward_parts = [g.batch.reward_parts for g in groups]
     if all(p is not None for p in reward_parts) and len({p.shape[1] for p in reward_parts}) == 1:
         parts["reward_parts"] = reward_parts
@@ -154,11 +158,21 @@ class StalenessBuffer:
         return len(self.groups) >= self.groups_per_batch
 
     def take(self, version: int, bound: int | None = None) -> list[Group]:
-        """``groups_per_batch`` groups (FIFO, or recency-weighted without replacement)."""
+        """``groups_per_batch`` groups: oldest first, or recency-weighted without replacement.
+
+        Oldest first means by the version of a group's oldest trained token, arrival order among
+        equals: a long episode that started many versions ago arrives late, and taking by arrival
+        would leave it queued behind fresher groups until it is too stale to train (dropped); taken
+        first, it is trained while within the bound. For single completions arrival order and age
+        mostly agree."""
         if not self.ready(version, bound):
             raise RuntimeError("take: not enough fresh groups; call ready() first")
         if self.recency_decay == 1.0:
-            return [self.groups.popleft() for _ in range(self.groups_per_batch)]
+            order = sorted(range(len(self.groups)), key=lambda i: self.groups[i].oldest_version)
+            chosen = set(order[: self.groups_per_batch])
+            taken = [self.groups[i] for i in order[: self.groups_per_batch]]
+            self.groups = deque(g for i, g in enumerate(self.groups) if i not in chosen)
+            return taken
         chosen = []
         for _ in range(self.groups_per_batch):
             weights = [self.recency_decay ** (version - g.newest_version) for g in self.groups]

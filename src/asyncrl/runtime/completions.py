@@ -20,8 +20,8 @@ def sample_rows(batch: Batch, tokenizer, n: int) -> list[dict]:
     picks = range(0, len(batch), max(1, len(batch) // n))[:n]
     rows = []
     for i in picks:
-        mask = batch.completion_mask[i]
-        versions = batch.versions[i][mask]
+        mask = batch.completion_attention[i]  # an episode's observations belong to its text
+        versions = batch.versions[i][batch.completion_mask[i]]
         rows.append({
             "prompt": tokenizer.decode(batch.prompt_ids[i][batch.prompt_mask[i]], skip_special_tokens=True),
             "completion": tokenizer.decode(batch.completion_ids[i][mask], skip_special_tokens=True),

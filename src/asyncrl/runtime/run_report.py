@@ -125,6 +125,14 @@ SIGNAL_PANELS = (
     ("Entropy (nats per token)", (("entropy", "entropy"),)),
     ("ESS fraction", (("ess_frac", "mean over updates"), ("ess_frac_min", "lowest update"))),
     ("Completion length (tokens)", (("completion_len_mean", "mean"),)),
+    # multi-turn episodes (env.*): a run of single completions logs none of these
+    ("Turns per episode", (("episode/turns_mean", "mean"), ("episode/turns_max", "max"))),
+    ("Episode length (tokens after the prompt)", (("episode/len_mean", "mean"), ("episode/len_p90", "90th percentile"),
+                                                  ("episode/len_max", "max"))),
+    ("Observed (masked) token share", (("episode/masked_token_frac", "observation tokens / episode tokens"),)),
+    ("Environment and tool time (s per step)", (("episode/env_time_s", "seconds"),)),
+    ("Staleness of the oldest trained token", (("staleness_seq_mean", "mean over rows"),
+                                               ("staleness_seq_max", "max"))),
 )
 
 

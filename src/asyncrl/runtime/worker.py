@@ -128,6 +128,7 @@ class RolloutWorker:
         from asyncrl.config import Config
         from asyncrl.core.loader import from_dict
         from asyncrl.policy.model import enable_tf32, load_policy, set_deterministic
+        from asyncrl.rollout.rollouts import make_rollout
         from asyncrl.runtime.engines import generation_dtype, rollout_engine
 
         torch.set_num_threads(1)
@@ -149,6 +150,7 @@ class RolloutWorker:
         self.landing = getattr(self.engine, "model", None) or model
         self.task = self.cfg.task.build()
         self.rewards = self.cfg.reward.build(self.task)  # from the config's import paths, in this process
+        self.rollout = make_rollout(self.cfg, self.rewards, self.tokenizer)  # single turns or episodes
         self.problems = self.task.problems("train")
         self.pull_s = 0.0
         self._pull()
@@ -161,9 +163,6 @@ class RolloutWorker:
         return version
 
     def run(self, unit: WorkUnit) -> dict:
-        from asyncrl.policy.prompts import encode_problems
-        from asyncrl.rollout.scoring import score
-
         started = time.perf_counter()
         self.pull_s = 0.0
         updates = 0
@@ -181,15 +180,14 @@ class RolloutWorker:
         if self.channel.latest() > self.engine.version:
             self._pull()
         chosen = [self.problems[i] for i in unit.problem_indices]
-        prompts = encode_problems(self.tokenizer, chosen, unit.n, self.cfg.policy.chat_template,
-                                  self.cfg.task.truncate_to)
-        gen = self.engine.generate(prompts, between_chunks=between_chunks if self.spec.interruptible else None)
+        out = self.rollout.run(self.engine, chosen, unit.n,
+                               between_chunks=between_chunks if self.spec.interruptible else None)
         if self.on_progress is not None:
             self.on_progress()
-        batch = score(gen, chosen, unit.n, self.rewards, self.tokenizer)
+        batch = out.batch
         batch.group_ids = torch.tensor(unit.group_ids).repeat_interleave(unit.n)
         return {"unit_id": unit.unit_id, "batch": batch, "gen_time_s": time.perf_counter() - started,
-                "weight_updates": updates, "weight_pull_s": self.pull_s}
+                "weight_updates": updates, "weight_pull_s": self.pull_s, "episode_stats": out.stats}
 
 
 def worker_main(spec: WorkerSpec, channel, work_q, result_q, stop) -> None:

@@ -20,6 +20,8 @@ from typing import Any
 
 from asyncrl.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from asyncrl.tasks.base import Problem, Task, extract_answer, extract_any_answer
+from asyncrl.tasks.calculator import CalculatorTask
+from asyncrl.tasks.guess import GuessTask
 from asyncrl.tasks.datasets import DatasetConfig, DatasetFields, GSM8KTask, MathTask
 from asyncrl.tasks.generic import DatasetTask
 
@@ -27,10 +29,12 @@ __all__ = [
     "TASKS",
     "ArithmeticConfig",
     "ArithmeticTask",
+    "CalculatorTask",
     "DatasetConfig",
     "DatasetFields",
     "DatasetTask",
     "GSM8KTask",
+    "GuessTask",
     "MathTask",
     "Problem",
     "Task",
@@ -41,7 +45,8 @@ __all__ = [
 ]
 
 TASKS: dict[str, Callable[[Any], Task]] = {"arithmetic": ArithmeticTask, "gsm8k": GSM8KTask, "math": MathTask,
-                                           "dataset": DatasetTask}
+                                           "dataset": DatasetTask, "calculator": CalculatorTask,
+                                           "guess": GuessTask}
 # the registry as every process sees it after a plain import: what rollout worker processes (which
 # start from a fresh import, never from the trainer's memory) will build a task from
 _AS_IMPORTED: dict[str, Callable[[Any], Task]] = dict(TASKS)

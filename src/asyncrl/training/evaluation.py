@@ -93,10 +93,12 @@ class EvalResult:
 
 def generate_and_score(engine: Engine, tokenizer, task: Task, problems: list[Problem], *, batch_size: int = 128,
                        samples: int = 1, chat_template: bool = True, rewards=None,
-                       max_prompt_length: int | None = None) -> EvalResult:
+                       max_prompt_length: int | None = None, rollout=None) -> EvalResult:
     """``samples`` completions per problem (one for a greedy engine, temperature 0), scored by
     ``rewards`` (the run's RewardSet: the same total reward training uses) or, when None, the task's
-    own reward. ``max_prompt_length``: left-truncate longer prompts (``task.long_prompts=truncate``)."""
+    own reward. ``max_prompt_length``: left-truncate longer prompts (``task.long_prompts=truncate``).
+    ``rollout``: episodes (asyncrl.agents.rollout.EpisodeRollout), scored as training scores them; a
+    completion is then the episode's text after its prompt."""
     if not problems:
         raise ValueError("evaluate: no problems")
     if engine.spec.temperature == 0:
@@ -105,6 +107,11 @@ def generate_and_score(engine: Engine, tokenizer, task: Task, problems: list[Pro
     scorer, texts, rewards = rewards, [], []
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
+        if rollout is not None:
+            out = rollout.run(engine, chunk, 1)
+            texts += out.texts
+            rewards += out.batch.rewards.tolist()
+            continue
         gen = engine.generate(encode_problems(tokenizer, chunk, 1, chat_template, max_prompt_length))
         chunk_texts = tokenizer.batch_decode(gen.completion_ids, skip_special_tokens=True)
         texts += chunk_texts
@@ -135,7 +142,7 @@ def eval_metrics(model, tokenizer, task: Task, problems: list[Problem], cfg,
     engine = eval_engine(model, tokenizer, max_new_tokens=length, temperature=ev.temperature, seed=cfg.run.seed,
                          top_p=ev.top_p, top_k=ev.top_k, lm_head_fp32=head)
     options = {"batch_size": ev.batch_size, "chat_template": cfg.policy.chat_template, "rewards": rewards,
-               "max_prompt_length": cfg.task.truncate_to}
+               "max_prompt_length": cfg.task.truncate_to, "rollout": _episodes(cfg, rewards, task, tokenizer)}
     precision = eval_autocast_dtype(cfg)
     with autocast_to(engine.spec.device, precision):
         result = generate_and_score(engine, tokenizer, task, problems, samples=ev.samples, **options)
@@ -148,6 +155,16 @@ def eval_metrics(model, tokenizer, task: Task, problems: list[Problem], cfg,
         with autocast_to(engine.spec.device, precision):
             metrics["eval_greedy_acc"] = generate_and_score(greedy, tokenizer, task, problems, **options).accuracy()
     return metrics, result
+
+
+def _episodes(cfg, rewards, task, tokenizer):
+    """The run's episode rollout when it plays episodes (``env.*``), else None (single turns)."""
+    if not cfg.env.episodes:
+        return None
+    from asyncrl.agents.rollout import EpisodeRollout
+    from asyncrl.rewards import RewardSet
+
+    return EpisodeRollout(cfg, rewards if rewards is not None else RewardSet.for_task(task), tokenizer)
 
 
 def cli_report(metrics: dict[str, float], result: EvalResult, cfg) -> dict:

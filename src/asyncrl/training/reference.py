@@ -68,7 +68,8 @@ class ReferencePolicy:
         with switch, autocast:
             logp, _ = completion_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
                                           batch.completion_mask, temperature=temperature,
-                                          logits_chunk=logits_chunk, lm_head_fp32=lm_head_fp32)
+                                          logits_chunk=logits_chunk, lm_head_fp32=lm_head_fp32,
+                                          completion_attn=batch.completion_attention)
         return logp
 
 

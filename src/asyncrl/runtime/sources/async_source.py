@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from asyncrl.agents.stats import EpisodeStats
 from asyncrl.runtime.buffer import Group, StalenessBuffer, concat_groups
 from asyncrl.config import Config
 from asyncrl.rollout import PromptStream
@@ -93,6 +94,7 @@ class AsyncSource:
         self.lost_units = 0
         self.dropped_before = 0  # buffer.dropped when the step began
         self.metrics: dict[str, float] = {}
+        self.episode_stats = EpisodeStats()  # of the units that arrived since the last step's metrics
         self.restarts_before = 0  # worker restarts of the run before it was resumed
         self.adaptive = (AdaptiveWindow(a.adaptive, a.max_staleness, self.buffer.window)
                          if a.adaptive.enabled else None)
@@ -144,6 +146,8 @@ class AsyncSource:
             self._add("weight_pull_s", payload["weight_pull_s"])
             self._add("weight_updates_midgen", payload["weight_updates"])
             self._add("gen_tokens", int(batch.completion_mask.sum()))
+            if payload.get("episode_stats") is not None:
+                self.episode_stats.merge(payload["episode_stats"])
             for group in _split_groups(batch, self.cfg.rollout.samples_per_prompt):
                 self.buffer.add(group)
 
@@ -190,7 +194,8 @@ class AsyncSource:
                "dropped_samples": self.buffer.dropped - self.dropped_before,
                "dropped_samples_total": self.buffer.dropped, "lost_units_total": self.lost_units,
                "worker_restarts": self.restarts, "max_ahead": self.buffer.window}
-        self.metrics = {}
+        out.update(self.episode_stats.metrics())
+        self.metrics, self.episode_stats = {}, EpisodeStats()
         return out
 
     def summary(self) -> dict:

@@ -17,8 +17,8 @@ import torch
 from asyncrl.config import Config
 from asyncrl.policy.lora import export_state_dict
 from asyncrl.policy.model import DTYPES, plain_copy
-from asyncrl.policy.prompts import encode_problems
-from asyncrl.rollout import ENGINES, PromptStream, score
+from asyncrl.rollout import ENGINES, PromptStream
+from asyncrl.rollout.rollouts import make_rollout
 from asyncrl.runtime.engines import generation_dtype, rollout_engine
 from asyncrl.runtime.session import Session
 from asyncrl.types import Batch
@@ -108,6 +108,7 @@ class LockstepSource:
         self.engine = rollout_engine(cfg, model=model, tokenizer=session.tokenizer,
                                      policy_dir=session.policy_dir, seed=cfg.run.seed, chunked=False)
         self.prompts = PromptStream(session.train_problems, ro.prompts_per_step, seed=cfg.run.seed)
+        self.rollout = make_rollout(cfg, session.rewards, session.tokenizer)  # single turns or episodes
         self.metrics: dict[str, float] = {}
         if session.resume is not None:
             self._restore(session.resume.source_state)
@@ -129,14 +130,13 @@ class LockstepSource:
         if chosen != self.engine.version:
             self.engine.update_weights(weights, chosen)
         pulled = time.perf_counter()
-        prompts = encode_problems(self.session.tokenizer, problems, ro.samples_per_prompt,
-                                  self.cfg.policy.chat_template, self.cfg.task.truncate_to)
-        gen = self.engine.generate(prompts)
-        batch = score(gen, problems, ro.samples_per_prompt, self.session.rewards, self.session.tokenizer,
-                      first_group_id=(step - 1) * ro.prompts_per_step)
+        out = self.rollout.run(self.engine, problems, ro.samples_per_prompt,
+                               first_group_id=(step - 1) * ro.prompts_per_step)
         self.metrics.update(gen_time_s=time.perf_counter() - pulled, weight_pull_s=pulled - t0,
-                            gen_tokens=int(batch.completion_mask.sum()))
-        return batch
+                            gen_tokens=int(out.batch.completion_mask.sum()))
+        if out.stats is not None:
+            self.metrics.update(out.stats.metrics())
+        return out.batch
 
     def publish(self, model: torch.nn.Module, version: int) -> None:
         t0 = time.perf_counter()

@@ -1,0 +1,130 @@
+"""The environment seam: what an environment is, and the checked calls the runtime makes to it.
+
+An environment is any object with
+
+    reset(row: dict) -> str | list[dict]                    the first prompt (text or messages)
+    step(action: str) -> (observation, reward, done, info)  its answer to one assistant turn
+
+plain or ``async def``. ``observation``: text (one message of the environment's ``role``, default
+"user") or a list of ``{"role", "content"}`` messages; ``reward``: a finite number (per-turn
+reward, combined with ``env.turn_discount``); ``done``: bool; ``info``: a dict reward functions
+receive. Optional attributes: ``stop`` (strings that end an assistant turn), ``role``.
+
+Every call is bounded (``env.step_timeout_s``) and checked: an environment that raises, hangs or
+returns the wrong thing stops the run with one line naming it and the row (:class:`EnvError`,
+exit 2), never a traceback. Bad input from the model is the environment's business (an error
+observation); bad output from the environment is a bug to fix, not a score to guess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+from collections.abc import Callable
+from typing import Any
+
+from asyncrl.core.loader import ConfigError
+from asyncrl.rewards.guard import Exited, TimedOut, call_guarded
+from asyncrl.tasks import Problem
+from asyncrl.tasks.chat import ROLES, as_dicts
+
+__all__ = ["EnvError", "StepResult", "build_env", "check_messages", "env_reset", "env_step", "row_of"]
+
+
+class EnvError(ConfigError):
+    """An environment failed or broke its contract: one line naming it and the row (exit 2)."""
+
+    def __init__(self, env: Any, problem: Problem | None, message: str):
+        where = f" on row uid={problem.uid}" if problem is not None else ""
+        ValueError.__init__(self, f"environment {_name(env)}{where}: {message}")
+        self.key = "env.name"
+
+
+def _name(env: Any) -> str:
+    cls = env if isinstance(env, type) else type(env)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _first_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
+
+
+def build_env(factory: Callable, kwargs: dict) -> Any:
+    """One environment instance (``factory(**env.kwargs)``); EnvError when the constructor fails."""
+    try:
+        return factory(**kwargs)
+    except Exception as err:  # a user's constructor may raise anything
+        raise EnvError(factory, None, f"construction with env.kwargs={kwargs} raised {_first_line(err)}") from None
+
+
+def row_of(problem: Problem) -> dict:
+    """What ``reset`` receives: the row's own columns, then uid, prompt (text or messages), answer."""
+    row = dict(problem.fields or {})
+    row.update(uid=problem.uid, prompt=as_dicts(problem.messages) if problem.messages else problem.prompt,
+               answer=problem.answer)
+    return row
+
+
+def _call(env: Any, problem: Problem, what: str, fn: Callable, timeout_s: float | None, *args) -> Any:
+    def run():
+        out = fn(*args)
+        return asyncio.run(out) if inspect.iscoroutine(out) else out
+
+    try:
+        return call_guarded(run, timeout_s)
+    except TimedOut:
+        raise EnvError(env, problem, f"{what} took longer than env.step_timeout_s={timeout_s:g} s") from None
+    except Exited as err:
+        raise EnvError(env, problem, f"{what} {err}") from None
+    except Exception as err:  # the environment's own bug
+        raise EnvError(env, problem, f"{what} raised {_first_line(err)}") from None
+
+
+def check_messages(env: Any, problem: Problem, value: Any, what: str, role: str) -> list[dict]:
+    """``value`` (text, or a list of {role, content} messages) as messages; EnvError otherwise."""
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) for m in value):
+        for m in value:
+            if m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+                raise EnvError(env, problem, f"{what} has a message {str(m)[:80]}; each needs a role of "
+                                             f"{', '.join(ROLES)} and a string content")
+        return [{"role": m["role"], "content": m["content"]} for m in value]
+    raise EnvError(env, problem, f"{what} is {type(value).__name__} {repr(value)[:60]}; expected a string or a "
+                                 "non-empty list of {role, content} messages")
+
+
+def env_reset(env: Any, problem: Problem, timeout_s: float | None) -> list[dict]:
+    """The episode's first prompt as messages."""
+    out = _call(env, problem, "reset", env.reset, timeout_s, row_of(problem))
+    return check_messages(env, problem, out, "reset's prompt", "user")
+
+
+class StepResult:
+    """A checked ``step``: observation messages (empty when done), reward, done, info."""
+
+    __slots__ = ("done", "info", "messages", "reward")
+
+    def __init__(self, messages: list[dict], reward: float, done: bool, info: dict):
+        self.messages, self.reward, self.done, self.info = messages, reward, done, info
+
+
+def env_step(env: Any, problem: Problem, action: str, timeout_s: float | None) -> StepResult:
+    out = _call(env, problem, "step", env.step, timeout_s, action)
+    if not isinstance(out, tuple) or len(out) != 4:
+        raise EnvError(env, problem, f"step returned {type(out).__name__}; expected a tuple "
+                                     "(observation, reward, done, info)")
+    observation, reward, done, info = out
+    try:
+        reward = float(reward)
+    except (TypeError, ValueError):
+        reward = math.nan
+    if not math.isfinite(reward):
+        raise EnvError(env, problem, f"step returned reward {out[1]!r}; rewards must be finite numbers")
+    if not isinstance(info, dict):
+        raise EnvError(env, problem, f"step returned info of type {type(info).__name__}; expected a dict")
+    done = bool(done)
+    role = getattr(env, "role", "user")
+    messages = [] if done and not observation else check_messages(env, problem, observation, "step's observation", role)
+    return StepResult(messages, reward, done, info)

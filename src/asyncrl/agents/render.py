@@ -1,0 +1,92 @@
+"""Token ids of an episode's prompt and of each observation, never a re-rendering of past turns.
+
+An episode's row is ``prompt ids | sampled ids | observation ids | sampled ids | ...``: the
+engine's own sampled ids are kept as they are (token-in/token-out), and only each new segment is
+tokenized. Re-rendering the whole conversation through the chat template every turn, the obvious
+way, changes earlier tokens: templates drop past ``<think>`` blocks, re-encode parsed tool calls,
+or put the newline that follows an end-of-turn token in the next turn; the trainer would then
+train on tokens the engine never sampled.
+
+- :class:`ChatTurns` (a tokenizer with a chat template, ``policy.chat_template`` on): the ids of new
+  messages are what the template appends after a fixed two-message conversation, cut right after
+  that conversation's end-of-turn token. If the template's rendering of the longer conversation
+  does not start with the shorter one's ids (it rewrites the past), :class:`PrefixBroken` says so.
+- :class:`PlainTurns` (no template: the embedded tiny model): ``"\\n<role>: <content>"`` per
+  message and ``"\\nassistant:"``, the plain rendering single-turn chat prompts use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from asyncrl.tasks.chat import render_plain
+
+__all__ = ["ChatTurns", "PlainTurns", "PrefixBroken", "make_turns"]
+
+
+class PrefixBroken(Exception):
+    """The chat template cannot extend a conversation's ids: appending messages changes earlier ones."""
+
+
+def _ids(out) -> list[int]:
+    return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+
+class PlainTurns:
+    """Renders without a chat template (see the module docstring)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def prompt_ids(self, messages: Sequence[dict]) -> list[int]:
+        text = render_plain([(m["role"], m["content"]) for m in messages])
+        return self.tokenizer(text)["input_ids"]
+
+    def observation_ids(self, messages: Sequence[dict], sampled: Sequence[int]) -> list[int]:
+        del sampled  # a plain turn needs no end-of-turn token
+        text = "".join(f"\n{m['role']}: {m['content'].strip()}" for m in messages) + "\nassistant:"
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+class ChatTurns:
+    """Renders with the tokenizer's chat template (see the module docstring). ``tools``: JSON
+    schemas, rendered by the template into the prompt (``apply_chat_template(tools=...)``)."""
+
+    _BASE = [{"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]
+
+    def __init__(self, tokenizer, tools: Sequence[dict] = ()):
+        self.tokenizer = tokenizer
+        self.tools = list(tools) or None
+        self.end_of_turn = tokenizer.eos_token_id
+        base = self._render(self._BASE, generation_prompt=False)
+        if self.end_of_turn not in base:
+            raise ValueError(f"chat template of {type(tokenizer).__name__}: its assistant turn does not end with "
+                             f"the eos token {tokenizer.eos_token!r}, so a turn's end cannot be found in ids")
+        self.base = base
+        # the template's ids right after the assistant's end-of-turn (e.g. "\n") belong to the next segment
+        self.cut = len(base) - base[::-1].index(self.end_of_turn)
+
+    def _render(self, messages: Sequence[dict], generation_prompt: bool) -> list[int]:
+        return _ids(self.tokenizer.apply_chat_template(list(messages), tools=self.tools, tokenize=True,
+                                                       add_generation_prompt=generation_prompt))
+
+    def prompt_ids(self, messages: Sequence[dict]) -> list[int]:
+        return self._render(messages, generation_prompt=True)
+
+    def observation_ids(self, messages: Sequence[dict], sampled: Sequence[int]) -> list[int]:
+        """Ids that follow a sampled turn ``sampled`` (the engine's ids) with ``messages`` and the
+        next assistant turn's header. A turn that stopped before its end-of-turn token (a stop
+        string, the token budget) gets one, as an observation token: attended to, not trained."""
+        full = self._render([*self._BASE, *messages], generation_prompt=True)
+        if full[:len(self.base)] != self.base:
+            raise PrefixBroken("the chat template renders the earlier turns differently once messages follow")
+        closing = [] if sampled and sampled[-1] == self.end_of_turn else [self.end_of_turn]
+        return closing + full[self.cut:]
+
+
+def make_turns(tokenizer, chat_template: bool, tools: Sequence[dict] = ()):
+    """:class:`ChatTurns` when the tokenizer has a chat template and ``policy.chat_template`` is on,
+    else :class:`PlainTurns` (as single-turn prompts are encoded: asyncrl.policy.prompts)."""
+    if chat_template and getattr(tokenizer, "chat_template", None):
+        return ChatTurns(tokenizer, tools)
+    return PlainTurns(tokenizer)

@@ -1,0 +1,71 @@
+"""Episodes as a rollout (asyncrl.rollout.rollouts): play them, score them, make the batch.
+
+The reward of an episode is the weighted sum of the reward functions (``reward.funcs``; by default
+the task's own check of the final answer), which receive the whole episode in TRL's form — the
+conversation after the prompt as ``completions`` (a list of messages), and ``tool_calls``,
+``env_info``, ``env_reward`` and ``turns`` as keyword arguments — plus the environment's per-turn
+rewards r_1, r_2, ... discounted by γ = ``env.turn_discount``: Σ_t γ^(t−1) r_t. An environment that
+returns no rewards (0) leaves the trajectory reward alone, the default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from asyncrl.agents import ENVIRONMENTS
+from asyncrl.agents.env import build_env
+from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, episodes_to_generation
+from asyncrl.agents.render import make_turns
+from asyncrl.agents.stats import EpisodeStats
+from asyncrl.core.registries import resolve
+from asyncrl.rollout.rollouts import RolloutOut, group_ids_for
+from asyncrl.tasks import Problem
+from asyncrl.types import Batch
+
+__all__ = ["EpisodeRollout", "TOOL_STOPS"]
+
+# a turn that calls a tool ends with its call: the model waits for the result (Qwen/Hermes form)
+TOOL_STOPS = ("</tool_call>",)
+
+
+class EpisodeRollout:
+    def __init__(self, cfg, rewards, tokenizer):
+        from asyncrl.agents.tools import ToolBox
+        from asyncrl.agents.toolset import load_tools
+
+        env = cfg.env
+        self.rewards, self.tokenizer, self.discount = rewards, tokenizer, env.turn_discount
+        factory = resolve(ENVIRONMENTS[env.environment])
+        kwargs = dict(env.kwargs)
+        self.tools = (ToolBox(load_tools(env.tools), timeout_s=env.tool_timeout_s, max_chars=env.tool_max_chars)
+                      if env.tools else None)
+        turns = make_turns(tokenizer, cfg.policy.chat_template, self.tools.schemas if self.tools else ())
+        limits = EpisodeLimits(max_turns=env.max_turns, turn_tokens=env.turn_tokens or cfg.rollout.max_new_tokens,
+                               episode_tokens=env.episode_tokens,
+                               stop=(*env.stop, *(TOOL_STOPS if self.tools else ())),
+                               step_timeout_s=env.step_timeout_s)
+        self.runner = EpisodeRunner(lambda: build_env(factory, kwargs), turns, tokenizer, limits, self.tools)
+
+    def run(self, engine, problems: list[Problem], n: int, *, between_chunks=None,
+            first_group_id: int = 0) -> RolloutOut:
+        episodes = self.runner.run(engine, problems, n, between_chunks)
+        gen = episodes_to_generation(episodes, self.tokenizer.pad_token_id)
+        rows = [e.problem for e in episodes]
+        env_returns = [sum(self.discount ** t * r for t, r in enumerate(e.rewards)) for e in episodes]
+        texts = [self.tokenizer.decode(e.ids, skip_special_tokens=True) for e in episodes]
+        finals = [e.completion_messages[-1]["content"] if e.completion_messages else "" for e in episodes]
+        shown = [e.completion_messages for e in episodes] if self.rewards.conversational else texts
+        extra = {"tool_calls": [e.tool_calls for e in episodes], "env_info": [e.info for e in episodes],
+                 "env_reward": env_returns, "turns": [e.turns for e in episodes]}
+        scores = self.rewards.score(finals, rows, shown=shown, extra=extra)
+        total = torch.tensor([s + r for s, r in zip(scores.total, env_returns)], dtype=torch.float32)
+        fields = {f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)}
+        batch = Batch(**fields, rewards=total, group_ids=group_ids_for(len(problems), n, first_group_id),
+                      advantages=torch.zeros_like(total), reward_parts=self.rewards.parts_tensor(scores))
+        stats = EpisodeStats()
+        stats.add_episodes(episodes, env_returns)
+        if self.tools is not None:
+            stats.add_tool_counts(self.tools.take_counts())
+        return RolloutOut(batch, texts, stats)

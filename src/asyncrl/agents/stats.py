@@ -1,0 +1,76 @@
+"""Episode statistics of a step: turns, lengths, observed-token share, environment time, tool calls
+and failures per tool, how episodes ended. Plain sums that travel with a worker's result (picklable)
+and add up across work units; :meth:`EpisodeStats.metrics` turns them into the step's metrics."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+__all__ = ["EpisodeStats"]
+
+
+@dataclass
+class EpisodeStats:
+    episodes: int = 0
+    turns: int = 0
+    turns_max: int = 0
+    lengths: list[int] = field(default_factory=list)  # tokens after the prompt, per episode
+    observed_tokens: int = 0
+    env_time_s: float = 0.0
+    env_reward: float = 0.0
+    ends: Counter = field(default_factory=Counter)  # done, max_turns, episode_tokens, template
+    tool_calls: Counter = field(default_factory=Counter)  # per tool name
+    tool_failures: Counter = field(default_factory=Counter)
+    tool_truncated: Counter = field(default_factory=Counter)
+
+    def add_episodes(self, episodes, env_returns: list[float]) -> None:
+        for e, ret in zip(episodes, env_returns):
+            self.episodes += 1
+            self.turns += e.turns
+            self.turns_max = max(self.turns_max, e.turns)
+            self.lengths.append(len(e.ids))
+            self.observed_tokens += sum(e.observed)
+            self.env_time_s += e.env_time_s
+            self.env_reward += ret
+            self.ends[e.end] += 1
+
+    def add_tool_counts(self, counts: dict[str, dict[str, int]]) -> None:
+        self.tool_calls.update(counts.get("calls", {}))
+        self.tool_failures.update(counts.get("failures", {}))
+        self.tool_truncated.update(counts.get("truncated", {}))
+
+    def merge(self, other: "EpisodeStats") -> None:
+        self.episodes += other.episodes
+        self.turns += other.turns
+        self.turns_max = max(self.turns_max, other.turns_max)
+        self.lengths += other.lengths
+        self.observed_tokens += other.observed_tokens
+        self.env_time_s += other.env_time_s
+        self.env_reward += other.env_reward
+        for mine, theirs in ((self.ends, other.ends), (self.tool_calls, other.tool_calls),
+                             (self.tool_failures, other.tool_failures), (self.tool_truncated, other.tool_truncated)):
+            mine.update(theirs)
+
+    def metrics(self) -> dict[str, float]:
+        """``episode/*`` and ``tool/<name>/*`` metrics; empty when no episode ran."""
+        if not self.episodes:
+            return {}
+        n, lengths = self.episodes, sorted(self.lengths)
+        tokens = sum(lengths)
+
+        def quantile(q: float) -> float:
+            return float(lengths[min(len(lengths) - 1, int(q * len(lengths)))])
+
+        out = {"episode/count": n, "episode/turns_mean": self.turns / n, "episode/turns_max": self.turns_max,
+               "episode/len_mean": tokens / n, "episode/len_p50": quantile(0.5), "episode/len_p90": quantile(0.9),
+               "episode/len_max": float(lengths[-1]),
+               "episode/masked_token_frac": self.observed_tokens / tokens if tokens else 0.0,
+               "episode/env_time_s": self.env_time_s, "episode/env_reward_mean": self.env_reward / n}
+        out.update({f"episode/end_{reason}": count / n for reason, count in self.ends.items()})
+        for name in sorted(set(self.tool_calls) | set(self.tool_failures)):
+            out[f"tool/{name}/calls"] = self.tool_calls[name]
+            out[f"tool/{name}/failures"] = self.tool_failures[name]
+            if self.tool_truncated[name]:
+                out[f"tool/{name}/truncated"] = self.tool_truncated[name]
+        return out

@@ -1,0 +1,314 @@
+"""Tools an agent episode can call: parsing the model's calls, describing tools, running them.
+
+* :func:`parse_tool_calls` reads the Qwen / Hermes form the chat templates of those models teach::
+
+      <tool_call>
+      {"name": "calculator", "arguments": {"expression": "2 + 2"}}
+      </tool_call>
+
+  A call the model garbled is a :class:`MalformedCall`, not an exception: it is part of what the
+  model did and the episode answers it with an error observation, so the model can learn from it.
+* :class:`Tool` pairs a function with the JSON schema ``tokenizer.apply_chat_template(tools=...)``
+  shows the model; :meth:`Tool.from_function` builds it from type hints and the docstring.
+* :class:`ToolBox` runs calls and never raises for anything the tool or the model did: an unknown
+  name, bad arguments, an exception, ``sys.exit``, a hang all become a :class:`ToolResult` with
+  ``failed=True`` whose ``content`` is the observation the model sees next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["MalformedCall", "Tool", "ToolBox", "ToolCall", "ToolResult", "parse_tool_calls"]
+
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+REASONS = ("ok", "unknown_tool", "malformed", "bad_arguments", "raised", "timeout")
+MALFORMED, UNKNOWN = "<malformed>", "<unknown>"  # counter keys for calls that name no known tool
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One well-formed call: a tool name and its keyword arguments."""
+
+    name: str
+    arguments: dict
+
+
+@dataclass(frozen=True)
+class MalformedCall:
+    """A ``<tool_call>`` block that could not be read as a call. ``text`` is the whole block as the
+    model wrote it (tags included); ``reason`` one line saying what is wrong with it."""
+
+    text: str
+    reason: str
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    return (str(text).strip().splitlines() or [""])[0][:limit]
+
+
+def _json_error(err: BaseException) -> str:
+    if isinstance(err, json.JSONDecodeError):
+        return f"{err.msg} at char {err.pos}"
+    if isinstance(err, RecursionError):  # json.loads("[" * 100_000) recurses past the limit
+        return "nested too deeply"
+    return _first_line(str(err)) or type(err).__name__  # e.g. an integer of more than 4300 digits
+
+
+def _read_call(block: str, body: str) -> ToolCall | MalformedCall:
+    """The call in one ``<tool_call>`` block's body (the text between the tags)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as err:
+        return MalformedCall(block, f"not JSON: {_json_error(err)}")
+    if not isinstance(data, dict):
+        return MalformedCall(block, f"not a JSON object but {type(data).__name__}")
+    if "name" not in data:
+        return MalformedCall(block, "no 'name' field")
+    name = data["name"]
+    if not isinstance(name, str) or not name.strip():
+        return MalformedCall(block, "'name' is not a non-empty string")
+    arguments = data.get("arguments")
+    if arguments is None:  # a tool without parameters: some models leave the field out
+        arguments = {}
+    if isinstance(arguments, str):  # some models send the arguments JSON-encoded a second time
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except (ValueError, RecursionError) as err:
+            return MalformedCall(block, f"'arguments' is a string but not JSON: {_json_error(err)}")
+    if not isinstance(arguments, dict):
+        return MalformedCall(block, f"'arguments' is not an object but {type(arguments).__name__}")
+    return ToolCall(name.strip(), arguments)
+
+
+def parse_tool_calls(text: str) -> list[ToolCall | MalformedCall]:
+    """Every ``<tool_call>...</tool_call>`` block in ``text``, in order; [] when there is none.
+
+    Whitespace around the JSON is ignored. An opening tag never closed (the model stopped, or ran
+    out of tokens) is a :class:`MalformedCall` holding the rest of the text. A stray closing tag is
+    ignored. Never raises, for any string: a model's output is data, not trusted input. The form
+    has no escape for the closing tag: a ``</tool_call>`` inside a JSON string ends the block there
+    (and the call reads as malformed), as it does for the models' own templates.
+    """
+    if not isinstance(text, str):
+        return []
+    calls: list[ToolCall | MalformedCall] = []
+    pos = 0
+    while (start := text.find(_OPEN, pos)) >= 0:
+        body_start = start + len(_OPEN)
+        end = text.find(_CLOSE, body_start)
+        if end < 0:
+            calls.append(MalformedCall(text[start:], "unclosed <tool_call>"))
+            break
+        pos = end + len(_CLOSE)
+        calls.append(_read_call(text[start:pos], text[body_start:end].strip()))
+    return calls
+
+
+def _import_path(fn: Callable) -> str:
+    module = getattr(fn, "__module__", None) or "?"
+    return f"{module}.{getattr(fn, '__qualname__', None) or getattr(fn, '__name__', repr(fn))}"
+
+
+@dataclass
+class Tool:
+    """A callable the model may call by ``name``; ``schema`` is what the chat template shows it
+    (OpenAI form). ``timeout_s``: this tool's time limit; None takes the :class:`ToolBox`'s."""
+
+    name: str
+    function: Callable
+    schema: dict
+    timeout_s: float | None = None
+
+    @classmethod
+    def from_function(cls, fn: Callable, *, name: str | None = None, timeout_s: float | None = None) -> Tool:
+        """The tool for ``fn``, its schema built by ``transformers.utils.get_json_schema``: the
+        same function the chat templates' own ``tools=[fn]`` path uses, so what the model sees is
+        what it would see there. ``fn`` needs a type hint on every argument and a Google-style
+        docstring: a description, then an ``Args:`` line per argument. ``async def`` is fine."""
+        from transformers.utils import get_json_schema
+
+        try:
+            schema = get_json_schema(fn)
+        except Exception as err:  # noqa: BLE001 - any failure of the schema is the function's form
+            raise ValueError(
+                f"tool {_import_path(fn)}: every argument needs a type hint and an 'Args:' line in the "
+                f"docstring ({type(err).__name__}: {_first_line(str(err))})") from None
+        if name is not None:
+            schema = {**schema, "function": {**schema["function"], "name": name}}
+        return cls(name=schema["function"]["name"], function=fn, schema=schema, timeout_s=timeout_s)
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What one call gave. ``content`` is the observation shown to the model (an ``error: ...``
+    line when ``failed``); ``reason`` one of ``REASONS``; ``truncated`` when ``content`` was cut."""
+
+    name: str
+    content: str
+    failed: bool
+    reason: str
+    truncated: bool = False
+
+
+class _TimedOut(Exception):
+    """The tool ran past its limit (told apart from a ``TimeoutError`` the tool raises itself)."""
+
+
+async def _await_bounded(awaitable, timeout_s: float | None):
+    """``await awaitable``, cancelled after ``timeout_s``: an ``async def`` tool that cooperates
+    (awaits) is stopped for real, unlike a sync one."""
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise _TimedOut()
+    return task.result()
+
+
+def _to_text(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
+
+
+def _run(fn: Callable, arguments: dict, timeout_s: float | None, future: concurrent.futures.Future) -> None:
+    """The body of the worker thread: call, await if a coroutine came back, convert to text. The
+    future's result is ``(text, None)`` or ``(None, error)``: every BaseException of the tool
+    (``sys.exit`` included) is a result, so that whatever ``future.result()`` raises is the
+    caller's own (a timeout, Ctrl-C while waiting)."""
+    try:
+        value = fn(**arguments)
+        if inspect.isawaitable(value):
+            # a fresh loop in this thread: the caller may be inside a running loop of its own (an
+            # async episode runner), where asyncio.run would refuse, or in a thread without one
+            value = asyncio.run(_await_bounded(value, timeout_s))
+        future.set_result((_to_text(value), None))
+    except BaseException as err:  # noqa: BLE001 - everything the tool does is reported, not raised
+        future.set_result((None, err))
+
+
+def _call_in_thread(fn: Callable, arguments: dict,
+                    timeout_s: float | None) -> tuple[str | None, BaseException | None]:
+    """``fn(**arguments)`` in a thread of its own: ``(text, None)``, or ``(None, what it raised)``;
+    :class:`_TimedOut` past ``timeout_s``.
+
+    On a timeout the thread is abandoned, still running: a Python thread cannot be killed. A tool
+    that must really stop should do its work in a subprocess it can kill (the ``python`` tool does).
+    A daemon thread, not a ``ThreadPoolExecutor``: the executor's workers are joined when the
+    interpreter exits, so one abandoned tool stuck in a loop would keep the process from ending;
+    and a fresh thread per call, so abandoned tools never use up a pool that later calls wait on.
+    """
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    thread = threading.Thread(target=_run, args=(fn, arguments, timeout_s, future), daemon=True,
+                              name=f"tool-{getattr(fn, '__name__', 'call')}")
+    thread.start()
+    # an async tool is cancelled inside the thread at timeout_s; the margin lets that report
+    # first, and still bounds a coroutine that blocks its loop (time.sleep in an async def)
+    grace = 0.5 if timeout_s is not None and inspect.iscoroutinefunction(fn) else 0.0
+    try:
+        text, err = future.result(timeout=None if timeout_s is None else timeout_s + grace)
+    except concurrent.futures.TimeoutError:
+        raise _TimedOut() from None
+    if isinstance(err, _TimedOut):  # an async tool, cancelled in its thread
+        raise _TimedOut()
+    return text, err
+
+
+class ToolBox:
+    """The tools of an episode, by name. :meth:`call` runs one call and never raises for what the
+    tool or the model did; counters of calls, failures and truncations per tool name are kept for
+    the run's metrics (:meth:`take_counts`). Safe to call from several threads at once."""
+
+    def __init__(self, tools: list[Tool], *, timeout_s: float = 10.0, max_chars: int = 2000):
+        self.tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self.tools:
+                raise ValueError(f"two tools are named {tool.name!r}: tool names must be unique")
+            self.tools[tool.name] = tool
+        self.timeout_s = timeout_s
+        self.max_chars = max_chars
+        self.calls: dict[str, int] = {}
+        self.failures: dict[str, int] = {}
+        self.truncated: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def schemas(self) -> list[dict]:
+        """The tools' schemas, for ``tokenizer.apply_chat_template(..., tools=box.schemas)``."""
+        return [tool.schema for tool in self.tools.values()]
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.tools)
+
+    def call(self, call: ToolCall | MalformedCall) -> ToolResult:
+        """Run one call. Failures come back as ``failed`` results whose content is an ``error:``
+        line; only the caller's own interrupts (Ctrl-C while waiting) propagate."""
+        result = self._call(call)
+        key = {"malformed": MALFORMED, "unknown_tool": UNKNOWN}.get(result.reason, result.name)
+        with self._lock:
+            self.calls[key] = self.calls.get(key, 0) + 1
+            if result.failed:
+                self.failures[key] = self.failures.get(key, 0) + 1
+            if result.truncated:
+                self.truncated[key] = self.truncated.get(key, 0) + 1
+        return result
+
+    def _call(self, call: ToolCall | MalformedCall) -> ToolResult:
+        if isinstance(call, MalformedCall):
+            return ToolResult(MALFORMED, f"error: malformed tool call ({call.reason})", True, "malformed")
+        if not isinstance(call, ToolCall):
+            return ToolResult(MALFORMED, f"error: malformed tool call (not a call: {type(call).__name__})",
+                              True, "malformed")
+        tool = self.tools.get(call.name)
+        if tool is None:
+            available = ", ".join(self.tools) or "none"
+            return ToolResult(call.name, f"error: unknown tool {call.name[:100]!r} (available: {available})",
+                              True, "unknown_tool")
+        arguments = call.arguments if isinstance(call.arguments, dict) else {}
+        try:
+            inspect.signature(tool.function).bind(**arguments)
+        except TypeError as err:
+            return ToolResult(tool.name, f"error: {tool.name}: {_first_line(str(err))}", True, "bad_arguments")
+        except ValueError:  # no signature to check against (some builtins): the call itself will tell
+            pass
+        timeout_s = tool.timeout_s if tool.timeout_s is not None else self.timeout_s
+        try:
+            content, err = _call_in_thread(tool.function, arguments, timeout_s)
+        except _TimedOut:
+            return ToolResult(tool.name, f"error: {tool.name} timed out after {timeout_s:g} s", True, "timeout")
+        if err is not None:  # the tool's own, from its thread: sys.exit and KeyboardInterrupt too
+            try:
+                detail = _first_line(str(err))
+            except Exception:  # noqa: BLE001 - an exception whose __str__ fails still gets reported
+                detail = ""
+            return ToolResult(tool.name, f"error: {tool.name} raised {type(err).__name__}"
+                              + (f": {detail}" if detail else ""), True, "raised")
+        return self._cut(tool.name, content)
+
+    def _cut(self, name: str, content: str) -> ToolResult:
+        """``content`` cut to ``max_chars``, with a marker saying how much went: a tool that prints
+        a whole file must not fill the model's context."""
+        if len(content) <= self.max_chars:
+            return ToolResult(name, content, False, "ok")
+        cut = len(content) - self.max_chars
+        return ToolResult(name, content[:self.max_chars] + f"…[truncated {cut} chars]", False, "ok",
+                          truncated=True)
+
+    def take_counts(self) -> dict[str, dict[str, int]]:
+        """The counters since the last take, reset: ``{"calls", "failures", "truncated"}``, each
+        per tool name (``"<malformed>"``, ``"<unknown>"`` for calls that name no known tool)."""
+        with self._lock:
+            counts = {"calls": self.calls, "failures": self.failures, "truncated": self.truncated}
+            self.calls, self.failures, self.truncated = {}, {}, {}
+        return counts

@@ -1,0 +1,54 @@
+"""Tools by name (``env.tools``): the built-in ones, or a function named by import path.
+
+Separate from :mod:`asyncrl.agents.tools` because the built-in tools are built on it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from asyncrl.agents.tools import Tool, _first_line
+
+__all__ = ["BUILTIN_TOOLS", "load_tools"]
+
+BUILTIN_TOOLS = ("calculator", "python")
+
+
+def _load_one(spec: str, python_limits) -> Tool:
+    if spec == "calculator":
+        from asyncrl.agents.builtin_tools import calculator
+
+        return Tool.from_function(calculator)
+    if spec == "python":
+        from asyncrl.agents.python_tool import PythonLimits, python_tool
+
+        return python_tool(python_limits or PythonLimits())
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep:
+        module_name, _, attr = spec.rpartition(".")
+    if not module_name or not attr:
+        raise ValueError(f"tool {spec!r}: not a built-in ({', '.join(BUILTIN_TOOLS)}) nor "
+                         "'package.module:function'")
+    try:
+        obj = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - a user's module may fail to import in any way
+        raise ValueError(f"tool {spec!r}: cannot import {module_name!r} ({type(err).__name__}: "
+                         f"{_first_line(str(err))})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"tool {spec!r}: {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if isinstance(obj, Tool):
+        return obj
+    if not callable(obj):
+        raise ValueError(f"tool {spec!r}: {attr!r} is not callable but {type(obj).__name__}")
+    return Tool.from_function(obj)
+
+
+def load_tools(specs: list[str], *, python_limits=None) -> list[Tool]:
+    """The tools named by ``specs``: a built-in (``"calculator"``, ``"python"``) or an import path,
+    ``"package.module:function"`` or ``"package.module.function"`` (an attribute that already is a
+    :class:`Tool` is used as it is). ``python_limits``: the ``python`` tool's
+    :class:`~asyncrl.agents.python_tool.PythonLimits` (None: the defaults). One-line ValueError for
+    a spec that names nothing usable."""
+    return [_load_one(spec, python_limits) for spec in specs]

@@ -1,0 +1,62 @@
+"""Multi-turn episodes: ``env.*`` (docs/agents.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from asyncrl.agents import ENVIRONMENTS, NO_ENV
+from asyncrl.core.loader import setting
+
+
+def _env_names() -> list[str]:
+    return [NO_ENV, *ENVIRONMENTS]
+
+
+@dataclass
+class EnvConfig:
+    """The environment an episode runs in, its tools and its limits. ``none`` with no tools: one
+    completion per prompt (single turn); ``none`` with tools: the ``answer`` environment (the episode
+    ends at the first turn that calls no tool)."""
+
+    name: str = setting(NO_ENV, "environment: none (single turn), answer, guess, or a plugin's "
+                                "(asyncrl.agents.ENVIRONMENTS)", names=_env_names)
+    kwargs: dict[str, Any] = setting(help="keyword arguments of the environment's constructor", factory=dict)
+    tools: list[str] = setting(help="tools the model may call: calculator, python, or import paths "
+                                    "module:function (typed, with a docstring)", factory=list)
+    max_turns: int = setting(4, "assistant turns per episode at most")
+    turn_tokens: int = setting(0, "tokens per assistant turn at most; 0 = rollout.max_new_tokens")
+    episode_tokens: int = setting(192, "tokens after the prompt per episode at most (sampled + observed)")
+    stop: list[str] = setting(help="strings that end an assistant turn (with eos and the environment's "
+                                   "own; tools add </tool_call>)", factory=list)
+    turn_discount: float = setting(1.0, "γ of the environment's per-turn rewards: Σ γ^(t-1) r_t")
+    tool_timeout_s: float = setting(10.0, "seconds a tool call may take before it is an error observation")
+    tool_max_chars: int = setting(2000, "a tool's result is cut to this many characters")
+    step_timeout_s: float = setting(60.0, "seconds an environment's reset or step may take (else an error)")
+
+    @property
+    def episodes(self) -> bool:
+        """Whether the run plays episodes (an environment or tools), not single completions."""
+        return self.name != NO_ENV or bool(self.tools)
+
+    @property
+    def environment(self) -> str:
+        """The environment episodes run in: ``name``, or ``answer`` for tools alone."""
+        return "answer" if self.name == NO_ENV else self.name
+
+    def validate(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError("max_turns: must be >= 1")
+        if self.turn_tokens < 0:
+            raise ValueError("turn_tokens: must be >= 0")
+        if self.episode_tokens < 1:
+            raise ValueError("episode_tokens: must be >= 1")
+        if not 0 < self.turn_discount <= 1:
+            raise ValueError("turn_discount: must be in (0, 1]")
+        for key in ("tool_timeout_s", "step_timeout_s"):
+            if not getattr(self, key) > 0:
+                raise ValueError(f"{key}: must be > 0")
+        if self.tool_max_chars < 1:
+            raise ValueError("tool_max_chars: must be >= 1")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError("stop: must be non-empty strings")
