@@ -60,3 +60,10 @@ class EnvConfig:
             raise ValueError("tool_max_chars: must be >= 1")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop: must be non-empty strings")
+        from asyncrl.agents.toolset import load_tools
+
+        for i, spec in enumerate(self.tools):  # at load: a tool that cannot be used fails before any warm start
+            try:
+                load_tools([spec])
+            except ValueError as err:
+                raise ValueError(f"tools[{i}]: {err}") from None
