@@ -182,6 +182,15 @@ CASES = [
     ("unknown-option", ["train", "--bogus"], "unrecognized arguments: --bogus"),
     ("reward-func-not-importable", ["train", "reward.funcs=[no_such_pkg.rewards:fmt]"],
      "reward.funcs[0]: cannot import 'no_such_pkg.rewards:fmt': ModuleNotFoundError"),
+    # agents (docs/agents.md): the environment and its tools are checked at config load
+    ("unknown-env", ["train", "env=maze"], "env.name: must be one of none, answer, guess"),
+    ("unknown-tool", ["train", "env.tools=[abacus]"], "env.tools[0]: tool 'abacus': not a built-in"),
+    ("tool-not-importable", ["train", "env.tools=[no_such_pkg.tools:add]"],
+     "env.tools[0]: tool 'no_such_pkg.tools:add': cannot import 'no_such_pkg.tools'"),
+    ("tool-without-docstring", ["train", "env.tools=[asyncrl.agents.render:make_turns]"],
+     "env.tools[0]: tool asyncrl.agents.render.make_turns:"),
+    ("env-max-turns-zero", ["train", "env=guess", "env.max_turns=0"], "env.max_turns: must be >= 1"),
+    ("env-discount-zero", ["train", "env=guess", "env.turn_discount=0"], "env.turn_discount: must be in (0, 1]"),
 ]
 
 # rows that load a (tiny, saved) model: a few seconds more each

@@ -1,0 +1,42 @@
+"""The table of the agents' learning runs (benchmarks/agents_learning.sh): one row per run from its
+summary.json and metrics.jsonl, written to OUT_DIR/README.md after the notes already there (the
+part above the marker line is kept: the runs' machine, the command, what was noticed).
+
+Usage: python benchmarks/agents_summary.py OUT_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+MARKER = "<!-- table: written by benchmarks/agents_summary.py -->"
+
+
+def row(run: Path) -> str:
+    summary = json.loads((run / "summary.json").read_text())
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    evals = [(r["step"], r["eval_reward"]) for r in records if isinstance(r.get("eval_reward"), float)]
+    steps = [r for r in records if r["step"] > 0]
+    turns = sum(r.get("episode/turns_mean", 0) for r in steps) / max(1, sum("episode/turns_mean" in r for r in steps))
+    stale = max((r.get("staleness_seq_max", 0) for r in steps), default=0)
+    start, end = summary["initial_eval_reward"], summary["final_eval_reward"]
+    history = ", ".join(f"{s}: {v:.3f}" for s, v in evals)
+    return (f"| {run.name} | {start:.3f} | {end:.3f} | {100 * (end - start):+.1f} | {turns:.2f} | {stale:.0f} | "
+            f"{summary['wall_time_s']:.0f} | {history} |")
+
+
+def main(out: Path) -> None:
+    runs = sorted(p.parent for p in out.glob("*/summary.json"))
+    lines = [MARKER, "",
+             "| run | eval before | eval after | lift (points) | turns per episode | max oldest-token staleness "
+             "| wall s | eval reward by step |",
+             "|---|---|---|---|---|---|---|---|", *map(row, runs), ""]
+    readme = out / "README.md"
+    head = readme.read_text().split(MARKER)[0] if readme.exists() else ""
+    readme.write_text(head + "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
