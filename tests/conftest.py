@@ -83,7 +83,7 @@ def model_dir(tmp_path_factory, tiny_policy):
 
 # The modules whose tests run longest (end-to-end runs, a Ray cluster, bench suites) go first: xdist
 # hands tests out in order, and a long test handed out last leaves the other workers idle at the end.
-LONG_FIRST = ("test_bench_cli.py", "test_ray_backend.py", "test_resume.py", "test_modes_e2e.py",
+LONG_FIRST = ("test_bench_cli.py", "test_ray_backend.py", "test_resume.py", "test_agents_e2e.py", "test_modes_e2e.py",
               "test_eval_cache.py", "test_dataset_e2e.py", "test_torchrun.py", "test_example_loop.py",
               "test_e2e_train.py", "test_any_dataset_e2e.py", "test_orphans.py", "test_watchdog.py",
               "test_run_lock.py", "test_vcpo_trainer.py", "test_peer_trl.py", "test_small_items.py")

@@ -16,7 +16,6 @@ from safetensors.torch import load_file
 
 from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
 
-pytestmark = pytest.mark.xdist_group("agents_e2e")  # one worker: the runs below share warm starts
 
 SMALL = [
     "model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
@@ -161,3 +160,37 @@ def test_sigkill_mid_run_resumes_bitwise_on_episodes(tmp_path, cache):
              for r in rows(run_dir / "metrics.jsonl")]
     assert strip == [{k: v for k, v in r.items() if not any(k.endswith(t) for t in timing)}
                      for r in rows(tmp_path / "runs" / "whole" / "metrics.jsonl")]
+
+
+def test_sigkill_of_an_async_run_mid_episode_loses_and_repeats_no_episode(tmp_path, cache):
+    """Killed while its worker plays episodes (in flight: admitted, not returned), the resumed run
+    issues them again: the ledger holds every group exactly once, without a gap."""
+    args = [*GUESS, "run.mode=async", "trainer.steps=5", "run.checkpoint_every=1"]
+    proc = subprocess.Popen([sys.executable, "-m", "asyncrl.cli", "train", *args, "run.name=killed",
+                             f"policy.cache_dir={cache}"], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run_dir = tmp_path / "runs" / "killed"
+    deadline = time.monotonic() + 300
+    while sum(r["step"] > 0 for r in rows(run_dir / "metrics.jsonl")) < 2:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "run too slow"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    resumed = run_cli(["train", "--resume", str(run_dir)], tmp_path, ENV, timeout=400)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    ledger = rows(run_dir / "ledger.jsonl")
+    assert [r["step"] for r in ledger] == [1, 2, 3, 4, 5]
+    groups = [g for r in ledger for g in r["consumed"] + r["dropped"]]
+    assert sorted(groups) == list(range(len(groups)))
+
+
+@pytest.mark.slow  # a Ray cluster's start-up; the local backend's K = 0 test above is in the default suite
+def test_ray_backend_plays_episodes_like_sync(tmp_path, cache):
+    pytest.importorskip("ray")
+    sync_dir, _ = train(tmp_path, cache, "sync", *GUESS, "run.mode=sync", "trainer.steps=2")
+    ray_dir, records = train(tmp_path, cache, "ray", *GUESS, "run.mode=async", "async.backend=ray",
+                             "async.max_staleness=0", "trainer.steps=2")
+    a, b = weights(sync_dir), weights(ray_dir)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any("episode/turns_mean" in r for r in records)

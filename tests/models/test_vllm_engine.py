@@ -193,3 +193,16 @@ def test_train_with_vllm_engine(tiny_dir, tmp_path, mode):
     assert summary["steps"] == 2 and summary["mode"] == mode
     records = [json.loads(x) for x in (tmp_path / "runs" / "vllm" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2]
+
+
+def test_stop_strings_and_per_call_budget(engine, tiny_dir):
+    """An episode's turn: vLLM stops at a stop string (kept in the output) or at this call's budget."""
+    _, _, tokenizer, task = tiny_dir
+    prompts = _prompts(tokenizer, task.problems("train")[:4], 2)
+    gen = engine.generate(prompts, max_new_tokens=6, stop=[" "])
+    assert gen.completion_ids.shape[1] <= 6
+    for row in range(len(prompts)):
+        ids = gen.completion_ids[row][gen.completion_mask[row]].tolist()
+        text = tokenizer.decode(ids)
+        assert text.endswith(" ") or " " not in text or ids[-1] == tokenizer.eos_token_id or len(ids) == 6
+    assert (gen.versions[gen.completion_mask] == engine.version).all()

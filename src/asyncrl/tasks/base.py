@@ -47,6 +47,7 @@ class Problem:
 
     ``messages``: a chat-format prompt as ``(role, content)`` pairs (rendered with the tokenizer's
     chat template); ``prompt`` then holds its template-free rendering. None for plain prompts.
+    ``segments``: see the field.
     """
 
     uid: str
@@ -56,6 +57,10 @@ class Problem:
     # the record's own columns (file-backed tasks): reward functions receive them as row fields
     fields: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
     messages: tuple[tuple[str, str], ...] | None = None
+    # a demonstrated episode (agents): the solution as (text, trained) segments, joined = solution.
+    # The warm start tokenizes each segment on its own, as an episode does, and trains on the
+    # policy's turns only (an observation is the environment's, not the policy's to predict)
+    segments: tuple[tuple[str, bool], ...] | None = None
 
 
 @runtime_checkable

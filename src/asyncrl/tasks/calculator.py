@@ -4,7 +4,8 @@
 "What is 482 * 937?": products of two 3-digit numbers, or sums of two 5-digit numbers.
 The tiny model cannot compute these in its head; it can call the calculator
 (``<tool_call>{"name": "calculator", ...}</tool_call>``), read the result and copy it into its answer
-(``#### 4517277``). The warm start demonstrates both habits on the train split: a share of the worked
+(``#### 4517277``). The warm start demonstrates both habits on the train split, tokenized turn by
+turn as episodes are, trained on the policy's turns only: a share of the worked
 solutions (:data:`TOOL_DEMO_FRAC`) call the tool, the others answer directly, as a model without
 tools would. Reinforcement learning then has to find out that calling pays. Splits are by a hash
 of the question, as in the arithmetic task (train and eval never share one).
@@ -38,13 +39,13 @@ def _question(rng: random.Random) -> tuple[str, int]:
     return f"{a} + {b}", a + b
 
 
-def _solution(expression: str, answer: int, with_tool: bool) -> str:
-    """What follows the prompt: a tool call, its result and the answer; or the answer alone. The
-    observation lines are rendered as the episode renders them (asyncrl.agents.render.PlainTurns)."""
+def _segments(expression: str, answer: int, with_tool: bool) -> tuple[tuple[str, bool], ...]:
+    """What follows the prompt, as (text, trained) segments: a tool call, its result (observed, as
+    the episode renders it: asyncrl.agents.render.PlainTurns) and the answer; or the answer alone."""
     if not with_tool:
-        return f" #### {answer}"
+        return ((f" #### {answer}", True),)
     call = tool_call_text("calculator", {"expression": expression})
-    return f" {call}\ntool: {answer}\nassistant: #### {answer}"
+    return ((f" {call}", True), (f"\ntool: {answer}\nassistant:", False), (f" #### {answer}", True))
 
 
 class CalculatorTask:
@@ -64,9 +65,10 @@ class CalculatorTask:
             if len(splits[split]) >= (N_EVAL if split == "eval" else N_TRAIN):
                 continue
             messages = (("user", f"What is {expression}?"),)
+            segments = _segments(expression, answer, rng.random() < TOOL_DEMO_FRAC)
             splits[split].append(Problem(
                 uid=f"calc-{split}-{len(splits[split])}", prompt=render_plain(messages), answer=str(answer),
-                solution=_solution(expression, answer, rng.random() < TOOL_DEMO_FRAC), messages=messages))
+                solution="".join(text for text, _ in segments), messages=messages, segments=segments))
         self._splits = {k: tuple(v) for k, v in splits.items()}
 
     def problems(self, split: str) -> list[Problem]:

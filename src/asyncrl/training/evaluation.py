@@ -125,11 +125,11 @@ def generate_and_score(engine: Engine, tokenizer, task: Task, problems: list[Pro
 
 
 def evaluate(engine: Engine, tokenizer, task: Task, problems: list[Problem], *, batch_size: int = 128,
-             samples: int = 1, chat_template: bool = True) -> float:
+             samples: int = 1, chat_template: bool = True, rollout=None) -> float:
     """Mean reward in [0, 1] over ``samples`` completions per problem (pass@1 estimated from
     several samples: less noise than one). A greedy engine (temperature 0) needs one sample."""
     return generate_and_score(engine, tokenizer, task, problems, batch_size=batch_size, samples=samples,
-                              chat_template=chat_template).accuracy()
+                              chat_template=chat_template, rollout=rollout).accuracy()
 
 
 def eval_metrics(model, tokenizer, task: Task, problems: list[Problem], cfg,
@@ -142,7 +142,7 @@ def eval_metrics(model, tokenizer, task: Task, problems: list[Problem], cfg,
     engine = eval_engine(model, tokenizer, max_new_tokens=length, temperature=ev.temperature, seed=cfg.run.seed,
                          top_p=ev.top_p, top_k=ev.top_k, lm_head_fp32=head)
     options = {"batch_size": ev.batch_size, "chat_template": cfg.policy.chat_template, "rewards": rewards,
-               "max_prompt_length": cfg.task.truncate_to, "rollout": _episodes(cfg, rewards, task, tokenizer)}
+               "max_prompt_length": cfg.task.truncate_to, "rollout": episode_rollout(cfg, rewards, task, tokenizer)}
     precision = eval_autocast_dtype(cfg)
     with autocast_to(engine.spec.device, precision):
         result = generate_and_score(engine, tokenizer, task, problems, samples=ev.samples, **options)
@@ -157,7 +157,7 @@ def eval_metrics(model, tokenizer, task: Task, problems: list[Problem], cfg,
     return metrics, result
 
 
-def _episodes(cfg, rewards, task, tokenizer):
+def episode_rollout(cfg, rewards, task, tokenizer):
     """The run's episode rollout when it plays episodes (``env.*``), else None (single turns)."""
     if not cfg.env.episodes:
         return None

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from asyncrl.config import Config, ModelConfig, PretrainConfig
-from asyncrl.training.evaluation import autocast_to, eval_engine, evaluate
+from asyncrl.training.evaluation import autocast_to, episode_rollout, eval_engine, evaluate
 from asyncrl.tracking.metrics import json_safe
 from asyncrl.policy.model import build_tiny_model, check_device, num_parameters
 from asyncrl.policy.tokenizer import train_tokenizer
@@ -44,9 +44,10 @@ from asyncrl.core.cache import cache_root
 CACHE_VERSION = 4  # bump when the pretraining code changes what it produces (4: bf16 autocast on CUDA)
 
 
-def _demonstration_text(problems: tuple[Problem, ...]) -> list[tuple[str, str, str]]:
-    # what the tokenizer and the demonstrations are made of (uid, row fields and messages are not)
-    return [(p.prompt, p.answer, p.solution) for p in problems]
+def _demonstration_text(problems: tuple[Problem, ...]) -> list[tuple]:
+    # what the tokenizer and the demonstrations are made of (uid, row fields and messages are not);
+    # an episode's trained/observed segments only where a task gives them (the others' keys stay)
+    return [(p.prompt, p.answer, p.solution) + ((p.segments,) if p.segments else ()) for p in problems]
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,15 @@ def sft_batch(tokenizer, problems: list[Problem], alt_style: list[bool] | None =
     shortcut = shortcut or [False] * len(problems)
     for p, alt, short in zip(problems, alt_style, shortcut):
         prompt = tokenizer(p.prompt)["input_ids"]
+        if p.segments:  # a demonstrated episode: segment by segment, observations not trained
+            ids, labels = list(prompt), [-100] * len(prompt)
+            for text, trained in p.segments:
+                piece = tokenizer(text, add_special_tokens=False)["input_ids"]
+                ids += piece
+                labels += piece if trained else [-100] * len(piece)
+            rows.append(ids + [tokenizer.eos_token_id])
+            label_rows.append(labels + [tokenizer.eos_token_id])
+            continue
         solution = demonstration(p, alt, short)
         full = prompt + tokenizer(solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         rows.append(full)
@@ -195,7 +205,8 @@ def _build(cfg: Config, inputs: WarmStartInputs, task: Task, out: Path,
                              temperature=cfg.eval.temperature)
         with autocast_to(device, warm_start_autocast(device)):
             accuracy = evaluate(engine, tokenizer, task, task.problems("eval")[: cfg.eval.n_problems],
-                                batch_size=cfg.eval.batch_size, samples=cfg.eval.samples)
+                                batch_size=cfg.eval.batch_size, samples=cfg.eval.samples,
+                                rollout=episode_rollout(cfg, None, task, tokenizer))  # episodes: as trained
     finally:
         torch.set_num_threads(threads)
     summary = {
