@@ -233,3 +233,15 @@ def test_guess_episode_rewards_hand_worked(tiny_policy):
     metrics = out.stats.metrics()
     assert metrics["episode/turns_mean"] == 4.0 and metrics["episode/end_done"] == 0.5
     assert metrics["episode/end_max_turns"] == 0.5 and 0 < metrics["episode/masked_token_frac"] < 1
+
+
+def test_a_template_whose_turns_end_before_eos_stops_there(tiny_policy):
+    """A base checkpoint's eos is not its template's end-of-turn token: the turn still ends there."""
+    tok = chat_tokenizer(DROPS_THINK)
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]})
+    tok.eos_token = "<|endoftext|>"
+    turns = ChatTurns(tok)
+    assert turns.end_of_turn == tok.convert_tokens_to_ids("<|im_end|>")
+    engine = ScriptedEngine(tok, [[" stop"]])
+    runner(tok, turns).run(engine, [PROBLEM], 1)
+    assert "<|im_end|>" in engine.stops[0]

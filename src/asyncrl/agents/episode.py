@@ -101,7 +101,8 @@ class EpisodeRunner:
         """``n`` episodes per problem (rows: problems × n, in order), each from its own environment
         reset with the same row: every member of a group starts from the same state."""
         episodes = [self.start(p) for p in problems for _ in range(n)]
-        stops = tuple(dict.fromkeys([*self.limits.stop, *getattr(episodes[0].env, "stop", ())])) if episodes else ()
+        stops = tuple(dict.fromkeys([*self.limits.stop, *self._turn_end(),
+                                     *getattr(episodes[0].env, "stop", ())])) if episodes else ()
         while live := [e for e in episodes if e.end is None]:
             gen = engine.generate([e.prompt_ids + e.ids for e in live], between_chunks=between,
                                   max_new_tokens=self.limits.turn_tokens, stop=stops)
@@ -113,6 +114,13 @@ class EpisodeRunner:
             if between is not None and any(e.end is None for e in episodes):
                 between()  # newer weights, if any, for the next turn
         return episodes
+
+    def _turn_end(self) -> list[str]:
+        """The template's end-of-turn token as a stop string when it is not eos (which always stops)."""
+        end = getattr(self.turns, "end_of_turn", None)
+        if end is None or end == self.tokenizer.eos_token_id:
+            return []
+        return [self.tokenizer.decode([end])]
 
     def _sampled(self, episode: Episode, gen: Generation, row: int) -> None:
         mask = gen.completion_mask[row]

@@ -35,6 +35,8 @@ def _ids(out) -> list[int]:
 class PlainTurns:
     """Renders without a chat template (see the module docstring)."""
 
+    end_of_turn = None  # a plain turn ends at eos or a stop string
+
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
 
@@ -57,11 +59,8 @@ class ChatTurns:
     def __init__(self, tokenizer, tools: Sequence[dict] = ()):
         self.tokenizer = tokenizer
         self.tools = list(tools) or None
-        self.end_of_turn = tokenizer.eos_token_id
         base = self._render(self._BASE, generation_prompt=False)
-        if self.end_of_turn not in base:
-            raise ValueError(f"chat template of {type(tokenizer).__name__}: its assistant turn does not end with "
-                             f"the eos token {tokenizer.eos_token!r}, so a turn's end cannot be found in ids")
+        self.end_of_turn = _end_of_turn(tokenizer, base)
         self.base = base
         # the template's ids right after the assistant's end-of-turn (e.g. "\n") belong to the next segment
         self.cut = len(base) - base[::-1].index(self.end_of_turn)
@@ -82,6 +81,20 @@ class ChatTurns:
             raise PrefixBroken("the chat template renders the earlier turns differently once messages follow")
         closing = [] if sampled and sampled[-1] == self.end_of_turn else [self.end_of_turn]
         return closing + full[self.cut:]
+
+
+def _end_of_turn(tokenizer, base: list[int]) -> int:
+    """The token that ends an assistant turn in ``base`` (a rendered user + assistant exchange): eos
+    when the template uses it (instruct checkpoints), else the last special token of the rendering
+    (``<|im_end|>`` under a base checkpoint's ``<|endoftext|>`` eos)."""
+    if tokenizer.eos_token_id in base:
+        return tokenizer.eos_token_id
+    special = set(tokenizer.all_special_ids)
+    for token in reversed(base):
+        if token in special:
+            return token
+    raise ValueError(f"chat template of {type(tokenizer).__name__}: an assistant turn ends with no special "
+                     "token, so a turn's end cannot be found in ids")
 
 
 def make_turns(tokenizer, chat_template: bool, tools: Sequence[dict] = ()):

@@ -1,7 +1,7 @@
 """Arithmetic on numbers too large for a small model to compute, with a calculator tool
 (``task=calculator``, with ``env.tools=[calculator]``; the ``calculator-agent`` preset).
 
-"What is 482 * 937?": products of two 3-digit numbers, or sums of two 5-digit numbers.
+"What is 48 * 937?": products of a 2-digit and a 3-digit number, or sums of two 5-digit numbers.
 The tiny model cannot compute these in its head; it can call the calculator
 (``<tool_call>{"name": "calculator", ...}</tool_call>``), read the result and copy it into its answer
 (``#### 4517277``). The warm start demonstrates both habits on the train split, tokenized turn by
@@ -33,7 +33,7 @@ def tool_call_text(name: str, arguments: dict) -> str:
 
 def _question(rng: random.Random) -> tuple[str, int]:
     if rng.random() < 0.5:
-        a, b = rng.randint(100, 999), rng.randint(100, 999)
+        a, b = rng.randint(10, 99), rng.randint(100, 999)
         return f"{a} * {b}", a * b
     a, b = rng.randint(10000, 99999), rng.randint(10000, 99999)
     return f"{a} + {b}", a + b
