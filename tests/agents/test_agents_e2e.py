@@ -78,6 +78,7 @@ PLUGIN = '''
 from asyncrl.agents import ENVIRONMENTS
 
 ENVIRONMENTS["countdown"] = "my_agent:Countdown"
+ENVIRONMENTS["broken"] = "my_agent:Broken"
 
 
 def add(a: int, b: int) -> int:
@@ -104,6 +105,11 @@ class Countdown:
         self.left -= 1
         reward = 1.0 if any(c.isdigit() for c in action) else 0.0
         return f"{self.left} left", reward, self.left == 0, {"left": self.left}
+
+
+class Broken(Countdown):
+    def step(self, action):
+        return {"not": "text"}, 0.0, False, {}
 '''
 CUSTOM = ["task=arithmetic", "run.plugins=[my_agent]", "env.name=countdown", "env.kwargs={turns: 2}",
           "env.tools=[my_agent:add]", "env.episode_tokens=120", "rollout.max_new_tokens=16", "trainer.steps=2"]
@@ -133,6 +139,22 @@ def test_a_custom_environment_and_tool_from_the_users_directory_train_by_cli_and
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"steps": 2}
     api_rows = rows(tmp_path / "runs" / "api" / "metrics.jsonl")
     assert any("episode/turns_mean" in r for r in api_rows)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_broken_environment_stops_the_run_with_one_line(tmp_path, cache, mode):
+    """In the trainer (sync) or a rollout worker (async): exit 2, one line naming it, no traceback."""
+    (tmp_path / "my_agent.py").write_text(PLUGIN)
+    env = {**ENV, "PYTHONPATH": str(tmp_path)}
+    args = [arg for arg in CUSTOM if not arg.startswith("env.name")] + ["env.name=broken"]
+    proc = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *SMALL, *args, f"run.mode={mode}",
+                           "run.name=broken", f"policy.cache_dir={cache}"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in proc.stderr
+    assert "environment my_agent.Broken on row uid=" in lines[-1]
+    assert "step's observation is dict" in lines[-1]
 
 
 def test_sigkill_mid_run_resumes_bitwise_on_episodes(tmp_path, cache):
