@@ -2,13 +2,18 @@
 # The agents' learning runs: each built-in agent task (calculator tool, guess the number) trained on
 # the embedded tiny model, synchronously (sync GRPO: run.mode=sync, prox=behav, loss=ppo) and
 # asynchronously with A-3PO (the defaults: async, K=4, max_ahead=1, loglinear prox, decoupled loss).
-# Endpoint: eval reward (mean episode reward on 100 held-out rows) after 40 steps vs before training.
+# Endpoint: eval reward (mean episode reward on 100 held-out rows) after the last step vs before.
 # Usage: benchmarks/agents_learning.sh OUT_DIR [task ...]   (tasks: calculator guess; default both)
+#        STEPS=120 benchmarks/agents_learning.sh OUT_DIR calculator   (a longer run: names end -120)
+#        LR=2e-4 benchmarks/agents_learning.sh OUT_DIR calculator     (another lr: names end -lr2e-4)
 # Then:  python benchmarks/agents_summary.py OUT_DIR   (writes OUT_DIR/README.md)
 set -euo pipefail
 out=${1:?usage: agents_learning.sh OUT_DIR [task ...]}
 shift
 tasks=${*:-calculator guess}
+steps=(); suffix=""
+if [ -n "${STEPS:-}" ]; then steps=(trainer.steps="$STEPS" eval.every=20); suffix="-$STEPS"; fi
+if [ -n "${LR:-}" ]; then steps+=(trainer.lr="$LR"); suffix="$suffix-lr$LR"; fi
 mkdir -p "$out"
 for task in $tasks; do
   for mode in sync async; do
@@ -16,10 +21,10 @@ for task in $tasks; do
       sync) extra=(run.mode=sync trainer.prox=behav loss.name=ppo) ;;
       async) extra=(run.mode=async) ;;
     esac
-    name="$task-$mode"
+    name="$task-$mode$suffix"
     [ -f "$out/$name/summary.json" ] && continue
     echo "== $name" >&2
-    asyncrl train --config "$task-agent" "${extra[@]}" run.out_dir="$out" run.name="$name" \
+    asyncrl train --config "$task-agent" "${extra[@]}" "${steps[@]}" run.out_dir="$out" run.name="$name" \
       run.progress=false run.report_to=[] > "$out/$name.log" 2>&1
   done
 done
