@@ -4,7 +4,7 @@
 "What is 48 * 937?": products of a 2-digit and a 3-digit number, or sums of two 5-digit numbers.
 The tiny model cannot compute these in its head; it can call the calculator
 (``<tool_call>{"name": "calculator", ...}</tool_call>``), read the result and copy it into its answer
-(``#### 4517277``). The warm start demonstrates both habits on the train split, tokenized turn by
+(``#### 44976``). The warm start demonstrates both habits on the train split, tokenized turn by
 turn as episodes are, trained on the policy's turns only: a share of the worked
 solutions (:data:`TOOL_DEMO_FRAC`) call the tool, the others answer directly, as a model without
 tools would. Reinforcement learning then has to find out that calling pays. Splits are by a hash
