@@ -20,7 +20,8 @@ from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, episodes_to_gen
 from asyncrl.agents.render import make_turns
 from asyncrl.agents.stats import EpisodeStats
 from asyncrl.core.registries import resolve
-from asyncrl.rollout.rollouts import RolloutOut, group_ids_for
+from asyncrl.rollout.rollouts import RolloutOut
+from asyncrl.rollout.scoring import group_ids_of
 from asyncrl.tasks import Problem
 from asyncrl.types import Batch
 
@@ -62,7 +63,7 @@ class EpisodeRollout:
         scores = self.rewards.score(finals, rows, shown=shown, extra=extra)
         total = torch.tensor([s + r for s, r in zip(scores.total, env_returns)], dtype=torch.float32)
         fields = {f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)}
-        batch = Batch(**fields, rewards=total, group_ids=group_ids_for(len(problems), n, first_group_id),
+        batch = Batch(**fields, rewards=total, group_ids=group_ids_of(len(problems), n, first_group_id),
                       advantages=torch.zeros_like(total), reward_parts=self.rewards.parts_tensor(scores))
         stats = EpisodeStats()
         stats.add_episodes(episodes, env_returns)

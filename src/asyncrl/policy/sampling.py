@@ -241,9 +241,6 @@ class StopStrings:
         self.stops = tuple(s for s in stops if s)
         self.window = max((len(s) for s in self.stops), default=0) + 2
 
-    def __bool__(self) -> bool:
-        return bool(self.stops)
-
     def __call__(self, tokens: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
         hit = torch.zeros_like(alive)
         rows = alive.nonzero().squeeze(1).tolist()

@@ -76,7 +76,7 @@ class TransformersEngine:
                 state = decode(self.model, state, n, temperature=spec.temperature, eos_id=tok.eos_token_id,
                                pad_id=tok.pad_token_id, version=self.version, generator=self.generator,
                                top_p=spec.top_p, top_k=spec.top_k, lm_head_fp32=spec.lm_head_fp32,
-                               stop=stops or None)
+                               stop=stops)
                 unfinished = state.n_generated < limit and not bool(state.finished.all())
                 if unfinished and between_chunks is not None and between_chunks():
                     state = prefill(self.model, state.prompt_ids, state.prompt_mask, state.tokens, state.logps,

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
 from asyncrl.core.registries import resolve
 from asyncrl.policy.prompts import encode_problems
 from asyncrl.rollout.scoring import score
@@ -57,8 +55,3 @@ def make_rollout(cfg, rewards, tokenizer):
         return resolve(EPISODES)(cfg, rewards, tokenizer)
     return SingleTurn(rewards, tokenizer, chat_template=cfg.policy.chat_template,
                       max_prompt_length=cfg.task.truncate_to)
-
-
-def group_ids_for(n_problems: int, n: int, first_group_id: int = 0) -> torch.Tensor:
-    """[n_problems × n] long: the group id of each row (its problem's)."""
-    return torch.arange(n_problems, dtype=torch.long).repeat_interleave(n) + first_group_id

@@ -66,6 +66,11 @@ def check_reward(task: Task, rewards: RewardSet | None = None) -> None:
         rewards.score([p.solution for p in problems], problems)
 
 
+def group_ids_of(n_problems: int, n: int, first_group_id: int = 0) -> torch.Tensor:
+    """[n_problems × n] long: the group id of each row (its problem's), rows problems × n in order."""
+    return torch.arange(n_problems, dtype=torch.long).repeat_interleave(n) + first_group_id
+
+
 def score(gen: Generation, problems: list[Problem], n: int, rewards: RewardSet | Task, tokenizer,
           first_group_id: int = 0) -> Batch:
     """Rows of ``gen`` are ``n`` consecutive samples per problem, in ``problems`` order; ``rewards``
@@ -79,7 +84,7 @@ def score(gen: Generation, problems: list[Problem], n: int, rewards: RewardSet |
         raise ValueError(f"score: {len(texts)} completions for {len(problems)} problems × {n}")
     scores = rewards.score(texts, rows)
     total = torch.tensor(scores.total, dtype=torch.float32)
-    group_ids = torch.arange(len(problems), dtype=torch.long).repeat_interleave(n) + first_group_id
+    group_ids = group_ids_of(len(problems), n, first_group_id)
     fields = {f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)}
     return Batch(**fields, rewards=total, group_ids=group_ids, advantages=torch.zeros_like(total),
                  reward_parts=rewards.parts_tensor(scores))

@@ -55,12 +55,6 @@ from asyncrl.training.steps import (MinibatchParts, advantage_stats, check_hpara
                                    prox_error_stats, reduce_updates)
 from asyncrl.types import Batch
 
-def _attention_of(batch: Batch) -> dict:
-    """The ``completion_attn`` argument of the log-probs: only for episodes with observations, so a
-    single-turn batch takes exactly the path it always took."""
-    return {} if batch.observation_mask is None else {"completion_attn": batch.completion_attention}
-
-
 AUTOCAST_DTYPES = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -129,7 +123,7 @@ class Trainer:
             return logprobs(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask,
                             temperature=self.temperature, with_entropy=with_entropy,
                             logits_chunk=self.cfg.logits_chunk, lm_head_fp32=self.lm_head_fp32,
-                            **_attention_of(batch))
+                            completion_attn=batch.completion_attention)
 
     def _prox_setup(self, batch: Batch, sizes: list[int]) -> tuple[ProxPlan, torch.Tensor | None, bool, float, float]:
         """The step's proximal plan, after the extra no-grad forward pass (in micro-batches, or
