@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from asyncrl.config import Config, load_config
+from asyncrl.config.threads import trainer_threads
 from asyncrl.policy.lora import apply_lora
 from asyncrl.policy.model import check_device, load_policy_for, set_deterministic
 from asyncrl.policy.prompts import encode_problems
@@ -73,7 +74,7 @@ def train_loop(overrides: list[str]) -> torch.nn.Module:
 
     # The process's settings, as `asyncrl train` sets them: thread count (float sums depend on it),
     # deterministic kernels if asked, and the global seed (a LoRA adapter's initialisation draws on it).
-    torch.set_num_threads(cfg.policy.torch_threads)
+    torch.set_num_threads(trainer_threads(cfg))  # policy.torch_threads; 0 = every core
     check_device(cfg.policy.device)
     set_deterministic(cfg.run.deterministic)
     torch.manual_seed(cfg.run.seed)

@@ -189,8 +189,9 @@ def _eval(cfg) -> int:
     from asyncrl.policy.model import check_device, load_policy_for
     from asyncrl.runtime.preflight import check_prompts, check_writable
     from asyncrl.runtime.session import warm_start_if_needed
+    from asyncrl.config.threads import trainer_threads
 
-    torch.set_num_threads(cfg.policy.torch_threads)
+    torch.set_num_threads(trainer_threads(cfg))
     check_device(cfg.policy.device)
     if cfg.eval.outputs:  # before the evaluation's minutes, not after them
         check_writable(cfg.eval.outputs, "eval.outputs")

@@ -79,18 +79,6 @@ def _missing_trl() -> str:
     return f'asyncrl: the peer-trl suite needs TRL: pip install "asyncrl[peers]" torch=={torch_version}'
 
 
-def _threads_explicit(config_path: str | None, overrides: list[str]) -> bool:
-    """Whether the user set policy.torch_threads (file or override) rather than leaving the default."""
-    for text in overrides:
-        key = text.split("=", 1)[0].strip()
-        if key == "policy.torch_threads" or (key == "policy" and "torch_threads" in text):
-            return True
-    if config_path:
-        policy = read_yaml(config_path).get("policy")
-        return isinstance(policy, dict) and "torch_threads" in policy
-    return False
-
-
 def trl_options(cfg: Config, output_dir: str) -> dict:
     """GRPOConfig keyword arguments that reproduce one asyncrl step per generation batch."""
     ro, tr = cfg.rollout, cfg.trainer
@@ -246,7 +234,7 @@ def _dataset(session):
     return Dataset.from_list(rows) if rows else None
 
 
-def run(cfg: Config, threads_explicit: bool = False) -> dict:
+def run(cfg: Config) -> dict:
     """Train with TRL's GRPOTrainer inside an asyncrl session (model, task, metrics, summary) with its evaluations."""
     try:
         import trl
@@ -256,14 +244,13 @@ def run(cfg: Config, threads_explicit: bool = False) -> dict:
     import torch
     from transformers import PrinterCallback
 
+    from asyncrl.config.threads import trainer_threads
     from asyncrl.core.progress import TrainProgress
     from asyncrl.runtime.evaluate import Evaluations
     from asyncrl.runtime.loop import open_session
 
-    # asyncrl's policy.torch_threads default (1) is per process of the async runtime (trainer +
-    # workers on separate cores); TRL is one process on an otherwise idle machine: give it every core
-    # unless the user set policy.torch_threads explicitly
-    threads = cfg.policy.torch_threads if threads_explicit else (os.cpu_count() or 1)
+    # TRL is one process: policy.torch_threads 0 (auto) gives it every core, as it does asyncrl's sync mode
+    threads = trainer_threads(cfg)
     torch.set_num_threads(threads)
     steps = cfg.trainer.steps
     if cfg.run.name is None:
@@ -351,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     try:
         cfg = load_config(args.config, args.overrides)
-        summary = run(cfg, threads_explicit=_threads_explicit(args.config, args.overrides))
+        summary = run(cfg)
     except ConfigError as err:
         print(f"asyncrl: {err}", file=sys.stderr)
         return 2

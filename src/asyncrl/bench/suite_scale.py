@@ -3,9 +3,9 @@ sync and async mode, on the same run. It measures throughput (samples per second
 step, and in the training phase alone, where the ranks share the work) and the time split per step,
 and draws the learning curves, which should not depend on the world size (docs/scaling.md).
 
-World 1 runs with one torch thread, as every process does by default (``policy.torch_threads``),
-and also with as many threads as world 2 has ranks (``-t2``): the fair question on a machine of
-two cores is whether two ranks beat one process using both cores.
+World 1 runs with one torch thread, and also with as many threads as world 2 has ranks (``-t2``):
+the fair question on a machine of two cores is whether two ranks beat one process using both cores.
+The ranks of world 2 share the cores out (``policy.torch_threads: 0``: one each on two cores).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from asyncrl.bench.suites import CellRequest, Suite, validate_train_cells
 
 # (switches, world size): the trainer ranks a method runs with
 SCALE_METHODS: dict[str, tuple[dict[str, object], int]] = {
-    "sync-w1": ({"run.mode": "sync"}, 1),
+    "sync-w1": ({"run.mode": "sync", "policy.torch_threads": 1}, 1),
     "sync-w1-t2": ({"run.mode": "sync", "policy.torch_threads": 2}, 1),
     "sync-w2": ({"run.mode": "sync"}, 2),
     "async-w1": ({"run.mode": "async"}, 1),

@@ -128,8 +128,35 @@ def keep_only(cells: list[Cell], globs: list[str]) -> list[Cell]:
 
 
 def validate_train_cells(cells: list[Cell]) -> None:
-    """Load every cell's config (ConfigError naming the key, before anything runs)."""
+    """Load every cell's config (ConfigError naming the key, before anything runs), and refuse a
+    speed comparison whose best synchronous arm has fewer cores than an asynchronous one."""
     from asyncrl.config import load_config
 
+    configs = {cell.name: load_config(cell.config, list(cell.overrides)) for cell in cells}
+    check_fair_threads(cells, configs)
+
+
+def check_fair_threads(cells: list[Cell], configs: Mapping[str, Any], cores: int | None = None) -> None:
+    """ValueError when no sync cell uses as many of the machine's ``cores`` as some async cell does:
+    sync is one process, and with one thread on two cores it is a baseline given half the machine.
+    Threads beyond the cores buy nothing, so each cell counts at most ``cores``."""
+    from asyncrl.config.threads import available_cores, thread_plan
+
+    cores = cores or available_cores(honour_env=False)  # the machine's, not a test runner's cap
+    used = {}
     for cell in cells:
-        load_config(cell.config, list(cell.overrides))
+        cfg = configs[cell.name]
+        if cfg.run.mode in ("sync", "async"):
+            plan = thread_plan(cfg, ranks=int(cell.params.get("world", 1)), cores=cores)
+            used[cell.name] = (cfg.run.mode, min(plan.total, cores), plan.describe())
+    syncs = [(n, u) for n, u in used.items() if u[0] == "sync"]
+    asyncs = [(n, u) for n, u in used.items() if u[0] == "async"]
+    if not syncs or not asyncs:
+        return
+    best_sync = max(syncs, key=lambda item: item[1][1])
+    widest = max(asyncs, key=lambda item: item[1][1])
+    if best_sync[1][1] < widest[1][1]:
+        raise ValueError(
+            f"policy.torch_threads: the sync baseline {best_sync[0]} uses {best_sync[1][1]} of {cores} cores "
+            f"({best_sync[1][2]}) where {widest[0]} uses {widest[1][1]} ({widest[1][2]}); give sync the "
+            f"whole machine (policy.torch_threads=0, the default, or {widest[1][1]})")

@@ -58,8 +58,9 @@ class PolicyConfig:
     model_path: str | None = setting(None, "a local HF model directory; null = the embedded tiny model")
     device: str = setting("cpu", "cpu, cuda or cuda:N: trainer, rollout workers and evaluation")
     dtype: Literal["float32", "bfloat16", "float16"] = setting("float32", "the trained (master) weights")
-    # 2 threads per process slow down many-fold when the other core is busy
-    torch_threads: int = setting(1, "torch threads per process")
+    # 0 shares the cores out so every mode has the whole machine (config/threads.py)
+    torch_threads: int = setting(0, "torch threads of the trainer process; 0 = auto: sync takes every core, "
+                                    "async leaves one per local rollout worker, torchrun ranks split them")
     # one cache per user, not per working directory: a warm start is built once (asyncrl.core.cache)
     cache_dir: str = setting(
         "", "the warm start's cache; empty = $ASYNCRL_CACHE, else $XDG_CACHE_HOME/asyncrl or ~/.cache/asyncrl")
@@ -80,8 +81,8 @@ class PolicyConfig:
         None, "module names that get adapters; null = peft's default for the architecture")
 
     def validate(self) -> None:
-        if self.torch_threads < 1:
-            raise ValueError("torch_threads: must be >= 1")
+        if self.torch_threads < 0:
+            raise ValueError("torch_threads: must be >= 0 (0 = auto)")
         _validate_device(self.device)
         if self.lora_rank < 0:
             raise ValueError("lora_rank: must be >= 0 (0 = no LoRA)")

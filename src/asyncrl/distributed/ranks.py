@@ -26,7 +26,8 @@ import torch
 
 from asyncrl.distributed.data_parallel import DataParallel
 from asyncrl.distributed.fsdp import broadcast_parameters, copy_into, full_state, shard_model
-from asyncrl.distributed.world import World, broadcast_object
+from asyncrl.config.threads import trainer_threads
+from asyncrl.distributed.world import World, broadcast_object, node_ranks
 
 
 def sharded_trainer(cfg, model: torch.nn.Module, world: World, reference=None):
@@ -81,7 +82,7 @@ def follow(cfg, world: World) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):  # rank 0 decides when to stop, and checkpoints first
         signal.signal(signum, signal.SIG_IGN)
     warnings.simplefilter("ignore")  # rank 0 says it once
-    torch.set_num_threads(cfg.policy.torch_threads)
+    torch.set_num_threads(trainer_threads(cfg, ranks=node_ranks(world)))
     setup = broadcast_object(None, world)
     model, _ = load_policy_for(cfg.policy, Path(setup["policy_dir"]))
     model = apply_lora(model, cfg.policy)

@@ -44,6 +44,12 @@ class World:
         return self.size > 1
 
 
+def node_ranks(world: World) -> int:
+    """The ranks of this job on this machine (torchrun's ``LOCAL_WORLD_SIZE``), which share its cores."""
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    return int(local) if local.isdigit() and int(local) > 0 else world.size
+
+
 def torchrun_world(env: dict[str, str] | None = None) -> World:
     """The world ``torchrun`` describes in the environment (a world of one without it).
     ValueError naming the variable for a malformed one."""

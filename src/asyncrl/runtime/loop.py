@@ -25,8 +25,9 @@ import sys
 import torch
 
 from asyncrl.config import Config
+from asyncrl.config.threads import thread_plan
 from asyncrl.distributed.ranks import LeaderTrainer, follow
-from asyncrl.distributed.world import RankLost, World, close_world, init_world, lost_rank, torchrun_world
+from asyncrl.distributed.world import RankLost, World, close_world, init_world, lost_rank, node_ranks, torchrun_world
 from asyncrl.runtime.checkpointing import Checkpoints
 from asyncrl.runtime.ess_check import EssCheck
 from asyncrl.runtime.evaluate import Evaluations
@@ -101,7 +102,8 @@ def _before_first_step(cfg: Config, session: Session, source, evaluations: Evalu
 
 
 def _lead(cfg: Config, world: World) -> dict:
-    torch.set_num_threads(cfg.policy.torch_threads)
+    threads = thread_plan(cfg, ranks=node_ranks(world))
+    torch.set_num_threads(threads.trainer)
     session = open_session(cfg)
     trainer = _trainer(cfg, session, world)
     evaluations, ess, totals = Evaluations(session), EssCheck(session), Totals()
@@ -150,5 +152,5 @@ def _lead(cfg: Config, world: World) -> dict:
             raise Interrupted(stop.signum, done, saved) from None
         trainer.close()
         extra = {**totals.summary(done), **ess.summary(), **source.summary(),
-                 "stopped_early": done < cfg.trainer.steps}
+                 "stopped_early": done < cfg.trainer.steps, "threads": threads.as_dict()}
     return session.finish(done, evaluations.summary(), extra, clock.seconds())

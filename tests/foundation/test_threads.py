@@ -1,0 +1,70 @@
+"""policy.torch_threads: 0 shares the cores out so each mode has the whole machine, and a bench
+refuses a sync baseline given fewer cores than an async arm."""
+
+import subprocess
+import sys
+
+import pytest
+
+from asyncrl.bench.cells import Cell
+from asyncrl.bench.suites import check_fair_threads
+from asyncrl.config import load_config
+from asyncrl.config.threads import ThreadPlan, available_cores, thread_plan
+
+
+def _cfg(*overrides):
+    return load_config(None, list(overrides))
+
+
+def test_auto_gives_sync_every_core_and_async_the_rest_after_its_workers():
+    assert thread_plan(_cfg("run.mode=sync"), cores=8) == ThreadPlan(8, 0)
+    assert thread_plan(_cfg("run.mode=simulated"), cores=8) == ThreadPlan(8, 0)
+    assert thread_plan(_cfg("run.mode=async", "async.n_workers=3"), cores=8) == ThreadPlan(5, 3)
+    assert thread_plan(_cfg("run.mode=async"), cores=2).total == 2  # the 2-core default: 1 + 1
+    assert thread_plan(_cfg("run.mode=async", "async.n_workers=4"), cores=2).trainer == 1  # never 0
+    assert thread_plan(_cfg("run.mode=sync"), ranks=2, cores=8) == ThreadPlan(4, 0, 2)
+
+
+def test_an_explicit_count_is_kept():
+    assert thread_plan(_cfg("run.mode=sync", "policy.torch_threads=3"), cores=8) == ThreadPlan(3, 0)
+    assert thread_plan(_cfg("run.mode=async", "policy.torch_threads=1"), cores=8).describe() == (
+        "trainer 1 thread + 1 rollout worker × 1")
+
+
+def test_omp_num_threads_caps_the_cores_counted(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert available_cores() == 1
+    assert available_cores(honour_env=False) >= 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "not a number")
+    assert available_cores() == available_cores(honour_env=False)
+
+
+def _cells(*specs):
+    cells = [Cell(name, name, 0, "train", tuple(o)) for name, o in specs]
+    return cells, {c.name: _cfg(*c.overrides) for c in cells}
+
+
+def test_a_sync_baseline_with_half_the_machine_is_refused():
+    cells, configs = _cells(("sync", ["run.mode=sync", "policy.torch_threads=1"]), ("a3po", ["run.mode=async"]))
+    with pytest.raises(ValueError, match=r"sync baseline sync uses 1 of 2 cores .* a3po uses 2"):
+        check_fair_threads(cells, configs, cores=2)
+
+
+def test_fair_allocations_pass():
+    check_fair_threads(*_cells(("sync", ["run.mode=sync"]), ("a3po", ["run.mode=async"])), cores=2)
+    # a one-thread sync arm beside one with the whole machine (the scale suite): the best sync counts
+    check_fair_threads(*_cells(("t1", ["run.mode=sync", "policy.torch_threads=1"]), ("t2", ["run.mode=sync"]),
+                               ("a3po", ["run.mode=async"])), cores=2)
+    # more threads than cores buy nothing: async's 1 + 3 workers on 2 cores count as 2
+    check_fair_threads(*_cells(("sync", ["run.mode=sync"]), ("a", ["run.mode=async", "async.n_workers=3"])), cores=2)
+
+
+def test_the_bench_cli_refuses_it_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "asyncrl", "bench", "a3po", "--quick", "--list",
+                           "--methods", "sync,async-loglinear", "policy.torch_threads=1"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    if available_cores(honour_env=False) < 2:
+        pytest.skip("one core: every allocation is the whole machine")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("asyncrl: policy.torch_threads: the sync baseline")
+    assert len(proc.stderr.strip().splitlines()) == 1
