@@ -166,7 +166,44 @@ def host_info() -> dict:
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
         if torch.cuda.is_available() else []
     return {"cpus": os.cpu_count(), "gpus": gpus, "platform": platform.platform(),
-            "python": platform.python_version(), "torch": torch.__version__, "asyncrl": __version__}
+            "python": platform.python_version(), "torch": torch.__version__, "asyncrl": __version__,
+            **source_revision(), "packages": package_versions()}
+
+
+STUDY_PACKAGES = ("transformers", "tokenizers", "numpy", "scipy", "datasets", "math-verify", "trl", "peft",
+                  "vllm", "ray", "gymnasium", "gem-llm", "reasoning-gym")
+
+
+def package_versions() -> dict[str, str]:
+    """The installed versions of the packages a study's numbers can depend on (absent ones left out)."""
+    from importlib import metadata
+
+    versions = {}
+    for name in STUDY_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def source_revision() -> dict:
+    """``commit`` (HEAD of the git checkout asyncrl is imported from) and ``dirty`` (whether tracked
+    files differ from it); both None for an installed wheel or without git, so a reader knows the
+    numbers' code is unknown rather than assuming the latest."""
+    import subprocess
+
+    src = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10)
+        status = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    if commit.returncode != 0 or status.returncode != 0:
+        return {"commit": None, "dirty": None}
+    return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
 
 
 def _finished(cells: list[Cell], runs_dir: Path) -> list[Cell]:
