@@ -63,7 +63,8 @@ def test_a_new_strategy_is_a_subclass_and_one_registry_line(monkeypatch):
 # each loss's natural proximal policy: the atlas ran every loss with these
 NATURAL = {"decoupled": "loglinear", "ppo": "none", "tis": "none", "mis": "none", "cispo": "none", "opsm": "none",
            "m2po": "none", "gspo": "none", "vaco": "none", "reinforce": "none", "ppo_kl": "none", "spo": "none",
-           "decoupled_bounded": "loglinear", "a3po_seq": "loglinear"}
+           "decoupled_bounded": "loglinear", "a3po_seq": "loglinear", "vespo": "none", "dppo": "none",
+           "dppo_kl": "none", "sapo": "none"}
 
 
 def test_natural_prox_of_every_loss():
@@ -84,13 +85,13 @@ def test_pairing_rule_from_what_the_loss_reads():
     for name in ("decoupled", "decoupled_bounded", "a3po_seq"):
         assert consistent_prox(name) == ("recompute", "loglinear", "linear", "behav", "loglinear_floor", "loglinear_ess")
     assert "natural one: loglinear" in prox_pairing_error("decoupled", "none")
-    # m2po, vaco and reinforce act on π_θ/π_behav alone: an extra forward pass would be computed for
+    # m2po, vaco, reinforce and vespo act on π_θ/π_behav alone: an extra forward pass would be computed for
     # nothing; an approximation is one fused op and ignored (so the default trainer.prox still runs them)
-    for name in ("m2po", "vaco", "reinforce"):
+    for name in ("m2po", "vaco", "reinforce", "vespo"):
         assert consistent_prox(name) == ("loglinear", "linear", "behav", "none", "loglinear_floor", "loglinear_ess")
         assert "for nothing" in prox_pairing_error(name, "recompute")
     # the anchored losses run a coupled form without π_prox and a decoupled one with it
-    for name in ("ppo", "tis", "mis", "cispo", "opsm", "gspo", "ppo_kl", "spo"):
+    for name in ("ppo", "tis", "mis", "cispo", "opsm", "gspo", "ppo_kl", "spo", "dppo", "dppo_kl", "sapo"):
         assert consistent_prox(name) == tuple(PROX_STRATEGIES)
 
 

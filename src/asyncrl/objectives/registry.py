@@ -32,6 +32,7 @@ from asyncrl.objectives.a3po import DecoupledParams, decoupled_loss
 from asyncrl.objectives.a3po_seq import A3POSeqParams, a3po_seq_loss
 from asyncrl.objectives.cispo import CISPOParams, cispo_loss
 from asyncrl.objectives.decoupled_bounded import DecoupledBoundedParams, decoupled_bounded_loss
+from asyncrl.objectives.dppo import DPPOKLParams, DPPOParams, dppo_kl_loss, dppo_loss
 from asyncrl.objectives.gspo import GSPOParams, gspo_loss
 from asyncrl.objectives.is_corrections import MISParams, TISParams, mis_loss, tis_loss
 from asyncrl.objectives.m2po import M2POParams, m2po_loss
@@ -42,9 +43,11 @@ from asyncrl.objectives.ppo import PPOParams, ppo_loss
 from asyncrl.objectives.ppo_kl import PPOKLParams, ppo_kl_loss
 from asyncrl.objectives.prox import PROX_STRATEGIES
 from asyncrl.objectives.reinforce import REINFORCEParams, reinforce_loss
+from asyncrl.objectives.sapo import SAPOParams, sapo_loss
 from asyncrl.objectives.spo import SPOParams, spo_loss
 from asyncrl.objectives.stats import staleness_stats
 from asyncrl.objectives.vaco import VACOParams, vaco_loss
+from asyncrl.objectives.vespo import VESPOParams, vespo_loss
 
 LossResult = tuple[Tensor, dict[str, Tensor]]
 
@@ -104,6 +107,13 @@ LOSSES: dict[str, LossEntry] = {
     "decoupled_bounded": LossEntry(decoupled_bounded_loss, DecoupledBoundedParams, reads_prox=PROX_REQUIRED,
                                    natural_prox="loglinear"),
     "a3po_seq": LossEntry(a3po_seq_loss, A3POSeqParams, reads_prox=PROX_REQUIRED, natural_prox="loglinear"),
+    # W = Π π_θ/π_behav over the sequence: the whole off-policyness, which TRL's W is too (vespo.py)
+    "vespo": LossEntry(vespo_loss, VESPOParams, reads_prox=PROX_NEVER, micro_batch_exact=True),
+    # trust region around π_prox if given, else around the rollout policy, the authors' choice (dppo.py)
+    "dppo": LossEntry(dppo_loss, DPPOParams, micro_batch_exact=True),
+    "dppo_kl": LossEntry(dppo_kl_loss, DPPOKLParams, micro_batch_exact=True),
+    # r against π_prox if given, else π_behav: verl's and TRL's old_log_prob in either mode (sapo.py)
+    "sapo": LossEntry(sapo_loss, SAPOParams, micro_batch_exact=True),
 }
 
 
