@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
                                       "default all three, --quick lag")
     bench.add_argument("--envs", help="control: comma-separated gymnasium env ids (default: the MuJoCo set; "
                                       "--quick CartPole-v1)")
+    bench.add_argument("--plan", metavar="FILE",
+                       help="study: the plan file (arms, seeds, primary endpoint, one Holm family), frozen "
+                            "into --out before the first run (default: OUT/plan.yaml)")
     bench.add_argument("--jobs", type=int, default=1,
                        help="cells run at once on this machine, each its own process (default 1)")
     bench.add_argument("--ray", action="store_true",
@@ -261,17 +264,20 @@ def _bench(args) -> int:
     try:
         if args.jobs < 1:
             raise ValueError(f"--jobs: must be >= 1, got {args.jobs}")
+        out = Path(args.out or f"runs/bench/{suite.name}{'-quick' if args.quick else ''}")
         request = CellRequest(quick=args.quick, seeds=args.seeds, methods=_csv(args.methods, str, "--methods"),
                               ks=_ks(args), rows=_csv(args.rows, str, "--rows"), envs=_csv(args.envs, str, "--envs"),
                               extra=tuple(args.overrides), config=args.config,
-                              only=_csv(args.only, str, "--only"))
+                              only=_csv(args.only, str, "--only"), plan=args.plan, out=str(out))
         cells = build_cells(suite.name, request)
         if suite.validate is not None:  # every cell's config, before running anything
             suite.validate(cells)
+        header = suite.header(request) if suite.header is not None else None
+        if suite.prepare is not None and not (args.list or args.report_only):
+            suite.prepare(request, out)
     except (ValueError, ConfigError) as err:
         print(f"asyncrl: {err}", file=sys.stderr)
         return 2
-    out = Path(args.out or f"runs/bench/{suite.name}{'-quick' if args.quick else ''}")
     runs_dir = Path(args.runs_dir) if args.runs_dir else out / "runs"
     if args.list:
         try:
@@ -284,7 +290,7 @@ def _bench(args) -> int:
     in_process = serial and (args.in_process or suite.in_process)
     return _run_reported(lambda: run_suite(suite, cells, out, runs_dir=runs_dir, quick=args.quick, command=_redo(args),
                                            in_process=in_process, jobs=args.jobs, ray=args.ray,
-                                           report_only=args.report_only), out)
+                                           report_only=args.report_only, header=header), out)
 
 
 def _redo(args) -> str:

@@ -100,8 +100,9 @@ def _run_in_process(cell: Cell, runs_dir: Path, log_path: Path) -> int:
             return 1
 
 
-def run_cell(cell: Cell, runs_dir: Path, *, in_process: bool = False) -> Path:
-    """Run one cell unless it is finished; returns its run directory. Raises BenchError on failure."""
+def run_cell(cell: Cell, runs_dir: Path, *, in_process: bool = False, env: dict[str, str] | None = None) -> Path:
+    """Run one cell unless it is finished; returns its run directory. Raises BenchError on failure.
+    ``env``: set in the cell's process (over the runner's own)."""
     run_dir = runs_dir / cell.name
     if not fresh_cell_dir(run_dir):
         return run_dir
@@ -113,7 +114,7 @@ def run_cell(cell: Cell, runs_dir: Path, *, in_process: bool = False) -> Path:
         command = [sys.executable, "-m", runner.module, *runner.args(cell, runs_dir)]
         with open(log_path, "w") as log:
             code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
-                                  env={**os.environ, **runner.env}).returncode
+                                  env={**os.environ, **runner.env, **(env or {})}).returncode
     check_cell(cell.name, run_dir, code, log_path)
     return run_dir
 
@@ -211,7 +212,7 @@ def _finished(cells: list[Cell], runs_dir: Path) -> list[Cell]:
 
 
 def collect_results(suite: str, cells: list[Cell], out_dir: Path, *, quick: bool, command: str,
-                    runs_dir: Path | None = None) -> dict:
+                    runs_dir: Path | None = None, header: dict | None = None) -> dict:
     """The study of the cells that finished in ``runs_dir`` (``cells_total`` counts all of them, so
     a report can say it is partial), stored in ``out_dir`` (results.json, steps.csv.gz) and returned
     with every run's metrics. With no finished cell there, the study already stored in ``out_dir``
@@ -222,7 +223,7 @@ def collect_results(suite: str, cells: list[Cell], out_dir: Path, *, quick: bool
         return stored_results(suite, out_dir)
     results = {"suite": suite, "quick": quick, "command": command,
                "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-               "host": host_info(), "cells_total": len(cells),
+               "host": host_info(), "cells_total": len(cells), **(header or {}),
                "runs": [load_run(c, runs_dir / c.name) for c in finished]}
     out_dir.mkdir(parents=True, exist_ok=True)
     write_study_data(out_dir, results)
@@ -263,18 +264,19 @@ def _default_line(cell: Cell, s: dict) -> str:
 
 def run_suite(suite: Suite | str, cells: list[Cell], out_dir: Path, *, quick: bool, command: str,
               runs_dir: Path | None = None, in_process: bool = False, jobs: int = 1, ray: bool = False,
-              report_only: bool = False, console: Console | None = None) -> dict:
+              report_only: bool = False, console: Console | None = None, header: dict | None = None) -> dict:
     """Run every unfinished cell (in this process, ``jobs`` subprocesses at a time, or as Ray tasks:
     :mod:`asyncrl.bench.executor`), then store the study and write the report; returns summary.json's
     dict. ``report_only``: run nothing; report on the cells finished in ``runs_dir`` (a partial
-    report says so), else re-render the study stored in ``out_dir``."""
+    report says so), else re-render the study stored in ``out_dir``. ``header``: what results.json
+    records beside the runs (a study's plan)."""
     from asyncrl.bench.executor import run_cells
 
     suite = get_suite(suite) if isinstance(suite, str) else suite
     console = console or Console(stderr=True)
     runs_dir = runs_dir or out_dir / "runs"
     collect = functools.partial(collect_results, suite.name, cells, out_dir, quick=quick, command=command,
-                                runs_dir=runs_dir)
+                                runs_dir=runs_dir, header=header)
     if report_only:
         return write_suite_report(out_dir, collect())
     todo = pending_cells(cells, runs_dir, console)
@@ -293,9 +295,20 @@ def run_suite(suite: Suite | str, cells: list[Cell], out_dir: Path, *, quick: bo
             console.print(line(cell, json.loads((run_dir / "summary.json").read_text())))
             progress.advance(task)
 
-        run_cells(todo, one if serial else functools.partial(run_cell, runs_dir=runs_dir), jobs=jobs, ray=ray,
-                  on_done=done)
+        parallel = functools.partial(run_cell, runs_dir=runs_dir, env=shared_cores_env(jobs))
+        run_cells(todo, one if serial else parallel, jobs=jobs, ray=ray, on_done=done)
     return write_suite_report(out_dir, collect())
+
+
+def shared_cores_env(jobs: int) -> dict[str, str]:
+    """``OMP_NUM_THREADS`` for cells run ``jobs`` at a time on this machine: each cell's
+    ``policy.torch_threads: 0`` then shares out its part of the cores, not all of them. Nothing
+    when the user set the variable, or for one job at a time (each cell has the machine)."""
+    from asyncrl.config.threads import available_cores
+
+    if jobs <= 1 or "OMP_NUM_THREADS" in os.environ:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, available_cores() // jobs))}
 
 
 def _fmt(value, digits: int = 3) -> str:

@@ -30,8 +30,9 @@ SUITES: dict[str, str] = {
     "peer-trl": "asyncrl.bench.suite_peer_trl:SUITE",
     "control": "asyncrl.bench.suite_control:SUITE",
     "scale": "asyncrl.bench.suite_scale:SUITE",
+    "study": "asyncrl.bench.suite_study:SUITE",
 }
-OPTIONS = ("ks", "rows", "envs", "config")  # the CLI filters a suite may take besides --methods/--seeds
+OPTIONS = ("ks", "rows", "envs", "config", "plan")  # the CLI filters a suite may take besides --methods/--seeds
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class CellRequest:
     extra: tuple[str, ...] = ()  # dotted key=value applied to every cell last
     config: str | None = None  # YAML config file or preset every cell starts from
     only: list[str] | None = None  # fnmatch globs over cell names without the "-s<seed>" suffix
+    plan: str | None = None  # a study's plan file (the study suite)
+    out: str | None = None  # the study's output folder (where a suite may keep its own files)
 
 
 Builder = Callable[["Suite", CellRequest, int], list[Cell]]  # (suite, request, seed) -> that seed's cells
@@ -72,12 +75,19 @@ class Suite:
     in_process: bool = False  # serial runs start its asyncrl cells in the bench process
     validate: Callable[[list[Cell]], None] | None = None  # refuse bad cells before anything runs
     done_line: Callable[[Cell, Mapping[str, Any]], str] | None = None  # progress line from a summary
+    # what results.json records beside the runs (a study's plan), and a check + copy into the output
+    # folder before the first run (a study's plan is frozen there)
+    header: Callable[[CellRequest], dict] | None = None
+    prepare: Callable[[CellRequest, Path], None] | None = None
+    seeds_of: Callable[[CellRequest], int] | None = None  # seeds the request fixes (a study's plan)
 
     def base(self, request: CellRequest) -> dict[str, object]:
         """The quick or full defaults every cell starts from."""
         return under_config(dict(self.quick if request.quick else self.full), request.config, request.quick)
 
     def n_seeds(self, request: CellRequest) -> int:
+        if self.seeds_of is not None:
+            return self.seeds_of(request)
         return request.seeds if request.seeds is not None else (self.quick_seeds if request.quick else self.seeds)
 
 
