@@ -22,6 +22,11 @@ What this adds to the config, so that rollout worker processes (spawned, or Ray 
   importable by its module and name travels as that reference; any other (defined in the script,
   a closure, a lambda) is pickled by value with cloudpickle into ``.inputs/`` and loaded from there
   in every process. One that cannot travel is refused here, in one line (a ConfigError).
+* ``environment_factory`` / ``tools``: TRL's ``GRPOTrainer`` arguments, into ``env.factory`` /
+  ``env.tools``, travelling the same way (a class or function from the script is pickled). The
+  factory's class is checked here (``reset``, every public method a tool) and, when it defines
+  ``get_reward``, the reward function ``asyncrl.agents.trl_env:get_reward`` joins ``reward.funcs``
+  with weight 1, as TRL adds it: without other reward functions it is the only reward.
 """
 
 from __future__ import annotations
@@ -43,12 +48,13 @@ INPUTS_DIR = ".inputs"  # under run.out_dir: what in-memory inputs become, for e
 
 
 def train(config: Any = None, *, reward_funcs: Sequence[Callable | str] | None = None,
-          train_dataset: Any = None, eval_dataset: Any = None, overrides: Mapping[str, Any] | None = None,
+          train_dataset: Any = None, eval_dataset: Any = None, environment_factory: Callable | str | None = None,
+          tools: Sequence[Callable | str] | None = None, overrides: Mapping[str, Any] | None = None,
           **keys: Any) -> dict:
     """Train and return the run's summary (what ``summary.json`` holds). Bad input raises
     :class:`~asyncrl.config.ConfigError` (one line naming the key) before anything starts."""
-    cfg = build_config(config, reward_funcs=reward_funcs, train_dataset=train_dataset,
-                       eval_dataset=eval_dataset, overrides=overrides, **keys)
+    cfg = build_config(config, reward_funcs=reward_funcs, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                       environment_factory=environment_factory, tools=tools, overrides=overrides, **keys)
     from transformers.utils import logging as hf_logging
 
     from asyncrl.runtime import train as run_training
@@ -59,6 +65,7 @@ def train(config: Any = None, *, reward_funcs: Sequence[Callable | str] | None =
 
 def build_config(config: Any = None, *, reward_funcs: Sequence[Callable | str] | None = None,
                  train_dataset: Any = None, eval_dataset: Any = None,
+                 environment_factory: Callable | str | None = None, tools: Sequence[Callable | str] | None = None,
                  overrides: Mapping[str, Any] | None = None, **keys: Any):
     """The :class:`~asyncrl.config.Config` that :func:`train` runs (arguments as there), built by
     :func:`asyncrl.config.load_config` like every other config; writes the in-memory inputs under
@@ -76,6 +83,13 @@ def build_config(config: Any = None, *, reward_funcs: Sequence[Callable | str] |
         if isinstance(reward_funcs, (str, bytes)) or callable(reward_funcs):
             reward_funcs = [reward_funcs]
         settings["reward.funcs"] = [reward_path(fn, inputs, f"reward_funcs[{i}]") for i, fn in enumerate(reward_funcs)]
+    if tools is not None:
+        if isinstance(tools, (str, bytes)) or callable(tools):
+            tools = [tools]
+        settings["env.tools"] = [tool_path(fn, inputs, f"tools[{i}]") for i, fn in enumerate(tools)]
+    if environment_factory is not None:
+        # a class with get_reward gets its reward function in reward.funcs at load (config.add_factory_reward)
+        settings["env.factory"], _ = factory_path(environment_factory, inputs, settings.get("env.kwargs"))
     return load_config(config, settings=settings)
 
 
@@ -155,24 +169,72 @@ def reward_path(fn: Callable | str, inputs: Path, key: str) -> str:
         return fn
     if not callable(fn):
         raise ConfigError(key, f"expected a function or 'module:function', got {type(fn).__name__}")
-    reference = _importable(fn)
+    return _travelling(fn, inputs, key, "reward", "my_rewards", "fn")
+
+
+def tool_path(fn: Callable | str, inputs: Path, key: str) -> str:
+    """``env.tools`` entry for ``fn`` (TRL's ``tools=[fn]``): a string as given (a built-in tool or
+    an import path), else a function checked to be a tool now, named as :func:`reward_path` names one."""
+    from asyncrl.agents.tools import Tool
+    from asyncrl.config import ConfigError
+
+    if isinstance(fn, str):
+        return fn
+    if not callable(fn):
+        raise ConfigError(key, f"expected a function or 'module:function', got {type(fn).__name__}")
+    try:
+        Tool.from_function(fn)  # a lambda, or a function without hints or docstring: refused by name
+    except ValueError as err:
+        raise ConfigError(key, str(err)) from None
+    return _travelling(fn, inputs, key, "tool", "my_tools", "fn")
+
+
+def factory_path(factory: Callable | str, inputs: Path, kwargs: Mapping | None = None) -> tuple[str, bool]:
+    """(``env.factory`` entry for TRL's ``environment_factory``, whether its class defines
+    ``get_reward``): a string as given, else the class (or zero-argument factory) checked now, named
+    as :func:`reward_path` names a function."""
+    from asyncrl.agents.trl_env import inspect_factory, load_factory
+    from asyncrl.config import ConfigError
+
+    key = "environment_factory"
+    if isinstance(factory, Mapping):
+        raise ConfigError(key, "a dict of environments (TRL's multi-environment form) is not supported; pass one "
+                               "class, which may route rows itself by a column its reset reads")
+    try:
+        if isinstance(factory, str):
+            _, cls, _ = load_factory(factory, dict(kwargs or {}))
+            return factory, getattr(cls, "get_reward", None) is not None
+        shown = getattr(factory, "__qualname__", None) or type(factory).__name__
+        cls, _ = inspect_factory(factory, shown, dict(kwargs or {}))
+    except ValueError as err:
+        raise ConfigError(key, str(err)) from None
+    return _travelling(factory, inputs, key, "env", "my_envs", "MyEnv"), getattr(cls, "get_reward", None) is not None
+
+
+def _travelling(obj: Callable, inputs: Path, key: str, stem: str, module: str, attr: str) -> str:
+    """``obj``'s import path when importing it gives it back, else the path of its cloudpickle
+    (``.inputs/<stem>-<hash>.pkl:<name>``); ConfigError ``key`` naming it when it cannot travel to
+    a rollout worker process. ``module``/``attr``: the example of the hint."""
+    from asyncrl.config import ConfigError
+
+    reference = _importable(obj)
     if reference is not None:
         return reference
-    shown = getattr(fn, "__qualname__", None) or type(fn).__name__
-    name = re.sub(r"\W+", "_", getattr(fn, "__name__", "") or type(fn).__name__).strip("_") or "reward"
+    shown = getattr(obj, "__qualname__", None) or type(obj).__name__
+    name = re.sub(r"\W+", "_", getattr(obj, "__name__", "") or type(obj).__name__).strip("_") or stem
     try:
         import cloudpickle
     except ImportError:
-        raise ConfigError(key, f"{shown} (in {getattr(fn, '__module__', '?')}) cannot reach the rollout worker "
-                               "processes by an import path, and cloudpickle is not installed to send it: define it "
-                               "in a module (my_rewards.py, passed as 'my_rewards:fn') or pip install cloudpickle"
+        raise ConfigError(key, f"{shown} (in {getattr(obj, '__module__', '?')}) cannot reach the rollout worker "
+                               f"processes by an import path, and cloudpickle is not installed to send it: define it "
+                               f"in a module ({module}.py, passed as '{module}:{attr}') or pip install cloudpickle"
                           ) from None
     try:
-        blob = cloudpickle.dumps(fn)
+        blob = cloudpickle.dumps(obj)
         pickle.loads(blob)
-    except Exception as err:  # what a closure holds (a lock, a socket, a model) may not pickle
+    except Exception as err:  # what a closure or a class holds (a lock, a socket, a model) may not pickle
         reason = (str(err).strip().splitlines() or [""])[0][:200]
         raise ConfigError(key, f"{shown} cannot be sent to the rollout worker processes ({type(err).__name__}: "
-                               f"{reason}); define it in a module (passed as 'my_rewards:fn') without "
+                               f"{reason}); define it in a module (passed as '{module}:{attr}') without "
                                "unpicklable state") from None
-    return _store(inputs, "reward", ".pkl", lambda p: p.write_bytes(blob)) + f":{name}"
+    return _store(inputs, stem, ".pkl", lambda p: p.write_bytes(blob)) + f":{name}"

@@ -5,7 +5,9 @@ the task's own check of the final answer), which receive the whole episode in TR
 conversation after the prompt as ``completions`` (a list of messages), and ``tool_calls``,
 ``env_info``, ``env_reward`` and ``turns`` as keyword arguments — plus the environment's per-turn
 rewards r_1, r_2, ... discounted by γ = ``env.turn_discount``: Σ_t γ^(t−1) r_t. An environment that
-returns no rewards (0) leaves the trajectory reward alone, the default.
+returns no rewards (0) leaves the trajectory reward alone, the default. Reward functions also get
+``environments``: the episodes' environment instances (TRL's name; for ``env.factory``, the user's
+class's instances, whose ``get_reward`` the reward function ``asyncrl.agents.trl_env:get_reward`` reads).
 """
 
 from __future__ import annotations
@@ -38,16 +40,21 @@ class EpisodeRollout:
 
         env = cfg.env
         self.rewards, self.tokenizer, self.discount = rewards, tokenizer, env.turn_discount
-        factory = resolve(ENVIRONMENTS[env.environment])
-        kwargs = dict(env.kwargs)
-        self.tools = (ToolBox(load_tools(env.tools), timeout_s=env.tool_timeout_s, max_chars=env.tool_max_chars)
-                      if env.tools else None)
+        tools = load_tools(env.tools)
+        if env.factory:  # a TRL environment class: its public methods are tools too, after env.tools (TRL's order)
+            make_env, method_tools = _factory_environment(cfg)
+            tools += method_tools
+        else:
+            factory, kwargs = resolve(ENVIRONMENTS[env.environment]), dict(env.kwargs)
+            make_env = lambda: build_env(factory, kwargs)  # noqa: E731
+        self.tools = ToolBox(tools, timeout_s=env.tool_timeout_s, max_chars=env.tool_max_chars) if tools else None
         turns = make_turns(tokenizer, cfg.policy.chat_template, self.tools.schemas if self.tools else ())
         limits = EpisodeLimits(max_turns=env.max_turns, turn_tokens=env.turn_tokens or cfg.rollout.max_new_tokens,
                                episode_tokens=env.episode_tokens,
                                stop=(*env.stop, *(TOOL_STOPS if self.tools else ())),
                                step_timeout_s=env.step_timeout_s)
-        self.runner = EpisodeRunner(lambda: build_env(factory, kwargs), turns, tokenizer, limits, self.tools)
+        runner = InstanceToolsRunner if env.factory else EpisodeRunner
+        self.runner = runner(make_env, turns, tokenizer, limits, self.tools)
 
     def run(self, engine, problems: list[Problem], n: int, *, between_chunks=None,
             first_group_id: int = 0) -> RolloutOut:
@@ -59,7 +66,8 @@ class EpisodeRollout:
         finals = [e.completion_messages[-1]["content"] if e.completion_messages else "" for e in episodes]
         shown = [e.completion_messages for e in episodes] if self.rewards.conversational else texts
         extra = {"tool_calls": [e.tool_calls for e in episodes], "env_info": [e.info for e in episodes],
-                 "env_reward": env_returns, "turns": [e.turns for e in episodes]}
+                 "env_reward": env_returns, "turns": [e.turns for e in episodes],
+                 "environments": [getattr(e.env, "instance", e.env) for e in episodes]}
         scores = self.rewards.score(finals, rows, shown=shown, extra=extra)
         total = torch.tensor([s + r for s, r in zip(scores.total, env_returns)], dtype=torch.float32)
         fields = {f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)}
@@ -70,3 +78,31 @@ class EpisodeRollout:
         if self.tools is not None:
             stats.add_tool_counts(self.tools.take_counts())
         return RolloutOut(batch, texts, stats)
+
+
+class InstanceToolsRunner(EpisodeRunner):
+    """Episodes of a TRL environment class (``env.factory``): a call of one of its methods runs on
+    the episode's own instance, and the turn that reaches ``env.max_turns`` runs no tool. TRL runs
+    none after ``max_tool_calling_iterations`` rounds either, so ``get_reward`` sees the state the
+    last answered call left, not one the model never saw the result of."""
+
+    def _call_tools(self, episode, calls: list) -> list[dict]:
+        if episode.turns >= self.limits.max_turns:
+            return []
+        messages = []
+        for call in calls:
+            result = self.tools.call(call, episode.env.instance)
+            episode.tool_calls.append({"name": result.name, "arguments": getattr(call, "arguments", None),
+                                       "content": result.content, "failed": result.failed, "reason": result.reason})
+            messages.append({"role": "tool", "content": result.content})
+        return messages
+
+
+def _factory_environment(cfg):
+    """(a callable that builds one episode's environment, the class's method tools) for ``env.factory``."""
+    from asyncrl.agents.trl_env import load_factory, wrap
+
+    env = cfg.env
+    factory, cls, method_tools = load_factory(env.factory, env.kwargs)
+    env_class = wrap(factory, cls, env.factory, env.kwargs)
+    return (lambda: build_env(env_class, {})), method_tools

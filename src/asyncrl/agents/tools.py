@@ -13,6 +13,8 @@
 * :class:`ToolBox` runs calls and never raises for anything the tool or the model did: an unknown
   name, bad arguments, an exception, ``sys.exit``, a hang all become a :class:`ToolResult` with
   ``failed=True`` whose ``content`` is the observation the model sees next.
+* :meth:`Tool.from_method`: a method of an environment class (TRL's ``environment_factory``), one
+  schema for the class, called on the episode's own instance (``ToolBox.call(call, owner)``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import concurrent.futures
 import inspect
 import json
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -125,6 +128,9 @@ class Tool:
     function: Callable
     schema: dict
     timeout_s: float | None = None
+    # a method of an environment class: each call runs ``getattr(owner, name)`` on the episode's own
+    # instance (``ToolBox.call(call, owner)``), so that one schema serves every episode's state
+    method: bool = False
 
     @classmethod
     def from_function(cls, fn: Callable, *, name: str | None = None, timeout_s: float | None = None) -> Tool:
@@ -143,6 +149,20 @@ class Tool:
         if name is not None:
             schema = {**schema, "function": {**schema["function"], "name": name}}
         return cls(name=schema["function"]["name"], function=fn, schema=schema, timeout_s=timeout_s)
+
+    @classmethod
+    def from_method(cls, owner: type, name: str, *, timeout_s: float | None = None) -> Tool:
+        """The tool for method ``name`` of class ``owner``, named ``name``: the schema comes from the
+        method with its receiver dropped (no instance is built for it), and each call runs on the
+        instance :meth:`ToolBox.call` is given. Same requirements as :meth:`from_function`."""
+        static = inspect.getattr_static(owner, name)
+        fn = static.__func__ if isinstance(static, staticmethod) else getattr(owner, name)
+        # bound to a stand-in: the signature loses ``self`` on every transformers version (older
+        # ones do not skip an unannotated receiver themselves)
+        shown = fn if isinstance(static, staticmethod) else types.MethodType(fn, object())
+        tool = cls.from_function(shown, name=name, timeout_s=timeout_s)
+        tool.function, tool.method = fn, True
+        return tool
 
 
 @dataclass(frozen=True)
@@ -251,10 +271,11 @@ class ToolBox:
     def names(self) -> list[str]:
         return list(self.tools)
 
-    def call(self, call: ToolCall | MalformedCall) -> ToolResult:
+    def call(self, call: ToolCall | MalformedCall, owner: object = None) -> ToolResult:
         """Run one call. Failures come back as ``failed`` results whose content is an ``error:``
-        line; only the caller's own interrupts (Ctrl-C while waiting) propagate."""
-        result = self._call(call)
+        line; only the caller's own interrupts (Ctrl-C while waiting) propagate. ``owner``: the
+        episode's environment instance, on which a method tool (:meth:`Tool.from_method`) runs."""
+        result = self._call(call, owner)
         key = {"malformed": MALFORMED, "unknown_tool": UNKNOWN}.get(result.reason, result.name)
         with self._lock:
             self.calls[key] = self.calls.get(key, 0) + 1
@@ -264,7 +285,7 @@ class ToolBox:
                 self.truncated[key] = self.truncated.get(key, 0) + 1
         return result
 
-    def _call(self, call: ToolCall | MalformedCall) -> ToolResult:
+    def _call(self, call: ToolCall | MalformedCall, owner: object) -> ToolResult:
         if isinstance(call, MalformedCall):
             return ToolResult(MALFORMED, f"error: malformed tool call ({call.reason})", True, "malformed")
         if not isinstance(call, ToolCall):
@@ -276,15 +297,18 @@ class ToolBox:
             return ToolResult(call.name, f"error: unknown tool {call.name[:100]!r} (available: {available})",
                               True, "unknown_tool")
         arguments = call.arguments if isinstance(call.arguments, dict) else {}
+        if tool.method and owner is None:  # the runtime's bug, not the model's: no error observation
+            raise TypeError(f"tool {tool.name}: a method tool runs on an environment instance; none was given")
+        function = getattr(owner, tool.name) if tool.method else tool.function
         try:
-            inspect.signature(tool.function).bind(**arguments)
+            inspect.signature(function).bind(**arguments)
         except TypeError as err:
             return ToolResult(tool.name, f"error: {tool.name}: {_first_line(str(err))}", True, "bad_arguments")
         except ValueError:  # no signature to check against (some builtins): the call itself will tell
             pass
         timeout_s = tool.timeout_s if tool.timeout_s is not None else self.timeout_s
         try:
-            content, err = _call_in_thread(tool.function, arguments, timeout_s)
+            content, err = _call_in_thread(function, arguments, timeout_s)
         except _TimedOut:
             return ToolResult(tool.name, f"error: {tool.name} timed out after {timeout_s:g} s", True, "timeout")
         if err is not None:  # the tool's own, from its thread: sys.exit and KeyboardInterrupt too

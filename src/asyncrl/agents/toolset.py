@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 
 from asyncrl.agents.tools import Tool, _first_line
+from asyncrl.rewards.resolve import is_file_path, resolve
 
 __all__ = ["BUILTIN_TOOLS", "load_tools"]
 
@@ -24,6 +25,12 @@ def _load_one(spec: str, python_limits) -> Tool:
 
         return python_tool(python_limits or PythonLimits())
     module_name, sep, attr = spec.rpartition(":")
+    if sep and is_file_path(spec):  # a script's file, or a function asyncrl.train pickled into .inputs/
+        try:
+            obj = resolve(spec)
+        except ValueError as err:
+            raise ValueError(f"tool {spec!r}: {err}") from None
+        return obj if isinstance(obj, Tool) else Tool.from_function(obj)
     if not sep:
         module_name, _, attr = spec.rpartition(".")
     if not module_name or not attr:
@@ -47,8 +54,9 @@ def _load_one(spec: str, python_limits) -> Tool:
 
 def load_tools(specs: list[str], *, python_limits=None) -> list[Tool]:
     """The tools named by ``specs``: a built-in (``"calculator"``, ``"python"``) or an import path,
-    ``"package.module:function"`` or ``"package.module.function"`` (an attribute that already is a
-    :class:`Tool` is used as it is). ``python_limits``: the ``python`` tool's
+    ``"package.module:function"``, ``"package.module.function"`` or ``"path/to/file.py:function"``
+    (resolved as ``reward.funcs`` paths are, a pickled ``.pkl:name`` from :func:`asyncrl.train`
+    included; an attribute that already is a :class:`Tool` is used as it is). ``python_limits``: the ``python`` tool's
     :class:`~asyncrl.agents.python_tool.PythonLimits` (None: the defaults). One-line ValueError for
     a spec that names nothing usable."""
     return [_load_one(spec, python_limits) for spec in specs]

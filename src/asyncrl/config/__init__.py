@@ -73,6 +73,7 @@ class Config:
         if self.async_.lag and self.async_.policy_buffer:
             raise ValueError("async.lag: set either lag or policy_buffer, not both")
         check_parts(self)
+        add_factory_reward(self)
         check_combinations(self)
         check_prox_pairing(self.loss, self.trainer)
         ranks = torchrun_world().size  # under torchrun: its world
@@ -81,6 +82,25 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
+
+
+def add_factory_reward(cfg: Config) -> None:
+    """An ``env.factory`` class with ``get_reward`` is a reward source of weight 1, as TRL's
+    ``environment_factory`` makes it: its reward function joins ``reward.funcs`` (alone when none is
+    named, so the task's own reward does not score the episode as well), by CLI, file or API alike."""
+    from asyncrl.rewards.resolve import imports_allowed
+
+    if not cfg.env.factory or not imports_allowed():  # `asyncrl config` imports no user code
+        return
+    from asyncrl.agents.trl_env import GET_REWARD, load_factory
+
+    _, cls, _ = load_factory(cfg.env.factory, cfg.env.kwargs)  # env.validate has checked it loads
+    reward = cfg.reward
+    if getattr(cls, "get_reward", None) is None or GET_REWARD in reward.funcs:
+        return
+    if reward.weights is not None and len(reward.weights) == len(reward.funcs):
+        reward.weights = [*reward.weights, 1.0]
+    reward.funcs = [*reward.funcs, GET_REWARD]
 
 
 def check_parts(cfg: Config) -> None:

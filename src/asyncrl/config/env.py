@@ -21,6 +21,9 @@ class EnvConfig:
 
     name: str = setting(NO_ENV, "environment: none (single turn), answer, guess, or a plugin's "
                                 "(asyncrl.agents.ENVIRONMENTS)", names=_env_names)
+    factory: str = setting("", "an environment class written for TRL's environment_factory, "
+                               "'module:Class' or 'path/to/file.py:Class': reset(**row), public methods as "
+                               "tools, get_reward (docs/agents.md)")
     kwargs: dict[str, Any] = setting(help="keyword arguments of the environment's constructor", factory=dict)
     tools: list[str] = setting(help="tools the model may call: calculator, python, or import paths "
                                     "module:function (typed, with a docstring)", factory=list)
@@ -37,7 +40,7 @@ class EnvConfig:
     @property
     def episodes(self) -> bool:
         """Whether the run plays episodes (an environment or tools), not single completions."""
-        return self.name != NO_ENV or bool(self.tools)
+        return self.name != NO_ENV or bool(self.tools) or bool(self.factory)
 
     @property
     def environment(self) -> str:
@@ -61,9 +64,42 @@ class EnvConfig:
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop: must be non-empty strings")
         from asyncrl.agents.toolset import load_tools
+        from asyncrl.rewards.resolve import imports_allowed, is_file_path, normalize_path
 
+        names: dict[str, str] = {}  # tool name -> the key that brings it, for a clash with the factory's
         for i, spec in enumerate(self.tools):  # at load: a tool that cannot be used fails before any warm start
             try:
-                load_tools([spec])
+                if ":" in spec and is_file_path(spec):  # a script's file: absolute, for workers and resumes
+                    self.tools[i] = spec = normalize_path(spec)
+                    if not imports_allowed():  # `asyncrl config` runs no user code
+                        continue
+                names.update({tool.name: f"tools[{i}]" for tool in load_tools([spec])})
             except ValueError as err:
                 raise ValueError(f"tools[{i}]: {err}") from None
+        if self.factory:
+            self._validate_factory(names, imports_allowed())
+
+    def _validate_factory(self, names: dict[str, str], imports: bool) -> None:
+        """``factory`` names a usable TRL environment class; its method tools clash with no tool of
+        ``tools`` (a model's call must name one function)."""
+        from asyncrl.rewards.resolve import normalize_path
+
+        if self.name != NO_ENV:
+            raise ValueError(f"factory: is the environment itself; it does not go with env.name={self.name}")
+        try:
+            self.factory = normalize_path(self.factory)
+        except ValueError:
+            raise ValueError(f"factory: {self.factory!r} is not 'package.module:Class' or "
+                             "'path/to/file.py:Class'") from None
+        if not imports:  # `asyncrl config` runs no user code
+            return
+        from asyncrl.agents.trl_env import load_factory
+
+        try:
+            _, _, tools = load_factory(self.factory, self.kwargs)
+        except ValueError as err:
+            raise ValueError(f"factory: {err}") from None
+        for tool in tools:
+            if tool.name in names:
+                raise ValueError(f"factory: {self.factory}.{tool.name} has the name of the tool of "
+                                 f"env.{names[tool.name]}; a call must name one function")

@@ -161,3 +161,17 @@ PEER_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
          '`run.checkpoint_every`, `eval.every`'),
     ),
 }
+
+# TRL's agent arguments (``GRPOTrainer(environment_factory=, tools=)``, ``GRPOConfig``'s
+# ``max_tool_calling_iterations``), the table of docs/agents.md ("TRL users"): apart from
+# PEER_NAMES, whose rows are docs/config.md's tables; ``--help-keys`` searches both.
+AGENT_PEER_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
+    "TRL": (
+        ('`environment_factory`',
+         '`env.factory` (`asyncrl.train(environment_factory=...)`)'),
+        ('`tools`',
+         '`env.tools` (`asyncrl.train(tools=[...])`)'),
+        ('`max_tool_calling_iterations`',
+         '`env.max_turns` = iterations + 1 (assistant turns, not tool rounds)'),
+    ),
+}

@@ -113,6 +113,18 @@ class RewardSet:
         return cls([load_function(p) for p in paths], [float(w) for w in weights], cfg.on_error, task,
                    getattr(cfg, "completion_format", "auto"), getattr(cfg, "timeout_s", None))
 
+    def without_needing(self, fields) -> "RewardSet | None":
+        """These functions less those that require one of ``fields`` (None when none is left)."""
+        keep = [i for i, f in enumerate(self.functions) if not (f.required & set(fields))]
+        if not keep:
+            return None
+        if len(keep) == len(self.functions):
+            return self
+        out = RewardSet([self.functions[i] for i in keep], [self.weights[i] for i in keep], self.on_error,
+                        self.task, timeout_s=self.timeout_s)
+        out.conversational = self.conversational
+        return out
+
     @classmethod
     def for_task(cls, task) -> "RewardSet":
         """The default: the task's own correctness reward alone (an empty ``reward.funcs``)."""

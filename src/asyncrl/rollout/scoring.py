@@ -10,6 +10,7 @@ import torch
 
 from asyncrl.core.loader import ConfigError
 from asyncrl.rewards import RewardSet
+from asyncrl.rewards.resolve import EPISODE_CONTEXT
 from asyncrl.tasks import Problem, Task
 from asyncrl.types import Batch, Generation
 
@@ -55,15 +56,21 @@ def rewards_of(task: Task, texts: list[str], problems: list[Problem]) -> list[fl
     return values
 
 
-def check_reward(task: Task, rewards: RewardSet | None = None) -> None:
+def check_reward(task: Task, rewards: RewardSet | None = None, *, episodes: bool = False) -> None:
     """Score the gold solutions of the first train problems once, at start-up: a reward function
     that raises, returns NaN or needs a field the rows lack fails here, before a run directory or a
-    worker exists. ``rewards``: the run's reward functions (None: the task's own reward)."""
+    worker exists. ``rewards``: the run's reward functions (None: the task's own reward).
+    ``episodes``: the run plays episodes, so a function that needs what only an episode gives
+    (``environments``, ``tool_calls``...) is left to the first scored episode."""
     problems = task.problems("train")[:2]
     if rewards is None:
         rewards_of(task, [p.solution for p in problems], problems)
-    else:
-        rewards.score([p.solution for p in problems], problems)
+        return
+    if episodes:
+        rewards = rewards.without_needing(EPISODE_CONTEXT)
+        if rewards is None:
+            return
+    rewards.score([p.solution for p in problems], problems)
 
 
 def group_ids_of(n_problems: int, n: int, first_group_id: int = 0) -> torch.Tensor:

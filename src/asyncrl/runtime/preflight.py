@@ -115,5 +115,5 @@ def check_task(cfg, task, tokenizer, model, rewards=None) -> PromptFit:
     """The task can run with this model: its reward functions (``rewards``, a RewardSet; None = the
     task's own reward) work on a gold solution (they neither raise nor return NaN) and its prompts
     fit (:func:`check_prompts`, whose :class:`PromptFit` is returned)."""
-    check_reward(task, rewards)
+    check_reward(task, rewards, episodes=cfg.env.episodes)
     return check_prompts(cfg, task, tokenizer, model)
