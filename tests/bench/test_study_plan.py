@@ -121,3 +121,20 @@ def test_cells_share_warm_starts_by_seed_block_and_the_plan_fixes_seeds(tmp_path
         proc = _bench(tmp_path, *args)
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"asyncrl: {proc.stderr.strip()[9:]}"]
         assert message in proc.stderr
+
+
+def test_a_paired_plan_pairs_by_seed(tmp_path):
+    from scipy.stats import ttest_rel
+
+    plan = load_plan(_plan_file(tmp_path, PLAN.replace("margin: 0.03", "margin: 0.03\n  test: paired")))
+    seed_effect = [0.0, 0.3, -0.2, 0.1]  # shared by both arms of a seed: pairing removes it
+    runs = [_run("sync", s, [0.2, 0.5 + seed_effect[s]]) for s in range(4)]
+    runs += [_run("a3po", s, [0.2, 0.48 + seed_effect[s] + 0.005 * s]) for s in range(4)]
+    runs += [_run("recompute", s, [0.2, 0.5 + seed_effect[s]]) for s in range(4)]
+    extra, table, _ = build_study({"suite": "study", "plan": plan.as_dict(), "runs": runs}, tmp_path, {})
+    first = extra["primary"][0]
+    a3po = [0.48 + seed_effect[s] + 0.005 * s for s in range(4)]
+    assert first["test"] == "paired" and first["p"] == pytest.approx(
+        ttest_rel(a3po, [0.5 + e for e in seed_effect]).pvalue)
+    assert first["verdict"] == "differs"  # 2 points with a 0.6-point spread of differences, Welch could not
+    assert "paired t by seed" in table

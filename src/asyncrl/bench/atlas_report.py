@@ -7,7 +7,7 @@ Definitions (docs/benchmarks.md says the same in prose):
 - **sync**: ``ppo`` at K = 0 of the lag row (on-policy PPO-clip, i.e. sync GRPO). Every gap is
   cell − sync in eval-reward points, with the Welch 95 % interval over both arms' seeds, the Welch
   p-value Holm-adjusted over every comparison in the same row's table, a TOST equivalence p within
-  ±``NEAR_SYNC`` and the minimum detectable difference (80 % power) beside it.
+  ±``NEAR_SYNC`` and the minimum detectable difference (80 % power under that Holm adjustment) beside it.
 - **verdict**: "differs" (Holm-adjusted p < 0.05), "equivalent" within ±NEAR_SYNC (TOST p < 0.05) or
   "undecided"; **below sync** = differs with a negative gap. One seed has no spread to test
   against, so it is always undecided.

@@ -19,6 +19,7 @@ from asyncrl.bench import figures as F
 from asyncrl.bench import report as R
 from asyncrl.bench import stats as S
 from asyncrl.bench import wording as W
+from asyncrl.bench.paired import compare_paired
 from asyncrl.bench.plan_file import Comparison, StudyPlan, stored_plan
 
 ENDPOINT_WORDS = {"final_eval_reward": "final eval reward", "eval_auc": "eval reward AUC (curve mean)"}
@@ -47,7 +48,7 @@ def compare(plan: StudyPlan, groups: Mapping[str, list], comp: Comparison, endpo
     arm, ref = by_seed(groups.get(comp.arm, []), endpoint), by_seed(groups.get(comp.reference, []), endpoint)
     if plan.test == "paired":
         shared = sorted(set(arm) & set(ref))
-        out = S.compare_paired([arm[s] for s in shared], [ref[s] for s in shared], plan.margin)
+        out = compare_paired([arm[s] for s in shared], [ref[s] for s in shared], plan.margin)
     else:
         out = S.compare_arms(list(arm.values()), list(ref.values()), plan.margin)
     out.update(comparison=comp.label, endpoint=endpoint, test=plan.test)

@@ -91,8 +91,9 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 VERDICT_MARKS = {"differs": "*", "equivalent": "≈"}
 TEST_CAPTION = ("Each comparison: difference of the means in points with its 95 % Welch interval; the Welch "
                 "p-value Holm-adjusted over every comparison in the same table; the TOST equivalence p within "
-                "the stated margin; the minimum detectable difference (MDE: 80 % power, two-sided 5 %, from "
-                "the pooled SD). Verdict: differs (Holm p < 0.05), equivalent within the margin (TOST p < "
+                "the stated margin; the minimum detectable difference (MDE: the true gap the Holm-adjusted test "
+                "detects with 80 % power, i.e. at two-sided 5 % ÷ the table's number of comparisons, from the "
+                "pooled SD; exact Welch power, not the normal shortcut). Verdict: differs (Holm p < 0.05), equivalent within the margin (TOST p < "
                 "0.05), else undecided.")
 
 
