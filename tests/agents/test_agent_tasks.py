@@ -1,12 +1,19 @@
 """The built-in agent tasks and what their warm start learns from: deterministic disjoint splits,
-demonstrated episodes whose observation segments are not trained, the guess feedback rule, and
-the engines' per-call token budget and stop strings."""
+demonstrated episodes whose observation segments are not trained, the guess feedback rule, the
+heavy-tailed ranges of guess_tail, and the engines' per-call token budget and stop strings."""
 
+import hashlib
+import json
+import re
+from collections import Counter
+
+import pytest
 import torch
 
 from asyncrl.agents.guess import GuessNumber, read_guess
+from asyncrl.config import load_config
 from asyncrl.tasks import build_task
-from asyncrl.tasks.guess import feedback
+from asyncrl.tasks.guess import TAIL_MAX_GUESSES, feedback, tail_probabilities
 from asyncrl.training.pretrain import sft_batch
 
 
@@ -52,6 +59,73 @@ def test_guess_demonstrations_bisect_or_ignore_the_feedback():
     bisect = [p for p in train if p.solution.startswith(" <guess>10</guess>")]
     assert 0.25 < len(bisect) / len(train) < 0.45  # 30 % bisect, plus random games that open with 10
 
+
+
+def test_the_guess_rows_are_pinned():
+    """guess_tail is an option beside guess: the guess rows (and so its warm start) stay byte for byte."""
+    task = build_task("guess")
+    rows = [(p.uid, p.prompt, p.answer, p.solution, p.messages, dict(p.fields))
+            for split in ("train", "eval") for p in task.problems(split)]
+    digest = hashlib.sha256(json.dumps([r[:5] for r in rows]).encode()).hexdigest()
+    assert digest == "62bb431e877703b6fc9d7569c2664e00f3b7ef03faf7de6c1895788340d84474"
+    assert all(not r[5] for r in rows) and task.name == "guess"
+
+
+def test_guess_tail_ranges_follow_the_stated_power_law():
+    task = build_task("guess_tail")
+    train, evals = task.problems("train"), task.problems("eval")
+    assert task.name == "guess_tail" and not {p.uid for p in train} & {p.uid for p in evals}
+    probs = tail_probabilities()
+    assert list(probs) == list(range(2, 9)) and probs[2] == pytest.approx(0.25 / sum(k ** -2 for k in range(2, 9)))
+    counts = Counter(p.fields["high"] for p in train)
+    assert set(counts) == {2 ** k for k in probs}
+    for k, prob in probs.items():  # 2,000 rows: a share's SE is at most 0.011
+        assert counts[2 ** k] / len(train) == pytest.approx(prob, abs=0.04), k
+    for p in train + evals:
+        low, high = p.fields["low"], p.fields["high"]
+        assert low == 1 and low <= int(p.answer) <= high
+        assert p.messages == (("user", f"Guess my number from {low} to {high}."),)
+        guesses = [int(g) for g in re.findall(r"<guess>(\d+)</guess>", p.solution)]
+        assert 1 <= len(guesses) <= TAIL_MAX_GUESSES and all(low <= g <= high for g in guesses)
+
+
+def _bisects(p) -> bool:
+    """Every guess of the demonstrated game is the middle of the range still possible."""
+    low, high, secret = p.fields["low"], p.fields["high"], int(p.answer)
+    for guess in map(int, re.findall(r"<guess>(\d+)</guess>", p.solution)):
+        if guess != (low + high) // 2:
+            return False
+        _, low, high = feedback(guess, secret, low, high) if guess != secret else (None, low, high)
+    return True
+
+
+def test_guess_tail_demonstrations_bisect_a_third_of_the_time_in_about_k_turns():
+    train = build_task("guess_tail").problems("train")
+    bisect = [p for p in train if _bisects(p)]
+    assert 0.25 < len(bisect) / len(train) < 0.4  # 30 % bisect, plus random games that happen to halve
+    # bisection solves 1 to 2^k within k + 1 guesses: the turns follow k's law
+    assert all(p.solution.endswith(f"<guess>{p.answer}</guess>") for p in bisect)
+    assert all(p.solution.count("<guess>") <= p.fields["high"].bit_length() for p in bisect)
+
+
+def test_the_guess_environment_plays_the_rows_range():
+    env = GuessNumber()
+    env.reset({"answer": "100", "prompt": "p", "low": 1, "high": 128})
+    assert env.step("<guess>64</guess>")[0] == "higher: 65 to 128"
+    assert "from 65 to 128" in env.step("no guess")[0]
+    env.reset({"answer": "13", "prompt": "p"})  # a row without a range: the constructor's, 1 to 20
+    assert env.step("<guess>10</guess>")[0] == "higher: 11 to 20"
+    with pytest.raises(ValueError, match="row field 'high': must be an integer"):
+        env.reset({"answer": "3", "prompt": "p", "low": 1})
+    with pytest.raises(ValueError, match="row field 'high': 2 is below low=5"):
+        env.reset({"answer": "3", "prompt": "p", "low": 5, "high": 2})
+
+
+def test_the_guess_tail_preset_fits_the_longest_game_in_the_context():
+    cfg = load_config("guess-tail")
+    assert (cfg.task.name, cfg.env.name, cfg.env.max_turns) == ("guess_tail", "guess", 10)
+    assert cfg.env.max_turns >= max(tail_probabilities()) + 1  # bisection's worst case at the largest k
+    assert cfg.env.episode_tokens + 16 <= cfg.model.max_positions  # a 16-token prompt at most
 
 def test_the_engine_stops_at_a_stop_string_and_a_per_call_budget(tiny_policy):
     from asyncrl.rollout import EngineSpec, make_engine

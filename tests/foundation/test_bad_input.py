@@ -169,7 +169,7 @@ CASES = [
     ("bench-ks-empty", ["bench", "atlas", "--ks="], "--ks: expected a non-empty comma-separated list"),
     ("bench-ks-not-int", ["bench", "atlas", "--ks=1,x"], "--ks: expected comma-separated integers"),
     ("bench-ks-negative", ["bench", "atlas", "--ks=-1", "--list"], "--ks: K must be >= 0"),
-    ("bench-ks-wrong-suite", ["bench", "peer-trl", "--ks=1"], "--ks: suite peer-trl does not take it (suites that do: a3po, atlas, control)"),
+    ("bench-ks-wrong-suite", ["bench", "peer-trl", "--ks=1"], "--ks: suite peer-trl does not take it (suites that do: a3po, atlas, control, agent)"),
     ("bench-rows-wrong-suite", ["bench", "a3po", "--rows=lag"], "--rows: suite a3po does not take it (suites that do: atlas)"),
     ("bench-rows-unknown", ["bench", "atlas", "--rows=lag,nope", "--list"], "--rows: unknown nope"),
     ("bench-a3po-ks-zero", ["bench", "a3po", "--ks=0", "--list"], "--ks: the a3po suite's async runs need K >= 1"),

@@ -226,12 +226,12 @@ def test_an_unknown_name_is_one_line_naming_the_key_and_the_known_names(plugin_d
 def test_help_lists_the_plugins_names(plugin_dir):
     before = {k.key: k.type for k in config_keys()}
     assert before["async.backend"] == "local|ray"
-    assert before["task.name"] == "auto|arithmetic|gsm8k|math|dataset|calculator|guess"
+    assert before["task.name"] == "auto|arithmetic|gsm8k|math|dataset|calculator|guess|gem|guess_tail|reasoning_gym"
     load_config(None, [f"run.plugins=[{PLUGIN}]"])
     after = {k.key: k.type for k in config_keys()}
     assert after["async.backend"] == "local|ray|inline_plugin|cluster_plugin"
     assert after["async.weight_channel"] == "auto|shm|cuda|ray|collective|null_plugin|raystore_plugin"
-    assert after["loss.name"].endswith("|a3po_seq|marked_plugin|whole_plugin")
+    assert after["loss.name"].endswith("|a3po_seq|vespo|dppo|dppo_kl|sapo|marked_plugin|whole_plugin")
 
 
 def test_a_plugin_that_does_not_import_is_one_line(plugin_dir):

@@ -11,14 +11,74 @@ a plugin module named in ``run.plugins``::
 
     from asyncrl.agents import ENVIRONMENTS
     ENVIRONMENTS["maze"] = "my_pkg.maze:MazeEnv"
+
+A key may also be a :class:`NameFamily`: one entry for every name with a prefix (``gem:<id>``, any
+offline GEM game, :mod:`asyncrl.agents.gem`).
 """
 
 from __future__ import annotations
 
-__all__ = ["ENVIRONMENTS", "NO_ENV"]
+from typing import Any
+
+from asyncrl.core.loader import ConfigError
+from asyncrl.core.registries import resolve
+
+__all__ = ["ENVIRONMENTS", "NO_ENV", "EnvRegistry", "NameFamily"]
+
+
+class NameFamily(str):
+    """A key of :data:`ENVIRONMENTS` that stands for every ``env.name`` ``<prefix><id>``.
+
+    Its entry names an object (``"module:attr"``) with ``refusal(id) -> str | None`` (why that id
+    cannot run, one line, or None) and, as its attribute ``<id>``, the environment factory of the id.
+
+    Why a str subclass: the config checks ``env.name`` with ``name in [none, *ENVIRONMENTS]``
+    (asyncrl.core.loader, ``setting(names=...)``), and a family has too many names to list (GEM
+    registers 170). A family equals every name with its prefix, so that check accepts them, while
+    help and the "must be one of" error show it as one name (``gem:<id>``). An id it refuses raises
+    the refusal during that same check (ConfigError naming env.name): a name that cannot run stops
+    the command at config load, in one line, before any warm start."""
+
+    prefix: str
+
+    def __new__(cls, prefix: str, shown: str = "<id>") -> NameFamily:
+        key = super().__new__(cls, prefix + shown)
+        key.prefix = prefix
+        return key
+
+    __hash__ = str.__hash__  # stored under its text; a member's name hashes elsewhere and reaches __missing__
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NameFamily) or not isinstance(other, str) or not other.startswith(self.prefix):
+            return str.__eq__(self, other)
+        why = resolve(dict.__getitem__(ENVIRONMENTS, self)).refusal(other[len(self.prefix):])
+        if why is not None:
+            raise ConfigError("env.name", why)
+        return True
+
+    def __ne__(self, other: object) -> bool:  # str's own __ne__ would not ask __eq__
+        return not self.__eq__(other)
+
+    def __reduce__(self):  # a copy is a family too, not its text
+        return NameFamily, (self.prefix, str(self)[len(self.prefix):])
+
+
+class EnvRegistry(dict):
+    """``env.name`` → ``"module:attr"``; a name of a :class:`NameFamily` (which the dict does not
+    hold: ``in`` and ``get`` do not see it) resolves through ``registry[name]``: the family's
+    object, attribute ``<id>``."""
+
+    def __missing__(self, name: Any) -> str:
+        for key, target in self.items():
+            if isinstance(key, NameFamily) and isinstance(name, str) and name.startswith(key.prefix):
+                return f"{target}.{name[len(key.prefix):]}"
+        raise KeyError(name)
+
 
 NO_ENV = "none"  # env.name of single-turn runs: one prompt, one completion
-ENVIRONMENTS: dict[str, str] = {
+ENVIRONMENTS: dict[str, str] = EnvRegistry({
     "answer": "asyncrl.agents.envs:FinalAnswer",
     "guess": "asyncrl.agents.guess:GuessNumber",
-}
+    NameFamily("gem:"): "asyncrl.agents.gem:GAMES",  # any offline GEM game: env.name=gem:game:Sudoku-v0-easy
+    "rg_retry": "asyncrl.agents.rg_retry:RetryEnv",  # a reasoning-gym row, retried with the scorer's feedback
+})

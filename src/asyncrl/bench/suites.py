@@ -31,6 +31,7 @@ SUITES: dict[str, str] = {
     "control": "asyncrl.bench.suite_control:SUITE",
     "scale": "asyncrl.bench.suite_scale:SUITE",
     "study": "asyncrl.bench.suite_study:SUITE",
+    "agent": "asyncrl.bench.suite_agent:SUITE",
 }
 OPTIONS = ("ks", "rows", "envs", "config", "plan")  # the CLI filters a suite may take besides --methods/--seeds
 

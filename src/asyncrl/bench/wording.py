@@ -304,3 +304,43 @@ def headline_atlas(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> li
         lines.append(f"Largest K whose mean is within {near:.0f} points of the same loss at K = 0 (point estimate): "
                      + ", ".join(f"{m} {'none' if h is None else h}" for m, h in own.items()) + ".")
     return lines
+
+
+def _agent_arm_name(method: str, k: Any) -> str:
+    kind = {"async-loglinear": "A-3PO", "async-recompute": "async recompute"}.get(method.rsplit("-k", 1)[0], method)
+    return f"{kind} at W = K = {k}"
+
+
+def headline_agent(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> list[str]:
+    """The agent suite (asyncrl.bench.agent_report): the ideal overlap sync allows, then one sentence
+    per async arm (throughput ÷ sync, share of the ideal, oldest-token staleness, drops, eval gap with
+    its test), then a verdict on the fastest arm."""
+    arms = summary.get("arms") or {}
+    if "sync" not in methods or not arms:
+        return ["Sync or every async arm is missing from these runs: no comparison."]
+    ideal = summary.get("ideal_overlap")
+    lines = [f"Sync spends {seconds(summary.get('sync_gen_time_per_step_s'))} generating and "
+             f"{seconds(summary.get('sync_train_time_per_step_s'))} training per step: perfect overlap would "
+             f"train {ratio(ideal)} as fast (the ideal)."]
+    for method, row in arms.items():
+        share = as_float(row.get("share_of_ideal"))
+        one = _one_seed(methods, method, "sync")
+        lines.append(f"{_agent_arm_name(method, row.get('K'))}: {ratio(row.get('samples_per_s_ratio'))} sync's "
+                     f"samples/s ({number(100 * share) + '%' if math.isfinite(share) else 'n/a'} of the ideal), "
+                     f"{ratio(row.get('episodes_per_s_ratio'))} its episodes/s; oldest-token staleness "
+                     f"{number(row.get('staleness_oldest_mean'))} on average "
+                     f"(max {number(row.get('staleness_oldest_max'))}), "
+                     f"{number(row.get('dropped_samples'))} samples dropped per run; eval reward "
+                     f"{_gap_words(row.get('eval_gap_vs_sync'), 'sync', one)}.")
+    rated = {m: as_float(r.get("samples_per_s_ratio")) for m, r in arms.items()}
+    rated = {m: v for m, v in rated.items() if math.isfinite(v)}
+    if not rated:
+        return [*lines, "Verdict: no throughput comparison (an arm lacks samples_per_s)."]
+    best = max(rated, key=rated.get)
+    row = arms[best]
+    gap = row.get("eval_gap_vs_sync")
+    quality = (ONE_SEED if _one_seed(methods, best, "sync") else verdict_words(gap, 1.0)) if gap else "not compared"
+    pace = "faster than" if rated[best] > 1 else "no faster than"
+    return [*lines, f"Verdict: the fastest async arm, {_agent_arm_name(best, row.get('K'))}, trains {pace} sync "
+                    f"({ratio(rated[best])} its samples/s, of an ideal {ratio(ideal)}); its eval reward against "
+                    f"sync: {quality}."]

@@ -9,7 +9,7 @@ from asyncrl.core.loader import (
     ConfigError,
     setting,
 )
-from asyncrl.tasks import TASKS, ArithmeticConfig, DatasetFields
+from asyncrl.tasks import TASKS, ArithmeticConfig, DatasetFields, ReasoningGymFields
 
 
 # the default task name: resolved on construction, so a file named alone is never trained past
@@ -24,17 +24,21 @@ def _task_names() -> list[str]:
 class _TaskName:
     # a base of its own so that `name` stays the section's first key (base fields come first)
     name: str = setting(AUTO_TASK, "which task: arithmetic, gsm8k, math, dataset (any rows, your reward "
-                        "functions), or a plugin's (asyncrl.tasks.TASKS); auto = dataset when task.path is "
-                        "set, else arithmetic", names=_task_names)
+                        "functions), reasoning_gym (task.rg_tasks), gem (seeds for env.name=gem:<id>), or a "
+                        "plugin's (asyncrl.tasks.TASKS); auto = dataset when task.path is set, else arithmetic",
+                        names=_task_names)
 
 
+# the bases' keys come in reverse order: name, the file tasks' (path, ...), then reasoning-gym's (rg_*)
 @dataclass
-class TaskConfig(DatasetFields, _TaskName):
+class TaskConfig(ReasoningGymFields, DatasetFields, _TaskName):
     """The dataset and its reward. ``arithmetic`` is embedded; ``gsm8k`` and ``math`` read local
     files (``path``; field meanings in docs/tasks.md) and score with math-verify; ``dataset`` reads
-    any rows, scored by ``reward.funcs`` (or math-verify against an answer column). Each task owns
-    its settings: ``task.arithmetic`` (asyncrl.tasks.arithmetic) and the file tasks' keys, which
-    this section inherits (asyncrl.tasks.datasets.DatasetFields)."""
+    any rows, scored by ``reward.funcs`` (or math-verify against an answer column);
+    ``reasoning_gym`` generates reasoning-gym's problems (``rg_tasks``) and scores with its scorers.
+    Each task owns its settings: ``task.arithmetic`` (asyncrl.tasks.arithmetic), the file tasks' keys
+    (asyncrl.tasks.datasets.DatasetFields) and ``task.rg_*`` (asyncrl.tasks.reasoning_gym.ReasoningGymFields),
+    which this section inherits."""
 
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
     # a 20 MB JSONL line otherwise loads and crash-loops the worker; prompt + rollout.max_new_tokens

@@ -21,9 +21,11 @@ from typing import Any
 from asyncrl.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from asyncrl.tasks.base import Problem, Task, extract_answer, extract_any_answer
 from asyncrl.tasks.calculator import CalculatorTask
+from asyncrl.tasks.gem import GemTask
 from asyncrl.tasks.guess import GuessTask
 from asyncrl.tasks.datasets import DatasetConfig, DatasetFields, GSM8KTask, MathTask
 from asyncrl.tasks.generic import DatasetTask
+from asyncrl.tasks.reasoning_gym import ReasoningGymFields, ReasoningGymTask
 
 __all__ = [
     "TASKS",
@@ -34,9 +36,12 @@ __all__ = [
     "DatasetFields",
     "DatasetTask",
     "GSM8KTask",
+    "GemTask",
     "GuessTask",
     "MathTask",
     "Problem",
+    "ReasoningGymFields",
+    "ReasoningGymTask",
     "Task",
     "build_task",
     "check_registry",
@@ -46,7 +51,9 @@ __all__ = [
 
 TASKS: dict[str, Callable[[Any], Task]] = {"arithmetic": ArithmeticTask, "gsm8k": GSM8KTask, "math": MathTask,
                                            "dataset": DatasetTask, "calculator": CalculatorTask,
-                                           "guess": GuessTask}
+                                           "guess": GuessTask, "gem": GemTask,
+                                           "guess_tail": GuessTask.tail,  # heavy-tailed ranges
+                                           "reasoning_gym": ReasoningGymTask}
 # the registry as every process sees it after a plain import: what rollout worker processes (which
 # start from a fresh import, never from the trainer's memory) will build a task from
 _AS_IMPORTED: dict[str, Callable[[Any], Task]] = dict(TASKS)

@@ -5,6 +5,18 @@ own rendering: a share of them (:data:`BISECT_DEMO_FRAC`) play by halving the ra
 reports, the others guess at random in the whole range, ignoring the feedback. Reinforcement
 learning has to find out that the feedback pays. The reward comes from the environment (1 at the
 solving turn, discounted per turn by ``env.turn_discount``); the task's own reward adds nothing.
+
+``task=guess_tail`` (the ``guess-tail`` preset) draws a range per row whose size is heavy-tailed, so
+that episode lengths are: the range is 1 to 2^k with a truncated power law
+
+    P(k) ∝ k^(−2),  k = 2, ..., 8     (:data:`TAIL_KS`, :data:`TAIL_EXPONENT`)
+
+i.e. P(k) = 0.474, 0.211, 0.119, 0.076, 0.053, 0.039, 0.030: almost half the games are over 1..4,
+3 % over 1..256. Bisection needs about log2(range) = k turns (at most k + 1), so the number of
+turns follows the same law: a synchronous step waits for its rare games over 1..256 (8 or 9 turns)
+while most of its episodes took two or three. Each row carries its range (``fields``: ``low``, ``high``, read by
+asyncrl.agents.guess), the prompt states it, and the demonstrated games play in it (the same
+bisect/random mix, up to :data:`TAIL_MAX_GUESSES` guesses). The ``guess`` rows are unchanged.
 """
 
 from __future__ import annotations
@@ -14,11 +26,24 @@ import random
 from asyncrl.tasks.base import Problem
 from asyncrl.tasks.chat import render_plain
 
-__all__ = ["BISECT_DEMO_FRAC", "GuessTask", "feedback", "guess_text"]
+__all__ = ["BISECT_DEMO_FRAC", "TAIL_EXPONENT", "TAIL_KS", "TAIL_MAX_GUESSES", "GuessTask", "feedback",
+           "guess_text", "tail_probabilities"]
 
 BISECT_DEMO_FRAC = 0.3
 LOW, HIGH, MAX_GUESSES = 1, 20, 5
 N_TRAIN, N_EVAL = 2000, 200
+# guess_tail: range 1..2^k with P(k) ∝ k^(−TAIL_EXPONENT) over TAIL_KS; a demonstrated game stops
+# after TAIL_MAX_GUESSES, more than the k + 1 guesses bisection needs at the largest k
+TAIL_KS = tuple(range(2, 9))
+TAIL_EXPONENT = 2.0
+TAIL_MAX_GUESSES = 10
+
+
+def tail_probabilities() -> dict[int, float]:
+    """{k: P(k)} of guess_tail's range 1..2^k: the truncated power law k^(−TAIL_EXPONENT), normalised."""
+    weights = {k: k ** -TAIL_EXPONENT for k in TAIL_KS}
+    total = sum(weights.values())
+    return {k: w / total for k, w in weights.items()}
 
 
 def feedback(guess: int, secret: int, low: int, high: int) -> tuple[str, int, int]:
@@ -35,13 +60,16 @@ def guess_text(n: int) -> str:
     return f"<guess>{n}</guess>"
 
 
-def _game(secret: int, rng: random.Random, bisect: bool) -> str:
-    """A demonstrated game after the prompt, ending at the solving guess or after MAX_GUESSES."""
-    low, high, parts = LOW, HIGH, []
-    for turn in range(MAX_GUESSES):
-        guess = (low + high) // 2 if bisect else rng.randint(LOW, HIGH)
+def _game(secret: int, rng: random.Random, bisect: bool, bounds: tuple[int, int] = (LOW, HIGH),
+          max_guesses: int = MAX_GUESSES) -> str:
+    """A demonstrated game after the prompt, ending at the solving guess or after ``max_guesses``;
+    a random game guesses anywhere in ``bounds``, ignoring the feedback."""
+    low, high = bounds
+    parts = []
+    for turn in range(max_guesses):
+        guess = (low + high) // 2 if bisect else rng.randint(*bounds)
         parts.append(f" {guess_text(guess)}")
-        if guess == secret or turn == MAX_GUESSES - 1:
+        if guess == secret or turn == max_guesses - 1:
             break
         text, low, high = feedback(guess, secret, low, high)
         parts.append(f"\nuser: {text}\nassistant:")
@@ -51,21 +79,48 @@ def _game(secret: int, rng: random.Random, bisect: bool) -> str:
 class GuessTask:
     name = "guess"
 
-    def __init__(self, cfg=None, seed: int = 0):
+    def __init__(self, cfg=None, seed: int = 0, tail: bool = False):
         del cfg
         rng = random.Random(seed)
-        messages = (("user", f"Guess my number from {LOW} to {HIGH}."),)
         splits = {}
         for split, count in (("train", N_TRAIN), ("eval", N_EVAL)):
-            splits[split] = tuple(
-                Problem(uid=f"guess-{split}-{i}", prompt=render_plain(messages), answer=str(secret),
-                        solution=_game(secret, rng, rng.random() < BISECT_DEMO_FRAC), messages=messages)
-                for i, secret in enumerate(rng.randint(LOW, HIGH) for _ in range(count)))
+            splits[split] = self._tail_rows(split, count, rng) if tail else self._rows(split, count, rng)
         self._splits = splits
+        if tail:
+            self.name = "guess_tail"
+
+    @classmethod
+    def tail(cls, cfg=None) -> GuessTask:
+        """The ``guess_tail`` task (asyncrl.tasks.TASKS): heavy-tailed ranges, see the module."""
+        return cls(cfg, tail=True)
+
+    @staticmethod
+    def _rows(split: str, count: int, rng: random.Random) -> tuple[Problem, ...]:
+        # the draws' order (secret, bisect?, the game's guesses) is what fixes the guess rows
+        messages = (("user", f"Guess my number from {LOW} to {HIGH}."),)
+        return tuple(
+            Problem(uid=f"guess-{split}-{i}", prompt=render_plain(messages), answer=str(secret),
+                    solution=_game(secret, rng, rng.random() < BISECT_DEMO_FRAC), messages=messages)
+            for i, secret in enumerate(rng.randint(LOW, HIGH) for _ in range(count)))
+
+    @staticmethod
+    def _tail_rows(split: str, count: int, rng: random.Random) -> tuple[Problem, ...]:
+        probs = tail_probabilities()
+        rows = []
+        for i in range(count):
+            k = rng.choices(list(probs), weights=list(probs.values()))[0]
+            low, high = 1, 2 ** k
+            secret = rng.randint(low, high)
+            bisect = rng.random() < BISECT_DEMO_FRAC
+            messages = (("user", f"Guess my number from {low} to {high}."),)
+            rows.append(Problem(uid=f"guess_tail-{split}-{i}", prompt=render_plain(messages), answer=str(secret),
+                                solution=_game(secret, rng, bisect, (low, high), TAIL_MAX_GUESSES),
+                                fields={"low": low, "high": high}, messages=messages))
+        return tuple(rows)
 
     def problems(self, split: str) -> list[Problem]:
         if split not in self._splits:
-            raise ValueError(f"guess: unknown split {split!r} (train, eval)")
+            raise ValueError(f"{self.name}: unknown split {split!r} (train, eval)")
         return list(self._splits[split])
 
     def reward(self, completion: str, problem: Problem) -> float:
