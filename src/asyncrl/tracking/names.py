@@ -37,7 +37,11 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
              "seq_ratio_max", "seq_clipfrac", "masked_neg_adv_seq_frac", "seq_kl_mean", "seq_kl_max",
              "kl_penalty", "m2_before", "m2_after", "m2po_eps_low", "m2po_eps_high", "beyond_trust_frac",
              "tv_estimate", "filter_fired", "detached_token_frac", "prox_abs_err_mean", "prox_abs_err_max",
-             "seq_behav_weight_mean", "seq_behav_weight_max", "seq_behav_capped_frac", "behav_truncated_mass"),
+             "seq_behav_weight_mean", "seq_behav_weight_max", "seq_behav_capped_frac", "behav_truncated_mass",
+             # dppo's trust-region masks, vespo's gamma weight, sapo's gate
+             "masked_upper_frac", "masked_lower_frac", "ratio_capped_frac", "divergence_mean", "divergence_max",
+             "gamma_weight_mean", "gamma_weight_min", "gamma_weight_max", "gate_grad_weight_mean",
+             "gate_grad_weight_min"),
 }
 # the family's prefix is dropped from the short name where it only repeats it
 _STRIP = {"staleness": "staleness_", "eval": "eval_", "weights": "weight_", "workers": "worker_"}
