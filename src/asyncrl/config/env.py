@@ -19,8 +19,8 @@ class EnvConfig:
     completion per prompt (single turn); ``none`` with tools: the ``answer`` environment (the episode
     ends at the first turn that calls no tool)."""
 
-    name: str = setting(NO_ENV, "environment: none (single turn), answer, guess, or a plugin's "
-                                "(asyncrl.agents.ENVIRONMENTS)", names=_env_names)
+    name: str = setting(NO_ENV, "environment: none (single turn), answer, guess, rg_retry, gem:<GEM id>, or a "
+                                "plugin's (asyncrl.agents.ENVIRONMENTS)", names=_env_names)
     factory: str = setting("", "an environment class written for TRL's environment_factory, "
                                "'module:Class' or 'path/to/file.py:Class': reset(**row), public methods as "
                                "tools, get_reward (docs/agents.md)")
