@@ -89,7 +89,7 @@ def build_config(config: Any = None, *, reward_funcs: Sequence[Callable | str] |
         settings["env.tools"] = [tool_path(fn, inputs, f"tools[{i}]") for i, fn in enumerate(tools)]
     if environment_factory is not None:
         # a class with get_reward gets its reward function in reward.funcs at load (config.add_factory_reward)
-        settings["env.factory"], _ = factory_path(environment_factory, inputs, settings.get("env.kwargs"))
+        settings["env.factory"] = factory_path(environment_factory, inputs, settings.get("env.kwargs"))
     return load_config(config, settings=settings)
 
 
@@ -189,10 +189,9 @@ def tool_path(fn: Callable | str, inputs: Path, key: str) -> str:
     return _travelling(fn, inputs, key, "tool", "my_tools", "fn")
 
 
-def factory_path(factory: Callable | str, inputs: Path, kwargs: Mapping | None = None) -> tuple[str, bool]:
-    """(``env.factory`` entry for TRL's ``environment_factory``, whether its class defines
-    ``get_reward``): a string as given, else the class (or zero-argument factory) checked now, named
-    as :func:`reward_path` names a function."""
+def factory_path(factory: Callable | str, inputs: Path, kwargs: Mapping | None = None) -> str:
+    """``env.factory`` entry for TRL's ``environment_factory``: a string as given, else the class (or
+    zero-argument factory), either checked now and named as :func:`reward_path` names a function."""
     from asyncrl.agents.trl_env import inspect_factory, load_factory
     from asyncrl.config import ConfigError
 
@@ -202,13 +201,13 @@ def factory_path(factory: Callable | str, inputs: Path, kwargs: Mapping | None =
                                "class, which may route rows itself by a column its reset reads")
     try:
         if isinstance(factory, str):
-            _, cls, _ = load_factory(factory, dict(kwargs or {}))
-            return factory, getattr(cls, "get_reward", None) is not None
+            load_factory(factory, dict(kwargs or {}))
+            return factory
         shown = getattr(factory, "__qualname__", None) or type(factory).__name__
-        cls, _ = inspect_factory(factory, shown, dict(kwargs or {}))
+        inspect_factory(factory, shown, dict(kwargs or {}))
     except ValueError as err:
         raise ConfigError(key, str(err)) from None
-    return _travelling(factory, inputs, key, "env", "my_envs", "MyEnv"), getattr(cls, "get_reward", None) is not None
+    return _travelling(factory, inputs, key, "env", "my_envs", "MyEnv")
 
 
 def _travelling(obj: Callable, inputs: Path, key: str, stem: str, module: str, attr: str) -> str:

@@ -8,7 +8,6 @@ start and its evaluation problems (what a paired test pairs).
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
 from asyncrl.bench.cells import Cell, overrides
@@ -26,18 +25,9 @@ def plan_path(request: CellRequest) -> Path:
     raise PlanError("--plan: the study suite needs a plan file (none given, none frozen in --out)")
 
 
-@lru_cache(maxsize=8)
-def _load(path: str, mtime_ns: int) -> StudyPlan:  # noqa: ARG001 - mtime_ns keys the cache
-    return load_plan(path)
-
-
 def request_plan(request: CellRequest) -> StudyPlan:
-    path = plan_path(request)
-    try:
-        stamp = path.stat().st_mtime_ns
-    except OSError:
-        stamp = 0
-    return _load(str(path), stamp)
+    """The plan the request names (read each time it is asked for: a few lines of YAML)."""
+    return load_plan(plan_path(request))
 
 
 def _seeds(request: CellRequest) -> int:
