@@ -1,17 +1,18 @@
 """asyncrl: asynchronous RL post-training of language models.
 
-``asyncrl.train(config, reward_funcs=[...], train_dataset=ds, **overrides)`` trains from Python
-(asyncrl.api, docs/python-api.md); ``import asyncrl`` itself stays light: the API module, and
-torch with it, load on first use.
+``asyncrl.train(config, reward_funcs=[...], train_dataset=ds, **overrides)`` trains from Python, and
+``asyncrl.Trainer(...)`` is the same run as an object (``peft_config``, ``callbacks``, ``.train()``;
+asyncrl.api, docs/python-api.md); ``import asyncrl`` itself stays light: the API module, and torch
+with it, load on first use.
 """
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "train"]
+__all__ = ["Trainer", "__version__", "train"]
 
 
 def __getattr__(name: str):
-    if name == "train":  # loaded on first use: `import asyncrl` stays light (no torch)
+    if name in ("train", "Trainer"):  # loaded on first use: `import asyncrl` stays light (no torch)
         from importlib import import_module
 
-        return import_module("asyncrl.api").train
+        return getattr(import_module("asyncrl.api"), name)
     raise AttributeError(f"module 'asyncrl' has no attribute {name!r}")

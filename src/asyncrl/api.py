@@ -1,4 +1,5 @@
-"""``asyncrl.train(...)``: training from Python, the way a TRL user calls ``GRPOTrainer``.
+"""``asyncrl.Trainer(...).train()`` and ``asyncrl.train(...)``: training from Python, the way a TRL
+user calls ``GRPOTrainer``.
 
     import asyncrl
 
@@ -21,12 +22,20 @@ What this adds to the config, so that rollout worker processes (spawned, or Ray 
 * ``reward_funcs``: functions or ``"module:function"`` strings, into ``reward.funcs``. A function
   importable by its module and name travels as that reference; any other (defined in the script,
   a closure, a lambda) is pickled by value with cloudpickle into ``.inputs/`` and loaded from there
-  in every process. One that cannot travel is refused here, in one line (a ConfigError).
+  in every process. One that cannot travel is refused here, in one line (a ConfigError). A reward
+  model (TRL's model in ``reward_funcs``) goes to ``reward.models``: a string naming a directory, or
+  a ``PreTrainedModel`` (or ``(model, tokenizer)``) saved once under ``.inputs/``; ``reward.weights``
+  given here follow the list's order, as TRL's ``reward_weights`` do.
 * ``environment_factory`` / ``tools``: TRL's ``GRPOTrainer`` arguments, into ``env.factory`` /
   ``env.tools``, travelling the same way (a class or function from the script is pickled). The
   factory's class is checked here (``reset``, every public method a tool) and, when it defines
   ``get_reward``, the reward function ``asyncrl.agents.trl_env:get_reward`` joins ``reward.funcs``
   with weight 1, as TRL adds it: without other reward functions it is the only reward.
+* ``peft_config``: a ``peft.LoraConfig``, into ``policy.lora_*`` (asyncrl.policy.lora.lora_settings);
+  what the run would not honour is refused.
+
+``callbacks`` stay in this process (nothing pickled): the training loop calls them
+(asyncrl.runtime.callbacks).
 """
 
 from __future__ import annotations
@@ -37,30 +46,83 @@ import json
 import os
 import pickle
 import re
+import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_config", "train"]
+from asyncrl.runtime.callbacks import CallbackError
+
+__all__ = ["CallbackError", "Trainer", "build_config", "train"]
 
 INPUTS_DIR = ".inputs"  # under run.out_dir: what in-memory inputs become, for every process
 
 
+class Trainer:
+    """A run, configured now and trained by :meth:`train`: ``GRPOTrainer``'s shape. Arguments as
+    :func:`build_config`'s, plus ``peft_config`` (a ``peft.LoraConfig``) and ``callbacks`` (objects
+    with ``on_step_end`` / ``on_evaluate`` / ``on_save``, each given the metrics row:
+    asyncrl.runtime.callbacks). Bad input raises :class:`~asyncrl.config.ConfigError` here, one
+    line naming the argument or key, before anything starts; ``config`` is the resolved Config."""
+
+    def __init__(self, config: Any = None, *, reward_funcs: Sequence[Callable | str] | None = None,
+                 train_dataset: Any = None, eval_dataset: Any = None,
+                 environment_factory: Callable | str | None = None, tools: Sequence[Callable | str] | None = None,
+                 peft_config: Any = None, callbacks: Sequence[Any] | None = None,
+                 overrides: Mapping[str, Any] | None = None, **keys: Any):
+        from asyncrl.runtime.callbacks import checked_callbacks
+
+        self.callbacks = checked_callbacks(callbacks)
+        overrides = {**(overrides or {}), **_lora_overrides(peft_config, overrides, keys)}
+        self.config = build_config(config, reward_funcs=reward_funcs, train_dataset=train_dataset,
+                                   eval_dataset=eval_dataset, environment_factory=environment_factory, tools=tools,
+                                   overrides=overrides, **keys)
+
+    def add_callback(self, callback: Any) -> None:
+        """One more callback (an object, or a class to instantiate), checked as the others."""
+        from asyncrl.runtime.callbacks import checked_callbacks
+
+        self.callbacks += checked_callbacks([callback])
+
+    def train(self) -> dict | None:
+        """Train and return the run's summary (what ``summary.json`` holds); None on a ``torchrun``
+        rank other than 0, which follows rank 0's loop (and calls no callback). A callback that
+        raises stops the run: :class:`~asyncrl.runtime.callbacks.CallbackError`."""
+        from transformers.utils import logging as hf_logging
+
+        from asyncrl.runtime import train as run_training
+
+        hf_logging.disable_progress_bar()  # the run's own progress line is the only one (as in the CLI)
+        return run_training(self.config, callbacks=self.callbacks)
+
+
 def train(config: Any = None, *, reward_funcs: Sequence[Callable | str] | None = None,
           train_dataset: Any = None, eval_dataset: Any = None, environment_factory: Callable | str | None = None,
-          tools: Sequence[Callable | str] | None = None, overrides: Mapping[str, Any] | None = None,
-          **keys: Any) -> dict:
-    """Train and return the run's summary (what ``summary.json`` holds). Bad input raises
-    :class:`~asyncrl.config.ConfigError` (one line naming the key) before anything starts."""
-    cfg = build_config(config, reward_funcs=reward_funcs, train_dataset=train_dataset, eval_dataset=eval_dataset,
-                       environment_factory=environment_factory, tools=tools, overrides=overrides, **keys)
-    from transformers.utils import logging as hf_logging
+          tools: Sequence[Callable | str] | None = None, peft_config: Any = None,
+          callbacks: Sequence[Any] | None = None, overrides: Mapping[str, Any] | None = None,
+          **keys: Any) -> dict | None:
+    """``Trainer(...).train()`` in one call: the run's summary (what ``summary.json`` holds). Bad
+    input raises :class:`~asyncrl.config.ConfigError` (one line naming the key) before anything starts."""
+    return Trainer(config, reward_funcs=reward_funcs, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                   environment_factory=environment_factory, tools=tools, peft_config=peft_config,
+                   callbacks=callbacks, overrides=overrides, **keys).train()
 
-    from asyncrl.runtime import train as run_training
 
-    hf_logging.disable_progress_bar()  # the run's own progress line is the only one (as in the CLI)
-    return run_training(cfg)
+def _lora_overrides(peft_config: Any, overrides: Mapping[str, Any] | None, keys: Mapping[str, Any]) -> dict:
+    """``policy.lora_*`` of ``peft_config`` (none without one); ConfigError when ``overrides`` or a
+    keyword argument sets one of them too: LoRA is given in one place."""
+    if peft_config is None:
+        return {}
+    from asyncrl.config import ConfigError
+    from asyncrl.policy.lora import lora_settings
+
+    settings = lora_settings(peft_config)
+    given = set(overrides or {}) | {key.replace("__", ".") for key in keys}
+    clash = sorted(given & set(settings))
+    if clash:
+        raise ConfigError("peft_config", f"{clash[0]} is set too; give the LoRA settings in one place")
+    return settings
 
 
 def build_config(config: Any = None, *, reward_funcs: Sequence[Callable | str] | None = None,
@@ -82,7 +144,7 @@ def build_config(config: Any = None, *, reward_funcs: Sequence[Callable | str] |
     if reward_funcs is not None:
         if isinstance(reward_funcs, (str, bytes)) or callable(reward_funcs):
             reward_funcs = [reward_funcs]
-        settings["reward.funcs"] = [reward_path(fn, inputs, f"reward_funcs[{i}]") for i, fn in enumerate(reward_funcs)]
+        settings.update(reward_settings(reward_funcs, inputs, settings))
     if tools is not None:
         if isinstance(tools, (str, bytes)) or callable(tools):
             tools = [tools]
@@ -160,6 +222,62 @@ def _importable(fn: Callable) -> str | None:
     return f"{module}:{qualname}" if target is fn else None
 
 
+def reward_settings(reward_funcs: Sequence[Any], inputs: Path, settings: Mapping[str, Any]) -> dict:
+    """``reward.funcs`` and ``reward.models`` for TRL's ``reward_funcs`` list: its reward models
+    (:func:`reward_model_path`) go to ``reward.models``, the rest to ``reward.funcs``. ``reward.weights``
+    in ``settings`` (given with the list, one per entry in its order, as TRL's ``reward_weights``)
+    are reordered to the config's: functions, then models."""
+    from asyncrl.config import ConfigError
+
+    funcs, models, is_model = [], [], []
+    for i, entry in enumerate(reward_funcs):
+        model = reward_model_path(entry, inputs, f"reward_funcs[{i}]")
+        if model is None:
+            funcs.append(reward_path(entry, inputs, f"reward_funcs[{i}]"))
+        else:
+            models.append(model)
+        is_model.append(model is not None)
+    out: dict[str, Any] = {"reward.funcs": funcs}
+    if not models:
+        return out
+    if "reward.models" in settings:
+        raise ConfigError("reward_funcs", "names reward models and reward.models is set too; give them in one place")
+    out["reward.models"] = models
+    weights = settings.get("reward.weights")
+    if isinstance(weights, Sequence) and len(weights) == len(is_model):
+        out["reward.weights"] = [w for w, m in zip(weights, is_model) if not m] + \
+            [w for w, m in zip(weights, is_model) if m]
+    return out
+
+
+def reward_model_path(entry: Any, inputs: Path, key: str) -> str | None:
+    """``reward.models`` entry for a reward model in ``reward_funcs``, None for anything else: a
+    string naming an existing directory as itself; a ``PreTrainedModel`` (its tokenizer loaded from
+    where it was loaded from, as TRL does) or a ``(model, tokenizer)`` pair saved once under
+    ``.inputs/`` (asyncrl.rewards.reward_model.save_reward_model), so rollout workers load it."""
+    from asyncrl.config import ConfigError
+
+    if isinstance(entry, str):
+        if os.path.isdir(os.path.expanduser(entry)):
+            return entry
+        if ":" not in entry:
+            raise ConfigError(key, f"{entry!r} is neither a local reward model directory (no such directory; a "
+                                   "hub model is downloaded first: hf download ORG/NAME --local-dir DIR) nor "
+                                   "'module:function'")
+        return None
+    transformers = sys.modules.get("transformers")  # not imported: nothing here is one of its models
+    pair = isinstance(entry, tuple) and len(entry) == 2
+    model, tokenizer = entry if pair else (entry, None)
+    if transformers is None or not isinstance(model, transformers.PreTrainedModel):
+        return None
+    from asyncrl.rewards.reward_model import save_reward_model, tokenizer_of
+
+    try:
+        return save_reward_model(model, tokenizer if tokenizer is not None else tokenizer_of(model), inputs)
+    except ValueError as err:
+        raise ConfigError(key, str(err)) from None
+
+
 def reward_path(fn: Callable | str, inputs: Path, key: str) -> str:
     """``reward.funcs`` entry for ``fn``: a string as given, an importable function's reference,
     else the path of its cloudpickle (``.inputs/reward-<hash>.pkl:<name>``)."""
@@ -168,7 +286,8 @@ def reward_path(fn: Callable | str, inputs: Path, key: str) -> str:
     if isinstance(fn, str):
         return fn
     if not callable(fn):
-        raise ConfigError(key, f"expected a function or 'module:function', got {type(fn).__name__}")
+        raise ConfigError(key, f"expected a function, 'module:function' or a reward model (a directory, a "
+                               f"PreTrainedModel), got {type(fn).__name__}")
     return _travelling(fn, inputs, key, "reward", "my_rewards", "fn")
 
 

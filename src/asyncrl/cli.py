@@ -104,8 +104,9 @@ def _plan_parser(sub) -> None:
     from asyncrl.plan.estimate import PRESETS, Rates
 
     plan = sub.add_parser("plan", help="per-GPU memory and step time of a run, on paper (docs/scaling.md)")
-    plan.add_argument("--model", metavar="PRESET|PATH",
-                      help=f"a Qwen2.5 shape ({', '.join(PRESETS)}) or a Hugging Face config.json / model folder "
+    plan.add_argument("--model", metavar="PRESET|PATH|HUB_ID",
+                      help=f"a Qwen2.5 shape ({', '.join(PRESETS)}), a Hugging Face config.json / model folder, "
+                           "or a hub id in the local Hugging Face cache "
                            "(default: the config's policy.model_path, else its embedded model)")
     plan.add_argument("--config", metavar="FILE|PRESET", default="gpu-gsm8k",
                       help="the run config the batch shape and precision come from (default: gpu-gsm8k); "

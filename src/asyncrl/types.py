@@ -62,14 +62,16 @@ class Batch(Generation):
 
     rewards [B] float32 (total reward per sequence), group_ids [B] long (prompt id; samples of one
     prompt share it), advantages [B] float32 (filled by the trainer), reward_parts [B, F] float32 or
-    None (the raw value of each of the F reward functions, NaN where one failed and was zeroed; for
-    the per-function metrics only, the trainer never reads it).
+    None (the raw value of each of the F reward functions, NaN where one returned None, "does not
+    apply", or failed and was zeroed), reward_failed [B, F] bool or None (True where that NaN is a
+    failure); both for the per-function metrics only, the trainer never reads them.
     """
 
     rewards: torch.Tensor
     group_ids: torch.Tensor
     advantages: torch.Tensor
     reward_parts: torch.Tensor | None = None
+    reward_failed: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]

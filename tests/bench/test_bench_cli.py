@@ -99,8 +99,9 @@ def test_bad_cell_config_is_refused_before_anything_runs(tmp_path, cache):
 
 
 def test_failed_cell_is_one_line_and_nonzero(tmp_path, cache):
-    (tmp_path / "empty").mkdir()  # passes validation (it has a config.json), fails when the run loads it
+    (tmp_path / "empty").mkdir()  # passes validation (config.json, tokenizer.json), fails when the run loads it
     (tmp_path / "empty" / "config.json").write_text("{}")
+    (tmp_path / "empty" / "tokenizer.json").write_text("{}")  # present (validation) but unreadable
     proc = bench(tmp_path, cache, "atlas", "--quick", "--methods", "ppo", "--ks", "0", "--out", "out",
                  f"policy.model_path={tmp_path / 'empty'}", timeout=120)
     assert proc.returncode == 1

@@ -45,6 +45,19 @@ def _corrupt_model(tmp: Path, model: Path) -> str:
     return str(bad)
 
 
+def _model_copy(tmp: Path, model: Path, name: str, drop: tuple[str, ...], tokenizer_config: str | None = None) -> str:
+    """``model`` copied to ``tmp/name`` without the files ``drop``; ``tokenizer_config`` replaces its
+    tokenizer_config.json."""
+    copy = tmp / name
+    copy.mkdir()
+    for item in model.iterdir():
+        if item.name not in drop:
+            (copy / item.name).write_bytes(item.read_bytes())
+    if tokenizer_config is not None:
+        (copy / "tokenizer_config.json").write_text(tokenizer_config)
+    return str(copy)
+
+
 def _alias_bomb() -> str:
     """"Billion laughs": nine aliases of nine aliases, nine levels deep (9^9 values expanded)."""
     levels = ['&a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
@@ -119,6 +132,9 @@ CASES = [
     ("device-cuda-7", ["train", "policy.device=cuda:7"], "policy.device: 'cuda:7'"),
     ("model-path-missing", ["train", "policy.model_path={tmp}/nowhere"], "policy.model_path: no such directory"),
     ("model-path-not-a-model", ["train", "policy.model_path={tmp}"], "policy.model_path: not a Hugging Face model"),
+    ("model-hub-id-not-cached", ["train", "policy.model_path=asyncrl-tests/no-such-model"],
+     "policy.model_path: asyncrl-tests/no-such-model is not a local directory and not in the local Hugging Face "
+     "cache at"),
     # config files
     ("config-file-missing", ["train", "--config", "{tmp}/none.yaml"], "--config: no such file"),
     ("config-file-bad-yaml", ["train", "--config", lambda t, m: _text(t, "bad.yaml", "a: [1,\nb: 2\n")],
@@ -197,6 +213,16 @@ CASES = [
 MODEL_CASES = [
     ("model-weights-corrupt", ["train", *SMALL, lambda t, m: f"policy.model_path={_corrupt_model(t, m)}"],
      "policy.model_path: cannot load a model from"),
+    ("model-no-tokenizer", ["train", lambda t, m: "policy.model_path=" + _model_copy(
+        t, m, "bare", ("tokenizer.json", "tokenizer_config.json"))],
+     "policy.model_path: {tmp}/bare: no tokenizer files (neither tokenizer.json nor tokenizer_config.json)"),
+    ("model-tokenizer-no-vocab",
+     ["train", lambda t, m: f"policy.model_path={_model_copy(t, m, 'novocab', ('tokenizer.json',))}"],
+     "policy.model_path: {tmp}/novocab: no tokenizer vocabulary: tokenizer_config.json names TokenizersBackend, "
+     "which needs tokenizer.json or tokenizer.model"),
+    ("model-tokenizer-empty",
+     ["train", *SMALL, lambda t, m: f"policy.model_path={_model_copy(t, m, 'empty', ('tokenizer.json',), '{}')}"],
+     "policy.model_path: cannot load a model from {tmp}/empty: ValueError: its tokenizer encodes text to no tokens"),
     ("max-new-tokens-fill-context", ["train", *SMALL, "policy.model_path={model}", "rollout.max_new_tokens=256"],
      "rollout.max_new_tokens: 256 leaves no room for a prompt"),
     ("prompt-over-context", ["train", *SMALL, "policy.model_path={model}",

@@ -1,4 +1,4 @@
-"""Evaluation: pass@k from each problem's samples (hand-worked), greedy accuracy, and `asyncrl eval`
+"""Evaluation: pass@k from each problem's samples (hand-worked), the greedy reward, and `asyncrl eval`
 with its per-problem outputs; the in-training evaluation logs pass@k too."""
 
 import json
@@ -44,13 +44,13 @@ def test_eval_metrics_names_and_greedy(tiny_policy):
     cfg = load_config(None, ["eval.samples=3", "eval.pass_k=[1,3]", "eval.greedy=true", "rollout.max_new_tokens=6"])
     problems = task.problems("eval")[:3]
     metrics, result = eval_metrics(model, tok, task, problems, cfg)
-    assert set(metrics) == {"eval_reward", "eval_pass_at_1", "eval_pass_at_3", "eval_greedy_acc", "eval_answer_acc"}
+    assert set(metrics) == {"eval_reward", "eval_pass_at_1", "eval_pass_at_3", "eval_greedy_reward", "eval_answer_acc"}
     oks = [[task.answer_correct(text, p) for text in texts] for texts, p in zip(result.completions, problems)]
     assert metrics["eval_answer_acc"] == pytest.approx(sum(map(sum, oks)) / 9)
     assert [len(c) for c in result.completions] == [3, 3, 3]
     assert metrics["eval_pass_at_1"] <= metrics["eval_pass_at_3"]
     again, _ = eval_metrics(model, tok, task, problems, cfg)
-    assert again["eval_greedy_acc"] == metrics["eval_greedy_acc"]
+    assert again["eval_greedy_reward"] == metrics["eval_greedy_reward"]
 
 
 def test_eval_answer_acc_is_the_tasks_own_judgement(tiny_policy, monkeypatch):
@@ -80,8 +80,8 @@ def test_eval_cli_writes_per_problem_outputs(tmp_path, policy_dir):
                           capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert {"eval_reward", "pass@1", "pass@2", "greedy_acc"} <= set(report) and report["n_problems"] == 3
-    assert "pass@2" in proc.stderr and "greedy_acc" in proc.stderr  # the human summary
+    assert {"eval_reward", "pass@1", "pass@2", "greedy_reward"} <= set(report) and report["n_problems"] == 3
+    assert "pass@2" in proc.stderr and "greedy_reward" in proc.stderr  # the human summary
     assert json.loads((tmp_path / "ev" / "eval.json").read_text()) == report
     rows = [json.loads(line) for line in (tmp_path / "ev" / "problems.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and all(len(r["completions"]) == len(r["rewards"]) == 2 for r in rows)

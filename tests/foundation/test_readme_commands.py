@@ -4,7 +4,8 @@
 
 - `asyncrl train|eval|pretrain ...` resolve their whole config (`asyncrl config` with the same
   arguments: every key, value, file, preset, model directory and reward function is checked),
-  in a scratch directory holding the files the README's recipes name;
+  in a scratch directory holding the files the README's recipes name (examples/recipe2's among
+  them: its `cd examples/recipe2` line must name a folder of the repository);
 - `asyncrl bench ...` builds and validates every cell (`--list`);
 - `asyncrl plan ...` runs as written (it only prints an estimate);
 - the Python recipe runs with `asyncrl.train` swapped for `asyncrl.api.build_config`, which takes
@@ -17,6 +18,7 @@ tests/runtime/test_any_dataset_e2e.py).
 import json
 import re
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -28,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 BLOCKS = re.findall(r"```(\w*)\n(.*?)```", README, re.S)
 NOT_ASYNCRL = ("make demo", "pip install", "python -m venv")  # setup: what CI's `make test` does
+RECIPE_DIR = "examples/recipe2"  # recipe 2 runs in it: its files are copied into the scratch directory
 GSM8K_ROW = {"question": "Tom has 3 apples and buys 4 more. How many apples?", "answer": "3 + 4 = 7\n#### 7"}
 MINIMAL_QWEN2 = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": 64,
                  "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
@@ -57,18 +60,21 @@ COMMANDS = [line for line in shell_lines() if line.startswith("asyncrl ")]
 
 
 def test_every_readme_shell_line_is_checked():
-    others = [line for line in shell_lines() if not line.startswith(("asyncrl ", "echo ", *NOT_ASYNCRL))]
+    others = [line for line in shell_lines() if not line.startswith(("asyncrl ", "echo ", "cd ", *NOT_ASYNCRL))]
     assert others == []
+    moves = [line.split(None, 1)[1] for line in shell_lines() if line.startswith("cd ")]
+    assert moves == [RECIPE_DIR] and (ROOT / RECIPE_DIR).is_dir()
     assert len(COMMANDS) >= 10 and [b for b in BLOCKS if b[0] == "python"]
 
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory) -> Path:
-    """A directory with what the recipes name: prompts.jsonl, my_rewards.py (the README's own echo
-    line), GSM8K files, and a model directory."""
+    """A directory with what the recipes name: examples/recipe2's files (prompts.jsonl, eval.jsonl,
+    my_rewards.py), what the README's echo lines write, GSM8K files, and a model directory."""
     root = tmp_path_factory.mktemp("readme")
-    rows = [{"prompt": f"Say the number {i}:", "target": str(i)} for i in range(20)]
-    (root / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for path in (ROOT / RECIPE_DIR).iterdir():
+        if path.is_file():
+            shutil.copy(path, root / path.name)
     for line in shell_lines():
         if line.startswith("echo "):
             subprocess.run(line, shell=True, cwd=root, check=True)
@@ -78,6 +84,7 @@ def scratch(tmp_path_factory) -> Path:
     model = root / "models" / "Qwen2.5-1.5B-Instruct"
     model.mkdir(parents=True)
     (model / "config.json").write_text(json.dumps(MINIMAL_QWEN2))
+    (model / "tokenizer.json").write_text("{}")  # config load checks that tokenizer files are there
     return root
 
 

@@ -26,7 +26,7 @@ from asyncrl.config.help import describe_keys, peer_matches
 from asyncrl.config.peers import PEER_NAMES
 from asyncrl.tracking.metrics import readable_floats
 from asyncrl.core.progress import TrainProgress, fit_fields
-from asyncrl.runtime.run_report import logged_panels, reward_function_keys, write_run_report
+from asyncrl.runtime.run_report import KL_PANEL, logged_panels, reward_function_keys, signal_panels, write_run_report
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_e2e_train import TINY, run_cli  # noqa: E402
@@ -226,8 +226,17 @@ def test_report_has_the_training_signal_curves_that_were_logged(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert reward_function_keys(rows) == ["reward/correct", "reward/fmt"]
     assert [title for title, _ in logged_panels(rows)] == [
-        "Policy loss", "KL", "Entropy (nats per token)", "ESS fraction", "Completion length (tokens)"]
-    assert dict(logged_panels(rows))["KL"] == [("approx_kl_k3", "to the behavior policy (k3)")]  # no kl_ref
+        "Policy loss", "KL (nats per token)", "Entropy (nats per token)", "ESS fraction", "Completion length (tokens)"]
+    # each KL line says KL to what: the anchor of each update follows the run's loss and trainer.prox
+    kl_label = {(loss, prox): dict(logged_panels(rows, signal_panels({"loss": loss, "prox": prox})))[KL_PANEL]
+                for loss, prox in (("decoupled", "loglinear"), ("ppo", "none"), ("reinforce", "loglinear"))}
+    assert kl_label["decoupled", "loglinear"] == [
+        ("approx_kl_k3", "per update, from π_prox (trainer.prox=loglinear) (k3)")]
+    assert kl_label["ppo", "none"] == kl_label["reinforce", "loglinear"]  # no kl_ref logged: no line for it
+    assert kl_label["ppo", "none"] == [("approx_kl_k3", "per update, from π_behav, the policy that sampled (k3)")]
+    with_ref = [{**r, "kl_ref": 0.01} for r in rows]
+    assert dict(logged_panels(with_ref, signal_panels({})))[KL_PANEL][0] == (
+        "kl_ref", "to π_ref, the starting weights (trainer.kl_coef)")
     page = write_run_report(tmp_path, {}).read_text()
     # reward, reward per function, training signals, utilisation (no staleness or time split logged)
     assert page.count("data:image/png;base64,") == 4

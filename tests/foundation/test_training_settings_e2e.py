@@ -36,7 +36,7 @@ def test_schedule_kl_pass_k_and_kept_checkpoints(tmp_path, policy_dir):
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "runs" / "r"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert all({"eval_reward", "eval_pass_at_1", "eval_pass_at_2", "eval_greedy_acc"} <= set(r) for r in rows)
+    assert all({"eval_reward", "eval_pass_at_1", "eval_pass_at_2", "eval_greedy_reward"} <= set(r) for r in rows)
     records = [r for r in rows if r["step"] > 0]  # step 0: the evaluation before training
     assert [r["step"] for r in records] == [1, 2, 3]
     assert [r["lr"] for r in records] == pytest.approx(

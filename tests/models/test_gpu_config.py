@@ -12,6 +12,7 @@ def test_gpu_gsm8k_config_loads(tmp_path):
     model_dir = tmp_path / "Qwen2.5-1.5B-Instruct"
     model_dir.mkdir()
     (model_dir / "config.json").write_text("{}")  # load_config checks that it is a model directory
+    (model_dir / "tokenizer.json").write_text("{}")  # ... with tokenizer files
     data = tmp_path / "train.jsonl"
     data.write_text('{"question": "What is 2 + 3?", "answer": "2 + 3 = 5\\n#### 5"}\n')
     cfg = load_config(CONFIG, [f"policy.model_path={model_dir}", f"task.path={data}"])

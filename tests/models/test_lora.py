@@ -177,7 +177,10 @@ def test_lora_train_end_to_end(tmp_path, cache, mode):
     assert summary["steps"] == 2 and summary["mode"] == mode
     ckpt = run_dir / "checkpoint"
     model = AutoModelForCausalLM.from_pretrained(ckpt, local_files_only=True)
-    start_dir = next(Path(cache).glob("tiny-*"))
+    from asyncrl.config import load_config
+    from asyncrl.training.pretrain import pretrained_dir
+
+    start_dir = pretrained_dir(load_config(str(run_dir / "config.yaml")))  # the run's own warm start
     before, after = load_file(start_dir / "model.safetensors"), load_file(ckpt / "model.safetensors")
     assert before.keys() == after.keys() and not any("lora" in k for k in after)
     changed = {k for k in before if not torch.equal(before[k], after[k])}

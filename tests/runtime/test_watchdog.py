@@ -57,7 +57,8 @@ def test_stopped_worker_is_killed_and_replaced(tmp_path, model_dir):
     _, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err[-3000:]
     assert "Traceback" not in err
-    lines = err.strip().splitlines()
+    # the run's other line: 12 steps of a tiny model may warn that its rewards have no spread
+    lines = [line for line in err.strip().splitlines() if "no learning signal" not in line]
     assert len(lines) == 1 and re.fullmatch(
         r"asyncrl: rollout worker 0 killed: no result for [4-9] s \(async.worker_timeout_s=4\); restarting it "
         r"\(restart 1\); \d+ work unit\(s\) lost", lines[0]), err[-3000:]

@@ -179,7 +179,6 @@ def test_a_required_argument_no_row_has_is_named(user_file, task):
 @pytest.mark.parametrize("name, completions, expected", [
     ("picky", ["ok", "boom", "ok"], "picky raised ValueError: cannot parse 'boom' on row uid={uid}"),
     ("nan_on_x", ["ok", "x", "ok"], "nan_on_x returned nan on row uid={uid}"),
-    ("none_on_x", ["ok", "x", "ok"], "none_on_x returned None on row uid={uid}"),
 ])
 def test_a_failing_function_is_one_line_naming_it_and_the_row(user_file, task, name, completions, expected):
     problems = rows(task)
@@ -201,10 +200,12 @@ def test_on_error_zero_counts_each_failure(user_file, task):
     scores = rs.score(["boom", "x", "ok"], rows(task))
     assert scores.errors == 2
     assert scores.total == [2.0, 1.0, 3.0]  # boom: picky 0 + 2·1; x: 1 + 2·0; ok: 1 + 2·1
-    parts = rs.parts_tensor(scores)
+    parts, failed = rs.parts_tensor(scores), rs.failed_tensor(scores)
     assert torch.isnan(parts[0, 0]) and torch.isnan(parts[1, 1]) and parts.shape == (3, 2)
-    assert rs.metrics(parts) == {"reward/picky": pytest.approx(2 / 3), "reward/nan_on_x": pytest.approx(2 / 3),
-                                 "reward/errors": 2}
+    assert failed.tolist() == [[True, False], [False, True], [False, False]]
+    metrics = rs.metrics(parts, failed)  # a failure counts as its 0 in the function's mean
+    assert metrics["reward/picky"] == pytest.approx(2 / 3) and metrics["reward/nan_on_x"] == pytest.approx(2 / 3)
+    assert metrics["reward/errors"] == 2
 
 
 # -- metrics: reward parts travel with the batch ----------------------------------------------------
@@ -232,7 +233,9 @@ def test_reward_parts_survive_select_transfer_and_concat():
 def test_per_function_metrics_are_means_per_step(user_file, task):
     rs = reward_set(user_file, task, ["has_marker", "length_penalty"])
     parts = torch.tensor([[1.0, -0.5], [0.0, -0.1], [1.0, -0.3], [1.0, -0.1]])
-    assert rs.metrics(parts) == {"reward/has_marker": 0.75, "reward/length_penalty": pytest.approx(-0.25)}
+    assert rs.metrics(parts) == {"reward/has_marker": 0.75, "reward/length_penalty": pytest.approx(-0.25),
+                                 "reward_std/has_marker": pytest.approx(0.5),
+                                 "reward_std/length_penalty": pytest.approx(torch.tensor([-0.5, -0.1, -0.3, -0.1]).std().item())}
     assert rs.metrics(None) == {}
 
 

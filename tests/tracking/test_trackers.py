@@ -120,7 +120,8 @@ def test_metrics_writer_sends_namespaced_names_to_trackers(tmp_path):
     writer.write_table(1, "completions", ["prompt", "reward"], [["1+1", 1.0]])
     writer.close()
     assert fake.scalars[0] == {"eval/reward": 0.25}
-    assert fake.scalars[1] == {"rollout/reward_mean": 0.5, "staleness/token_mean": 1.0}  # NaN, dup, bool out
+    assert fake.scalars[1] == {"rollout/reward_mean": 0.5, "staleness/token_mean": 1.0,  # NaN, dup, bool out
+                               "train/reward": 0.5}  # and TRL's name of the reward
     assert fake.hists[(1, "staleness/token_hist")] == [1, 2]
     assert fake.tables[(1, "completions")] == (["prompt", "reward"], [["1+1", 1.0]])
     assert fake.closed

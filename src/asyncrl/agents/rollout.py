@@ -72,7 +72,8 @@ class EpisodeRollout:
         total = torch.tensor([s + r for s, r in zip(scores.total, env_returns)], dtype=torch.float32)
         fields = {f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)}
         batch = Batch(**fields, rewards=total, group_ids=group_ids_of(len(problems), n, first_group_id),
-                      advantages=torch.zeros_like(total), reward_parts=self.rewards.parts_tensor(scores))
+                      advantages=torch.zeros_like(total), reward_parts=self.rewards.parts_tensor(scores),
+                      reward_failed=self.rewards.failed_tensor(scores))
         stats = EpisodeStats()
         stats.add_episodes(episodes, env_returns)
         if self.tools is not None:

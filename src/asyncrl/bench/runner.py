@@ -1,7 +1,7 @@
 """Run a suite's cells (resumable), then store the study and write its report.
 
     <runs>/<cell>/              each cell's run directory (default <out>/runs; not part of the study)
-    <out>/results.json          every run's summary          } the study's data
+    <out>/results.json          every run's summary and load } the study's data
     <out>/steps.csv.gz          every run's per-step metrics } (asyncrl.bench.study)
     <out>/summary.json, table.md, report.html, figures/*.png      (the suite's report)
 
@@ -33,6 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
     TimeRemainingColumn
 
 from asyncrl.bench.cells import Cell
+from asyncrl.bench.load import overload_warning, read_load, record_load
 from asyncrl.bench.study import StudyError, load_study, write_study_data
 from asyncrl.bench.suites import Suite, get_suite
 
@@ -108,6 +109,7 @@ def run_cell(cell: Cell, runs_dir: Path, *, in_process: bool = False, env: dict[
         return run_dir
     log_path = run_dir / "bench.log"
     runner = RUNNERS[cell.runner]
+    record_load(run_dir, "start")  # the machine's load beside the cell's timings (asyncrl.bench.load)
     if in_process and runner.in_process:
         code = _run_in_process(cell, runs_dir, log_path)
     else:
@@ -115,6 +117,7 @@ def run_cell(cell: Cell, runs_dir: Path, *, in_process: bool = False, env: dict[
         with open(log_path, "w") as log:
             code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
                                   env={**os.environ, **runner.env, **(env or {})}).returncode
+    record_load(run_dir, "end")
     check_cell(cell.name, run_dir, code, log_path)
     return run_dir
 
@@ -155,8 +158,12 @@ def load_run(cell: Cell, run_dir: Path) -> dict:
     metrics_file = run_dir / "metrics.jsonl"
     metrics = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()] \
         if metrics_file.exists() else []
-    return {"cell": cell.name, "method": cell.method, "seed": cell.seed, "params": cell.params,
-            "summary": summary, "metrics": metrics}
+    run = {"cell": cell.name, "method": cell.method, "seed": cell.seed, "params": cell.params,
+           "summary": summary, "metrics": metrics}
+    load = read_load(run_dir)
+    if load is not None:  # cells run before it was recorded have none
+        run["load"] = load
+    return run
 
 
 def host_info() -> dict:
@@ -293,6 +300,9 @@ def run_suite(suite: Suite | str, cells: list[Cell], out_dir: Path, *, quick: bo
 
         def done(cell: Cell, run_dir: Path) -> None:
             console.print(line(cell, json.loads((run_dir / "summary.json").read_text())))
+            warning = overload_warning(cell.name, read_load(run_dir))
+            if warning is not None:
+                console.print(warning, markup=False, highlight=False)
             progress.advance(task)
 
         parallel = functools.partial(run_cell, runs_dir=runs_dir, env=shared_cores_env(jobs))

@@ -4,7 +4,8 @@ run's per-step metrics in one table).
 A study folder is what gets committed and shared::
 
     README.md  table.md  summary.json  report.html  figures/*.png    what a reader opens
-    results.json     the suite, command, host, and per run: cell, method, seed, params, summary
+    results.json     the suite, command, host, and per run: cell, method, seed, params, summary,
+                     load (the machine's load averages at the cell's start and end: asyncrl.bench.load)
     steps.csv.gz     one row per (run, step): ``cell`` then one column per metric
 
 The per-cell run directories (checkpoints, logs, completions) stay where the run wrote them and are
@@ -33,7 +34,7 @@ from asyncrl.tracking.metrics import json_safe
 
 RESULTS_FILE = "results.json"
 STEPS_FILE = "steps.csv.gz"
-RUN_KEYS = ("cell", "method", "seed", "params", "summary")  # what results.json keeps of each run
+RUN_KEYS = ("cell", "method", "seed", "params", "summary", "load")  # what results.json keeps of each run
 
 
 class StudyError(RuntimeError):

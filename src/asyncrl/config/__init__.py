@@ -98,8 +98,9 @@ def add_factory_reward(cfg: Config) -> None:
     reward = cfg.reward
     if getattr(cls, "get_reward", None) is None or GET_REWARD in reward.funcs:
         return
-    if reward.weights is not None and len(reward.weights) == len(reward.funcs):
-        reward.weights = [*reward.weights, 1.0]
+    if reward.weights is not None and len(reward.weights) == len(reward.funcs) + len(reward.models):
+        # weights go functions first, then models: the new function's comes after the functions'
+        reward.weights = [*reward.weights[:len(reward.funcs)], 1.0, *reward.weights[len(reward.funcs):]]
     reward.funcs = [*reward.funcs, GET_REWARD]
 
 

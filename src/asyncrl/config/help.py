@@ -122,16 +122,17 @@ def _names(cell: str) -> list[str]:
 
 def peer_matches(pattern: str) -> list[tuple[str, str, str]]:
     """(library, their names, ours) rows of the other-library tables (asyncrl.config.peers: the
-    config tables, then TRL's agent arguments) with a name of theirs that matches ``pattern`` (a
-    glob, else a case-insensitive substring)."""
-    from asyncrl.config.peers import AGENT_PEER_NAMES, PEER_NAMES
+    config tables, TRL's agent arguments, then TRL's settings not offered, whose "ours" says why)
+    with a name of theirs that matches ``pattern`` (a glob, else a case-insensitive substring)."""
+    from asyncrl.config.peers import AGENT_PEER_NAMES, PEER_NAMES, TRL_NOT_OFFERED
 
     def hit(name: str) -> bool:
         if any(c in pattern for c in "*?["):
             return fnmatch.fnmatchcase(name, pattern)
         return pattern.lower() in name.lower()
 
-    return [(library, theirs, ours) for table in (PEER_NAMES, AGENT_PEER_NAMES) for library, rows in table.items()
+    tables = (PEER_NAMES, AGENT_PEER_NAMES, {"TRL": TRL_NOT_OFFERED})
+    return [(library, theirs, ours) for table in tables for library, rows in table.items()
             for theirs, ours in rows if any(hit(name) for name in _names(theirs))]
 
 

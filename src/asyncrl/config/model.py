@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from asyncrl.core.loader import (
@@ -55,7 +54,9 @@ class ModelConfig:
 class PolicyConfig:
     """Which weights to train and where they run."""
 
-    model_path: str | None = setting(None, "a local HF model directory; null = the embedded tiny model")
+    model_path: str | None = setting(
+        None, "a local HF model directory, or a hub id (Qwen/Qwen2.5-0.5B-Instruct) already in the local "
+              "Hugging Face cache; null = the embedded tiny model")
     device: str = setting("cpu", "cpu, cuda or cuda:N: trainer, rollout workers and evaluation")
     dtype: Literal["float32", "bfloat16", "float16"] = setting("float32", "the trained (master) weights")
     # 0 shares the cores out so every mode has the whole machine (config/threads.py)
@@ -93,10 +94,11 @@ class PolicyConfig:
         if self.lora_target_modules is not None and (
                 not self.lora_target_modules or not all(m.strip() for m in self.lora_target_modules)):
             raise ValueError("lora_target_modules: must be a non-empty list of module names, or null")
-        if self.model_path is not None and not Path(self.model_path).is_dir():
-            raise ValueError(f"model_path: no such directory: {self.model_path}")
-        if self.model_path is not None and not (Path(self.model_path) / "config.json").is_file():
-            raise ValueError(f"model_path: not a Hugging Face model directory (no config.json): {self.model_path}")
+        if self.model_path is not None:
+            from asyncrl.config.model_source import resolve_model_dir
+
+            # a hub id becomes its cached snapshot folder here, once: every process gets a path
+            self.model_path = resolve_model_dir(self.model_path)
 
 
 @dataclass

@@ -43,6 +43,9 @@ class RunConfig:
     tensorboard: bool = setting(True, "deprecated: false = drop tensorboard from run.report_to")
     log_completions_every: int = setting(
         25, "steps between sample-completion tables (completions.jsonl, trackers); 0 = off")
+    print_completions: int = setting(
+        0, "sample completions also printed on the console as a table (prompt, completion, each reward "
+           "function's value) at those steps, TRL's log_completions; 0 = none")
     report: bool = setting(True, "write <run dir>/report.html (curves, staleness, time split) at the end")
     progress: bool = setting(True, "live progress line (rich); off for subprocesses that parse stdout")
     # CPU runs are bitwise reproducible without it; GPU kernels need it, at some speed cost
@@ -65,6 +68,11 @@ class RunConfig:
         check_available(self.report_to)
         if self.log_completions_every < 0:
             raise ValueError("log_completions_every: must be >= 0")
+        if self.print_completions < 0:
+            raise ValueError("print_completions: must be >= 0")
+        if self.print_completions and not self.log_completions_every:
+            raise ValueError("print_completions: prints at the steps of run.log_completions_every, which is 0 "
+                             "(set it, e.g. run.log_completions_every=10)")
         if self.checkpoint_every < 0:
             raise ValueError("checkpoint_every: must be >= 0")
         if self.keep_checkpoints < 0:

@@ -88,14 +88,16 @@ class TaskConfig(ReasoningGymFields, DatasetFields, _TaskName):
 
 @dataclass
 class RewardConfig:
-    """Reward functions by import path (docs/rewards.md): the reward of a completion is the weighted
-    sum of their values. Its own section, not task fields: a task is the problems, the reward is what
-    scores them, and one reward (a format bonus, say) applies to any task."""
+    """Reward functions by import path and reward models by directory (docs/rewards.md): the reward
+    of a completion is the weighted sum of their values. Its own section, not task fields: a task is
+    the problems, the reward is what scores them, and one reward (a format bonus, say) applies to any
+    task."""
 
     funcs: list[str] = setting(
         help="'pkg.module:fn' or 'path/to/file.py:fn' each; [] = the task's correctness reward "
-             "(asyncrl.tasks.rewards:correct_answer)", factory=list)
-    weights: list[float] | None = setting(None, "one weight per function; null = all 1")
+             "(asyncrl.tasks.rewards:correct_answer), unless reward.models names a model", factory=list)
+    weights: list[float] | None = setting(None, "one weight per function, then one per model (reward.funcs "
+                                                "order, then reward.models order); null = all 1")
     on_error: Literal["raise", "zero"] = setting(
         "raise", "a function that raises or returns a non-number: raise = stop the run naming it; "
                  "zero = count it 0 (metric reward/errors)")
@@ -107,10 +109,18 @@ class RewardConfig:
     timeout_s: float | None = setting(
         300.0, "seconds one call of a reward function (on one batch) may take; past it the call is "
                "stopped and handled per on_error; null = no bound")
+    # after the fields above: a RewardConfig(funcs, weights, on_error) built by position stays valid
+    models: list[str] = setting(
+        help="reward models: local Hugging Face directories of a sequence-classification model with "
+             "num_labels=1 (and its tokenizer), whose logit on prompt + completion is the reward (TRL's "
+             "reward model); scored after the functions", factory=list)
+    model_device: str = setting("cpu", "device the reward models (reward.models) run on: cpu, cuda, cuda:1")
+    model_dtype: Literal["float32", "bfloat16", "float16"] = setting("float32", "dtype of the reward models' weights")
+    model_batch_size: int = setting(16, "completions per forward pass of a reward model")
 
     def validate(self) -> None:
-        """Import every function now, in this process (workers repeat this from the same strings):
-        a bad path fails at load, before anything starts."""
+        """Import every function and check every reward model directory now, in this process
+        (workers repeat this from the same strings): a bad path fails at load, before anything starts."""
         from asyncrl.rewards import load_function, normalize_path
         from asyncrl.rewards.resolve import imports_allowed
 
@@ -124,9 +134,33 @@ class RewardConfig:
                     load_function(self.funcs[i])
             except ValueError as err:
                 raise ValueError(f"funcs[{i}]: {err}") from None
-        if self.weights is not None and len(self.weights) != max(1, len(self.funcs)):
-            raise ValueError(f"weights: {len(self.weights)} weight(s) for {max(1, len(self.funcs))} "
-                             "reward function(s); give one per function (or none: all 1)")
+        self._validate_models()
+        sources = len(self.funcs) + len(self.models) or 1  # none named: the task's correctness reward
+        if self.weights is not None and len(self.weights) != sources:
+            raise ValueError(f"weights: {len(self.weights)} weight(s) for {sources} reward function(s) and "
+                             "model(s); give one per function, then one per model (or none: all 1)")
+
+    def _validate_models(self) -> None:
+        """Each reward model directory made absolute and checked without loading its weights (the
+        run loads them, in every process that scores)."""
+        import torch
+
+        from asyncrl.rewards.resolve import imports_allowed
+        from asyncrl.rewards.reward_model import check_model_dir, normalize_model_path
+
+        if self.model_batch_size < 1:
+            raise ValueError("model_batch_size: must be >= 1")
+        try:
+            torch.device(self.model_device)
+        except (RuntimeError, ValueError):
+            raise ValueError(f"model_device: {self.model_device!r} is not a torch device (cpu, cuda, cuda:1)") from None
+        for i, path in enumerate(self.models):
+            self.models[i] = normalize_model_path(path)
+            if imports_allowed():  # not while `asyncrl config` only prints the config
+                try:
+                    check_model_dir(self.models[i])
+                except ValueError as err:
+                    raise ValueError(f"models[{i}]: {err}") from None
 
     def build(self, task=None):
         """The :class:`~asyncrl.rewards.RewardSet` of this config, bound to ``task``."""

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from asyncrl.distributed.config import FsdpConfig
@@ -27,6 +27,10 @@ class RolloutConfig:
 
     prompts_per_step: int = setting(8, "prompts (groups) per training batch")
     samples_per_prompt: int = setting(8, "completions per prompt (the group of group-normalized advantages)")
+    # TRL counts a batch in completions (generation_batch_size): this spares its users the division
+    completions_per_step: int | None = setting(
+        None, "completions per training batch, instead of prompts_per_step: prompts_per_step = this / "
+              "samples_per_prompt (a multiple of it); null = prompts_per_step × samples_per_prompt")
     max_new_tokens: int = setting(48, "completion length limit in tokens")
     temperature: float = setting(1.0, "sampling temperature of the rollouts")
     # behav_logp stays the log-prob under the full softmax at the temperature (docs/tasks.md)
@@ -48,11 +52,28 @@ class RolloutConfig:
             raise ValueError("prompts_per_step: must be >= 1")
         if self.samples_per_prompt < 2:
             raise ValueError("samples_per_prompt: must be >= 2 (group-normalized advantages)")
+        if self.completions_per_step is not None:
+            self._prompts_from_completions()
         if self.max_new_tokens < 1:
             raise ValueError("max_new_tokens: must be >= 1")
         if not self.temperature > 0:
             raise ValueError("temperature: must be > 0")
         _check_truncation(self.top_p, self.top_k)
+
+    def _prompts_from_completions(self) -> None:
+        """``completions_per_step`` sets ``prompts_per_step`` when that is at its default (8); any
+        other value of it must agree (a preset's, or one given beside it)."""
+        total, group = self.completions_per_step, self.samples_per_prompt
+        if total < group or total % group:
+            raise ValueError(f"completions_per_step: {total} is not a whole number of groups of "
+                             f"rollout.samples_per_prompt={group} (try {max(1, round(total / group)) * group})")
+        prompts = total // group
+        default = next(f.default for f in fields(self) if f.name == "prompts_per_step")
+        if self.prompts_per_step not in (prompts, default):
+            raise ValueError(f"completions_per_step: {total} completions are {prompts} prompts × {group}, but "
+                             f"rollout.prompts_per_step={self.prompts_per_step} (given beside it, or by the "
+                             "--config file); give only one of the two")
+        self.prompts_per_step = prompts
 
     @property
     def batch_size(self) -> int:
@@ -237,7 +258,7 @@ class EvalConfig:
     batch_size: int = setting(128, "prompts generated at once during evaluation")
     # unbiased pass@k over the samples (a sample passes with reward >= 1); each k <= samples
     pass_k: list[int] = setting(help="k values of the unbiased pass@k (each <= samples)", factory=lambda: [1])
-    greedy: bool = setting(False, "also one temperature-0 answer per problem: eval_greedy_acc")
+    greedy: bool = setting(False, "also one temperature-0 answer per problem: eval_greedy_reward, its mean reward")
     # benchmark cells share a warm start and seed: their step-0 evaluations are one computation
     cache_initial: bool = setting(
         False, "reuse the evaluation before training of an identical start (weights, problems, eval "

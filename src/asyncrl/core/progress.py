@@ -7,6 +7,9 @@ would be one endlessly rewritten, truncated line, so each phase and each step is
 
     step 12/200  reward 0.531  eval 0.470  stale 1.2/3  wait 0.41s  dropped 0  samples/s 18.2  elapsed 0:01:07
 
+With two or more reward functions, each one's mean follows the reward (``reward 0.620  hit 0.41
+fmt 0.90``).
+
 With ``hold_phases`` (a training run), the phases before the run directory exists ("loading task",
 "loading model") are held back there and printed once the run is under way (:meth:`release_phases`):
 a run refused for bad input then says so in exactly one line on stderr, what scripts and
@@ -29,6 +32,10 @@ def _num(record: dict, key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
+def _label(name: str, width: int = 12) -> str:
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
 def step_fields(record: dict, batch_size: int | None = None) -> list[tuple[str, str]]:
     """(label, value) pairs of one step's record, in display order; absent quantities are left out."""
     out = []
@@ -40,6 +47,10 @@ def step_fields(record: dict, batch_size: int | None = None) -> list[tuple[str, 
 
     add("sft loss", "sft_loss", "{:.3f}")  # the warm start's
     add("reward", "reward_mean", "{:.3f}")
+    functions = [k for k in record if k.startswith("reward/") and k != "reward/errors"]
+    if len(functions) >= 2:  # one function's mean is the reward itself (up to its weight)
+        for key in functions:
+            add(_label(key.removeprefix("reward/")), key, "{:.2f}")
     add("eval", "eval_reward", "{:.3f}")
     add("turns", "episode/turns_mean", "{:.1f}")  # multi-turn episodes only
     mean, top = _num(record, "staleness_token_mean"), _num(record, "staleness_token_max")
@@ -156,3 +167,9 @@ class TrainProgress:
     def log(self, message: str) -> None:
         if self.enabled:
             self.console.print(message, soft_wrap=not self.live)
+
+    def show(self, renderable) -> None:
+        """A rich renderable (a table of sample completions) above the live line, or between
+        the plain lines."""
+        if self.enabled:
+            self.console.print(renderable)

@@ -21,8 +21,6 @@ def run_plan(args) -> int:
         rates = plan.Rates(decode_tps=args.decode_tps, train_flops=args.train_tflops * 1e12,
                            bus_gbps=args.bus_gbps, gpu_gib=args.gpu_gib)
         cfg = load_config(args.config, args.overrides, ignore=("task", "reward"))
-        if cfg.policy.lora_rank:
-            raise ValueError("policy.lora_rank: asyncrl plan models full fine-tuning only")
         if args.table and args.model:
             raise ValueError("--model: --table plans the four Qwen2.5 presets; give one or the other")
         shape = plan.PRESETS["0.5B"] if args.table else plan.model_shape(args.model) if args.model \
@@ -72,6 +70,12 @@ def _plan_report(inputs, mem, time, rates, args) -> None:
     console.print(f"step: {inputs.batch_rows} sequences of {inputs.prompt_tokens} + {inputs.new_tokens} positions, "
                   f"{inputs.minibatches} updates; one forward pass on rank 0: {mem.rows} rows; {precision}; "
                   f"activation checkpointing {'on' if inputs.grad_ckpt else 'off'}; {inputs.mode}, {inputs.engine}")
+    if inputs.lora is not None:
+        from asyncrl.plan.lora import ADAPTER_BYTES, adapter_params
+
+        console.print(f"LoRA rank {inputs.lora.rank} on {', '.join(inputs.lora.modules)}: "
+                      f"{adapter_params(shape, inputs.lora):,} adapter parameters train (float{8 * ADAPTER_BYTES}); "
+                      f"the {shape.params:,} base weights are frozen in {inputs.weight_dtype}")
     table = Table(title=f"memory of one GPU (rank 0 of {inputs.gpus}), an estimate", box=style)
     for name, justify in (("item", "left"), ("GiB", "right"), ("what", "left")):
         table.add_column(name, justify=justify)

@@ -16,7 +16,11 @@ moments of a step, which never overlap:
   the gradients when micro-batches accumulate;
 * the end of the backward pass: every gradient, and the tied embedding's dense gradient;
 * the optimizer step: gradients and AdamW's temporaries;
-* with several ranks, the whole-weight gather after the step (every rank, asyncrl.distributed.fsdp).
+* with several ranks, the whole-weight gather after the step (every rank, asyncrl.distributed.fsdp);
+  with LoRA, the merged copies of the adapted weights that publishing makes.
+
+With LoRA (:mod:`asyncrl.plan.lora`, one trainer rank) only the adapters have gradients and AdamW
+state; the frozen base weights stay in their dtype, and the LM head and embeddings get no gradient.
 
 The activation formula is derived for Hugging Face's Qwen2 decoder layer with SDPA attention and a
 padding mask (so K/V are repeated to every head and each layer converts the mask to a float bias),
@@ -29,6 +33,9 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from asyncrl.plan import lora as lora_shapes
+from asyncrl.plan.lora import LoraPlan
 
 GIB = 2**30
 H100_BF16_DENSE_FLOPS = 989.4e12  # NVIDIA H100 SXM, bf16 tensor cores, dense
@@ -51,6 +58,7 @@ class ModelShape:
     tied: bool
     head_dim: int = 0  # 0: hidden // heads
     qkv_bias: bool = True
+    model_type: str = "qwen2"  # config.json's: peft's default LoRA targets depend on it
 
     @property
     def dim(self) -> int:
@@ -83,20 +91,27 @@ PRESETS = {
 
 
 def model_shape(spec: str) -> ModelShape:
-    """A preset (``1.5B``, ``qwen2.5-1.5b``, case-insensitive) or a Hugging Face ``config.json`` /
-    model folder. ValueError naming ``--model`` otherwise."""
+    """A preset (``1.5B``, ``qwen2.5-1.5b``, case-insensitive), a Hugging Face ``config.json`` /
+    model folder, or a hub id (``Qwen/Qwen2.5-7B``) in the local hub cache. ValueError naming
+    ``--model`` otherwise."""
     key = spec.strip().lower().removeprefix("qwen2.5-").removesuffix("-instruct")
     for name, shape in PRESETS.items():
         if key == name.lower():
             return shape
-    path = Path(spec)
+    path, hub_id = Path(spec), None
+    if not path.exists() and "/" in spec:
+        from asyncrl.config.model_source import cached_snapshot, is_hub_id
+
+        if is_hub_id(spec):
+            path, hub_id = Path(cached_snapshot(spec) or spec), spec
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
         raise ValueError(f"--model: no preset or config.json {spec!r} (presets: {', '.join(PRESETS)}, or a "
-                         "path to a Hugging Face config.json or model folder)")
+                         "path to a Hugging Face config.json or model folder, or a hub id in the local "
+                         "Hugging Face cache)")
     try:
-        return shape_from_config(json.loads(path.read_text(encoding="utf-8")), str(path))
+        return shape_from_config(json.loads(path.read_text(encoding="utf-8")), hub_id or str(path))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"--model: cannot read {path}: {err}") from None
 
@@ -116,7 +131,8 @@ def shape_from_config(cfg: dict, name: str) -> ModelShape:
                       kv_heads=int(cfg.get("num_key_value_heads") or heads),
                       intermediate=cfg["intermediate_size"], vocab=cfg["vocab_size"],
                       tied=bool(cfg.get("tie_word_embeddings", False)), head_dim=int(cfg.get("head_dim") or 0),
-                      qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")))
+                      qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
+                      model_type=str(cfg.get("model_type") or ""))
 
 
 def config_model(cfg) -> ModelShape:
@@ -169,6 +185,7 @@ class PlanInputs:
     cuda_channel: bool = True  # async weights through the CUDA IPC channel (two buffers on the GPU)
     kl_reference: bool = False  # trainer.kl_coef > 0: a frozen copy of the weights on every rank
     extra_forwards: int = 0  # no-grad forward passes per step: trainer.prox=recompute, the KL reference
+    lora: LoraPlan | None = None  # policy.lora_rank > 0: only these adapters train
 
     def __post_init__(self):
         for name in ("gpus", "batch_rows", "minibatches", "prompt_tokens", "new_tokens", "logits_chunk"):
@@ -176,6 +193,8 @@ class PlanInputs:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.batch_rows % self.minibatches:
             raise ValueError(f"minibatches: must divide the batch of {self.batch_rows} rows")
+        if self.lora is not None and self.gpus > 1:
+            raise ValueError("policy.lora_rank: LoRA runs with one trainer process only")
 
     @property
     def seq(self) -> int:
@@ -230,39 +249,51 @@ def activations(p: PlanInputs, rows: int, checkpointed: bool) -> int:
     (non-reentrant, per layer): each layer keeps only its input (r·h per position) and the boolean
     mask, and the backward pass recomputes one layer at a time. Either way: the final norm
     ((4 + r)·h), RoPE's cos and sin (2·head_dim·r) per position, and the completion positions'
-    hidden states that the chunked LM head keeps (r·h each)."""
+    hidden states that the chunked LM head keeps (r·h each). With LoRA the frozen layers keep less
+    and the adapters add theirs (:func:`asyncrl.plan.lora.layer_bytes_per_token`)."""
     shape, (r, a, cast) = p.model, precision(p)
     tokens, s = rows * p.seq, p.seq
-    layer = layer_bytes_per_token(shape, r, a, cast) * tokens + rows * s * s * a
+    if p.lora is None:
+        per_token = layer_bytes_per_token(shape, r, a, cast)
+    else:
+        mask_bytes = 1 if p.device == "cuda" else 4  # CUDA's dropout keeps a bool mask, the CPU's a float one
+        per_token = lora_shapes.layer_bytes_per_token(shape, p.lora, r, a, p.autocast, mask_bytes)
+    layer = per_token * tokens + rows * s * s * a
     if checkpointed:
         body = shape.layers * r * shape.hidden * tokens + rows * s * s + layer
     else:
         body = shape.layers * layer
-    per_position = (4 + r) * shape.hidden + 2 * shape.dim * r
+    per_position = (4 + (0 if p.lora else r)) * shape.hidden + 2 * shape.dim * r  # frozen norm: no output kept
     return body + per_position * tokens + r * shape.hidden * rows * p.new_tokens
 
 
 def autocast_copies(p: PlanInputs) -> int:
     """bf16 copies of the layers' weights that autocast makes in the forward pass and the backward
-    pass reads: every layer's, or one layer's at a time with checkpointing; none without autocast."""
-    if not precision(p)[2]:
-        return 0
-    return 2 * p.model.layer_params * (1 if p.grad_ckpt else p.model.layers)
+    pass reads: every layer's, or one layer's at a time with checkpointing; none without autocast.
+    LoRA's float32 adapters are copied under autocast whatever the base weights' dtype."""
+    shape = p.model
+    layers = 1 if p.grad_ckpt else shape.layers
+    base = 2 * shape.layer_params * layers if precision(p)[2] else 0
+    adapters = 0
+    if p.lora is not None and p.autocast:
+        adapters = 2 * lora_shapes.adapter_params(shape, p.lora) // shape.layers * layers
+    return base + adapters
 
 
 def logits_chunk_bytes(p: PlanInputs, rows: int) -> int:
     """The LM head's peak (asyncrl.policy.logprobs), in its backward pass: a chunk of c = min(
     logits_chunk, rows·new_tokens) positions × V float32 log-probs and probabilities, the float32
     [V, H] gradient it accumulates plus one chunk's [V, H] product, and with a bf16 head its bf16
-    weight copy, logits gradient and product."""
+    weight copy, logits gradient and product. A frozen head (LoRA) has no [V, H] gradient."""
     shape, (r, _, cast) = p.model, precision(p)
     c = min(p.logits_chunk, rows * p.new_tokens)
     cv, vh = c * shape.vocab, shape.vocab * shape.hidden
     head = 4 if p.lm_head_fp32 else (2 if cast else r)  # the matmul's dtype; r: the weight's
     low = head != 4
-    inner = (cv * head if low else 0) + 4 * vh + (vh * head if low else 0)
+    head_grad = 0 if p.lora else 4 * vh + (vh * head if low else 0)  # accumulator's chunk product
+    inner = (cv * head if low else 0) + head_grad
     weight_copy = vh * head if head != r else 0
-    return 4 * vh + weight_copy + 4 * cv + max(4 * cv, inner)
+    return (0 if p.lora else 4 * vh) + weight_copy + 4 * cv + max(4 * cv, inner)
 
 
 def rollout_share(p: PlanInputs, rates: Rates) -> tuple[int, str]:
@@ -302,13 +333,10 @@ def memory(p: PlanInputs, rates: Rates = Rates()) -> Memory:
     rows, accumulate = p.forward_rows()
     P, vh = shape.params, shape.vocab * shape.hidden
     out = Memory(rows=rows)
-    grads = P * w // n
     used = "checkpointing" if p.grad_ckpt else "no checkpointing"
     shape_note = f"{rows} rows × {p.seq} positions"
     out.lines = {
-        "parameters": (P * w // n, f"P·{w} B / {n}"),
-        "gradients": (grads, f"P·{w} B / {n}"),
-        "AdamW state": (2 * P * w // n, f"exp_avg + exp_avg_sq: 2·P·{w} B / {n}"),
+        **_weight_lines(p),
         "activations, no checkpointing": (activations(p, rows, False),
                                           shape_note + ("" if not p.grad_ckpt else "; not counted")),
         "activations, checkpointing": (activations(p, rows, True),
@@ -317,12 +345,13 @@ def memory(p: PlanInputs, rates: Rates = Rates()) -> Memory:
         "log-prob logits chunk": (logits_chunk_bytes(p, rows),
                                   f"{min(p.logits_chunk, rows * p.new_tokens)} positions × V, backward"),
     }
+    grads = out.lines["gradients"][0]
     unsharded = fsdp_unsharded(p) if n > 1 else 0
     start = (out.lines[f"activations, {used}"][0] + autocast_copies(p) + out.lines["log-prob logits chunk"][0]
              + unsharded + (grads if accumulate else 0))
     if n > 1:
         out.lines["FSDP gathered root + layers"] = (unsharded, "embeddings/head whole + 2 layers, + 1 layer's grad")
-    tied_grad = vh * w if shape.tied and n == 1 else 0
+    tied_grad = vh * w if shape.tied and n == 1 and p.lora is None else 0
     end = grads + tied_grad + (shape.root_params * 4 + unsharded if n > 1 else 0)
     moments = {"backward start": start, "backward end": end, "optimizer step": grads + optimizer_temporaries(p)}
     static = out.lines["parameters"][0] + out.lines["AdamW state"][0]
@@ -331,7 +360,11 @@ def memory(p: PlanInputs, rates: Rates = Rates()) -> Memory:
         out.lines["rank-0 replica"] = (P * w, "rank 0's unsharded model (generation, publishing)")
         moments["weight gather"] = grads + P * w
         static += P * w
-    if p.kl_reference:
+    if p.lora is not None:
+        merged = lora_shapes.adapted_params(shape, p.lora) * w
+        out.lines["merged adapted weights"] = (merged, "publishing, checkpoints: a copy of each adapted W + scale·B A")
+        moments["adapter merge"] = grads + merged
+    if p.kl_reference and p.lora is None:  # LoRA's reference is the same module with its adapters off
         out.lines["KL reference"] = (P * w, "frozen starting weights, every rank")
         static += P * w
     out.peak_moment, dynamic = max(moments.items(), key=lambda item: item[1])
@@ -345,10 +378,27 @@ def memory(p: PlanInputs, rates: Rates = Rates()) -> Memory:
     return out
 
 
+def _weight_lines(p: PlanInputs) -> dict[str, tuple[int, str]]:
+    """Rank 0's parameters, gradients and AdamW state: shards of every weight, or with LoRA the
+    frozen base weights whole plus the float32 adapters, which alone have gradients and AdamW state."""
+    shape, n, w = p.model, p.gpus, DTYPE_BYTES[p.weight_dtype]
+    P = shape.params
+    if p.lora is None:
+        return {"parameters": (P * w // n, f"P·{w} B / {n}"), "gradients": (P * w // n, f"P·{w} B / {n}"),
+                "AdamW state": (2 * P * w // n, f"exp_avg + exp_avg_sq: 2·P·{w} B / {n}")}
+    A, a = lora_shapes.adapter_params(shape, p.lora), lora_shapes.ADAPTER_BYTES
+    return {"parameters": (P * w + A * a, f"P·{w} B frozen + {A:,} adapter params · {a} B"),
+            "gradients": (A * a, f"adapters only: {A:,} · {a} B"),
+            "AdamW state": (2 * A * a, f"adapters only, exp_avg + exp_avg_sq: 2·{A:,} · {a} B")}
+
+
 def optimizer_temporaries(p: PlanInputs) -> int:
     """AdamW's step: fused on one GPU (nothing), foreach on sharded parameters (the square root of
-    exp_avg_sq: P·w / N), one tensor at a time on the CPU (two temporaries of the largest one)."""
+    exp_avg_sq: P·w / N), one tensor at a time on the CPU (two temporaries of the largest one: with
+    LoRA, of the largest adapter matrix)."""
     shape, w = p.model, DTYPE_BYTES[p.weight_dtype]
+    if p.device == "cpu" and p.lora is not None:
+        return 2 * lora_shapes.ADAPTER_BYTES * lora_shapes.largest_adapter(shape, p.lora)
     if p.device == "cpu":
         return 2 * w * max(shape.vocab, shape.intermediate, shape.heads * shape.dim) * shape.hidden
     return shape.params * w // p.gpus if p.gpus > 1 else 0
@@ -378,14 +428,15 @@ class StepTime:
 def step_time(p: PlanInputs, rates: Rates = Rates()) -> StepTime:
     """Seconds per step. Generation: batch_rows × new_tokens / decode_tps. Training: f·P·tokens /
     (gpus × train_flops), tokens = batch_rows × (prompt + new), f = 6 (forward + backward) + 2 with
-    checkpointing (the recomputed forward) + 2 per extra no-grad forward. Weight broadcast: the bytes
+    checkpointing (the recomputed forward) + 2 per extra no-grad forward; with LoRA 4 instead of 6 (the
+    frozen weights get no weight gradient, only the input gradient). Weight broadcast: the bytes
     each step moves over a link of bus_gbps: the FSDP gather brings (N − 1)/N of the weights to each
     rank, and rank 0 sends the generation-dtype weights to the engine (none for a sync run generating
     from its own weights). Sync and simulated runs add the three; async overlaps generation with
     training + broadcast."""
     shape, n = p.model, p.gpus
     generation = p.batch_rows * p.new_tokens / rates.decode_tps
-    factor = 6 + (2 if p.grad_ckpt else 0) + 2 * p.extra_forwards
+    factor = (4 if p.lora else 6) + (2 if p.grad_ckpt else 0) + 2 * p.extra_forwards
     training = factor * shape.params * p.batch_rows * p.seq / (n * rates.train_flops)
     gather = shape.params * DTYPE_BYTES[p.weight_dtype] * (n - 1) // n
     publish = 0 if p.mode != "async" and p.engine != "vllm" else shape.params * DTYPE_BYTES[p.rollout_dtype]
@@ -417,7 +468,7 @@ def inputs_from_config(cfg, shape: ModelShape, gpus: int, prompt_tokens: int, **
                         lm_head_fp32=pol.lm_head_fp32, device="cuda" if pol.device.startswith("cuda") else "cpu",
                         mode=cfg.run.mode, engine=ro.engine, rollout_dtype=generation, gpu_mem_util=util,
                         rollout_workers=engines, cuda_channel=cuda_channel, kl_reference=tr.kl_coef > 0,
-                        extra_forwards=extra)
+                        extra_forwards=extra, lora=lora_shapes.lora_plan(pol, shape.model_type))
     return replace(inputs, **changes)
 
 
@@ -427,8 +478,8 @@ def table(base: PlanInputs, rates: Rates, sizes=TABLE_SIZES, gpus=TABLE_GPUS) ->
     for size in sizes:
         cells[size] = {}
         for n in gpus:
-            inputs = replace(base, model=PRESETS[size], gpus=n)
             try:
+                inputs = replace(base, model=PRESETS[size], gpus=n)
                 cells[size][n] = (memory(inputs, rates), step_time(inputs, rates))
             except ValueError as err:
                 cells[size][n] = (str(err),)

@@ -66,6 +66,49 @@ def apply_lora(model: torch.nn.Module, policy_cfg) -> torch.nn.Module:
         raise ConfigError("policy.lora_target_modules", message) from None
 
 
+# peft.LoraConfig field → the policy key it sets (what apply_lora builds its LoraConfig from)
+LORA_KEYS = {"r": "policy.lora_rank", "lora_alpha": "policy.lora_alpha", "lora_dropout": "policy.lora_dropout",
+             "target_modules": "policy.lora_target_modules"}
+# what says nothing about the adapters trained: peft's own bookkeeping, set when a model is wrapped
+LORA_METADATA = ("peft_type", "peft_version", "auto_mapping", "base_model_name_or_path", "revision")
+
+
+def lora_settings(peft_config) -> dict[str, object]:
+    """The ``policy.lora_*`` settings of TRL's ``peft_config`` (a ``peft.LoraConfig``): rank, alpha,
+    dropout and target modules. Anything else apply_lora would not honour (another PeftConfig, a
+    field away from its default: DoRA, rsLoRA, ``modules_to_save``, a regex or ``"all-linear"`` for
+    the target modules, a task other than causal LM, ...) is refused: ConfigError ``peft_config``."""
+    import dataclasses
+
+    peft = _peft()
+    if not isinstance(peft_config, peft.LoraConfig) or peft_config.peft_type != peft.PeftType.LORA:
+        raise ConfigError("peft_config", f"{type(peft_config).__name__} is not supported: only LoRA "
+                                         "(a peft.LoraConfig), applied to the trainer's model")
+    defaults = peft.LoraConfig()
+    for field in dataclasses.fields(peft_config):
+        name, value = field.name, getattr(peft_config, field.name)
+        if name in LORA_KEYS or name in LORA_METADATA:
+            continue
+        if name == "task_type" and value not in (None, peft.TaskType.CAUSAL_LM):
+            raise ConfigError("peft_config", f"task_type={value!r}: asyncrl trains causal language models "
+                                             "(task_type='CAUSAL_LM' or None)")
+        if name == "task_type":
+            continue
+        if value != getattr(defaults, name, value):
+            raise ConfigError("peft_config", f"{name}={value!r} is not supported (asyncrl trains plain LoRA "
+                                             f"adapters from r, lora_alpha, lora_dropout and target_modules); "
+                                             f"leave {name} at its default")
+    targets = peft_config.target_modules
+    if isinstance(targets, str):
+        raise ConfigError("peft_config", f"target_modules={targets!r}: a string (a regex, or 'all-linear') is not "
+                                         "supported; list the module names, e.g. ['q_proj', 'v_proj']")
+    if peft_config.r <= 0:
+        raise ConfigError("peft_config", f"r={peft_config.r!r}: the LoRA rank must be > 0")
+    values = {"r": peft_config.r, "lora_alpha": float(peft_config.lora_alpha),
+              "lora_dropout": float(peft_config.lora_dropout), "target_modules": sorted(targets) if targets else None}
+    return {LORA_KEYS[name]: value for name, value in values.items()}
+
+
 def _lora_layers(model: torch.nn.Module):
     from peft.tuners.lora import LoraLayer
 

@@ -4,15 +4,14 @@ from a config, so it runs through exactly the code path of a Hugging Face checkp
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase, \
-    PreTrainedTokenizerFast
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from asyncrl.config import ModelConfig
+from asyncrl.core.hf_tokenizer import load_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -86,6 +85,11 @@ def load_policy(path: str | Path, device: str = "cpu", dtype: str = "float32", *
                 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load any local Hugging Face causal-LM directory (no hub access)."""
     tokenizer = load_tokenizer(path)
+    # transformers builds an empty tokenizer when the vocabulary files are missing: every prompt
+    # would encode to nothing and the first forward pass fail far from the cause
+    if not tokenizer("a 1", add_special_tokens=False)["input_ids"]:
+        raise ValueError("its tokenizer encodes text to no tokens (tokenizer.json or the vocab files of "
+                         "tokenizer_config.json missing)")
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -111,19 +115,6 @@ def load_policy_for(policy_cfg, path: str | Path) -> tuple[PreTrainedModel, PreT
         field = "policy.model_path" if policy_cfg.model_path else "policy.cache_dir"
         first = (str(err).strip().splitlines() or [""])[0][:300]
         raise ConfigError(field, f"cannot load a model from {path}: {type(err).__name__}: {first}") from None
-
-
-GENERIC_TOKENIZER_CLASSES = {"TokenizersBackend", "PreTrainedTokenizerFast"}
-
-
-def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
-    """AutoTokenizer, except for a generic ``tokenizers`` tokenizer (ours): AutoTokenizer would pick
-    the model type's tokenizer class (Qwen2Tokenizer) and silently replace its pre-tokenizer."""
-    config_file = Path(path) / "tokenizer_config.json"
-    declared = json.loads(config_file.read_text()).get("tokenizer_class") if config_file.is_file() else None
-    if declared in GENERIC_TOKENIZER_CLASSES:
-        return PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
-    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 
 def num_parameters(model: torch.nn.Module) -> int:

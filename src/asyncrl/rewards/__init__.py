@@ -1,7 +1,9 @@
-"""Reward functions by import path (``reward.funcs``): resolution and scoring. See docs/rewards.md."""
+"""Reward functions by import path (``reward.funcs``) and reward models by directory
+(``reward.models``): resolution and scoring. See docs/rewards.md."""
 
 from asyncrl.rewards.resolve import CONTEXT, RewardFunction, load_function, normalize_path, resolve
+from asyncrl.rewards.reward_model import RewardModel
 from asyncrl.rewards.scorer import DEFAULT_REWARD, RewardFunctionError, RewardSet, Scores
 
-__all__ = ["CONTEXT", "DEFAULT_REWARD", "RewardFunction", "RewardFunctionError", "RewardSet", "Scores",
+__all__ = ["CONTEXT", "DEFAULT_REWARD", "RewardFunction", "RewardFunctionError", "RewardModel", "RewardSet", "Scores",
            "load_function", "normalize_path", "resolve"]

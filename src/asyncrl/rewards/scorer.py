@@ -1,10 +1,13 @@
 """Scoring with the configured reward functions: call each once per batch, check what it returns,
 combine the values into the total reward (weighted sum), and report each function's own values.
 
-A function that raises, or returns a value that is not a finite number (NaN, None, a string), is
-named in one line with the row it failed on (``reward.on_error=raise``, the default), or its value
-for that row becomes 0 and is counted in ``reward/errors`` (``reward.on_error=zero``). Never a
-silent fallback: a broken reward changes the objective, so it must be visible.
+``None`` means "does not apply to this row", as in TRL: the row's total leaves that function out
+and so does the function's mean (``reward/<name>``); a row where every function returns None gets
+a total of 0, with a warning printed once per process (TRL warns too). A function that raises, or
+returns anything else that is not a finite number (NaN, a string), is named in one line with the
+row it failed on (``reward.on_error=raise``, the default), or its value for that row becomes 0 and
+is counted in ``reward/errors`` (``reward.on_error=zero``). Never a silent fallback: a broken
+reward changes the objective, so it must be visible.
 
 A call that takes longer than ``reward.timeout_s`` is stopped and handled the same way (the batch's
 rows, named by the first). A function that calls ``sys.exit`` or raises ``KeyboardInterrupt`` is
@@ -15,6 +18,7 @@ process, which no score stands in for.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,6 +27,7 @@ import torch
 from asyncrl.core.loader import ConfigError
 from asyncrl.rewards.guard import Exited, TimedOut, call_guarded
 from asyncrl.rewards.resolve import CONTEXT, RewardFunction, load_function
+from asyncrl.rewards.reward_model import reward_models
 from asyncrl.tasks import Problem
 from asyncrl.tasks.chat import as_dicts
 
@@ -32,7 +37,16 @@ __all__ = ["DEFAULT_REWARD", "RewardFunctionError", "RewardSet", "Scores"]
 DEFAULT_REWARD = "asyncrl.tasks.rewards:correct_answer"
 _ROW_ATTRS = ("uid", "answer", "solution")
 _FLOAT32_MAX = float(torch.finfo(torch.float32).max)
-_NOT_A_NUMBER = "; a reward must be a finite number (reward.on_error=zero counts it 0 instead)"
+_NOT_A_NUMBER = "; a reward must be a finite number, or None where it does not apply (reward.on_error=zero " \
+                "counts it 0 instead)"
+
+
+class _Failed(float):
+    """The NaN of a value that failed (counted in ``reward/errors``), told apart from the NaN of a
+    None (not applicable)."""
+
+    def __new__(cls):
+        return super().__new__(cls, math.nan)
 
 
 class RewardFunctionError(ConfigError):
@@ -46,11 +60,13 @@ class RewardFunctionError(ConfigError):
 @dataclass
 class Scores:
     """``total[i]``: the weighted sum for row i; ``parts[i][j]``: function j's raw value for row i
-    (NaN where it failed and ``on_error=zero`` made it 0 in the total); ``errors``: how many."""
+    (NaN where it returned None, or failed and ``on_error=zero`` made it 0 in the total);
+    ``failed[i][j]``: whether that NaN is a failure; ``errors``: how many failures."""
 
     total: list[float]
     parts: list[list[float]]
     errors: int
+    failed: list[list[bool]] | None = None
 
 
 def _row_attr(problem: Problem, attr: str):
@@ -97,20 +113,24 @@ class RewardSet:
         self.timeout_s = timeout_s  # per call; None: unbounded
         self.conversational = completion_format == "auto"  # TRL's format for chat prompts
         self.names = unique_names(functions)
+        self._warned_unscored = False
 
     @classmethod
     def from_config(cls, cfg, task=None) -> "RewardSet":
-        """``cfg``: a RewardConfig (funcs, weights, on_error, completion_format); resolved in this
-        process. Without functions, a task that cannot score its rows itself (no gold answers)
-        says why: a ConfigError naming ``reward.funcs``."""
-        if not cfg.funcs and task is not None:
+        """``cfg``: a RewardConfig (funcs, models, weights, on_error, completion_format); resolved in
+        this process. Reward models (``reward.models``, asyncrl.rewards.reward_model) follow the
+        functions, and alone replace the task's correctness reward as functions do. With neither, a
+        task that cannot score its rows itself (no gold answers) says why: a ConfigError naming
+        ``reward.funcs``."""
+        models = reward_models(cfg) if getattr(cfg, "models", None) else []  # after the functions, as weights go
+        if not cfg.funcs and not models and task is not None:
             unavailable = getattr(task, "default_reward_unavailable", None)
             reason = unavailable() if unavailable is not None else None
             if reason:
                 raise ConfigError("reward.funcs", reason)
-        paths = list(cfg.funcs) or [DEFAULT_REWARD]
-        weights = list(cfg.weights) if cfg.weights is not None else [1.0] * len(paths)
-        return cls([load_function(p) for p in paths], [float(w) for w in weights], cfg.on_error, task,
+        functions = [load_function(p) for p in list(cfg.funcs) or ([] if models else [DEFAULT_REWARD])] + models
+        weights = list(cfg.weights) if cfg.weights is not None else [1.0] * len(functions)
+        return cls(functions, [float(w) for w in weights], cfg.on_error, task,
                    getattr(cfg, "completion_format", "auto"), getattr(cfg, "timeout_s", None))
 
     def without_needing(self, fields) -> "RewardSet | None":
@@ -175,8 +195,22 @@ class RewardSet:
                 raise RewardFunctionError(
                     f"reward.weights: {self.weights} × the values {row} on {self._where(problem)}: the total "
                     f"{value:g} is not finite in float32 (|total| <= {_FLOAT32_MAX:.3g})")
-        errors = sum(math.isnan(v) for row in parts for v in row)
-        return Scores(total, parts, errors)
+        failed = [[isinstance(v, _Failed) for v in row] for row in parts]
+        self._warn_unscored(parts, failed, problems)
+        return Scores(total, [[float(v) for v in row] for row in parts], sum(map(sum, failed)), failed)
+
+    def _warn_unscored(self, parts: list[list[float]], failed: list[list[bool]], problems: Sequence[Problem]) -> None:
+        """Once per reward set: a row to which no function applies (all returned None) has a total
+        of 0, as in TRL, which warns about it too."""
+        if self._warned_unscored:
+            return
+        for row, row_failed, problem in zip(parts, failed, problems):
+            if row and all(math.isnan(v) for v in row) and not any(row_failed):
+                self._warned_unscored = True
+                print(f"asyncrl: warning: every reward function returned None on {self._where(problem)}, so its "
+                      f"reward is 0 (reward functions: {', '.join(self.names)}); make at least one score "
+                      "every row (said once)", file=sys.stderr)
+                return
 
     def totals(self, completions: list[str], problems: Sequence[Problem]) -> list[float]:
         return self.score(completions, problems).total
@@ -193,7 +227,7 @@ class RewardSet:
     def _fail(self, f: RewardFunction, problem: Problem, what: str, why: str = "") -> float:
         if self.on_error == "raise":
             raise RewardFunctionError(f"reward function {f.path} {what} on {self._where(problem)}{why}")
-        return math.nan
+        return _Failed()
 
     def _values(self, f: RewardFunction, completions: list[str], problems: Sequence[Problem],
                 ctx: dict) -> list[float]:
@@ -207,7 +241,7 @@ class RewardSet:
         except TimedOut:  # not retried row by row: that could take a timeout per row
             return [self._fail(f, problems[0], self._too_long(), "" if len(problems) == 1 else
                                f" (a batch of {len(problems)} rows starting there)")] + \
-                [math.nan] * (len(problems) - 1)
+                [_Failed() for _ in problems[1:]]
         except Exception as err:  # a user's function may raise anything: find the row it fails on
             return self._row_by_row(f, completions, problems, err)
         if isinstance(out, (str, bytes)) or not isinstance(out, Sequence) and not hasattr(out, "__len__"):
@@ -217,12 +251,14 @@ class RewardSet:
         if len(out) != len(completions):  # a contract bug, not a row's: never zeroed
             raise RewardFunctionError(f"reward function {f.path} returned {len(out)} values for "
                                       f"{len(completions)} completions (starting at {self._where(problems[0])})")
-        values = []
-        for value, problem in zip(out, problems):
-            number = _number(value)
-            values.append(number if number is not None else
-                          self._fail(f, problem, f"returned {value!r}", _NOT_A_NUMBER))
-        return values
+        return [self._checked(f, value, problem) for value, problem in zip(out, problems)]
+
+    def _checked(self, f: RewardFunction, value: object, problem: Problem) -> float:
+        """One returned value as a float: NaN for None (the function does not apply to the row)."""
+        if value is None:
+            return math.nan
+        number = _number(value)
+        return number if number is not None else self._fail(f, problem, f"returned {value!r}", _NOT_A_NUMBER)
 
     def _row_by_row(self, f: RewardFunction, completions: list[str], problems: Sequence[Problem],
                     err: Exception) -> list[float]:
@@ -243,9 +279,7 @@ class RewardSet:
                 failed += 1
                 values.append(self._fail(f, problem, f"raised {_first_line(row_err)}"))
                 continue
-            number = _number(value)
-            values.append(number if number is not None else
-                          self._fail(f, problem, f"returned {value!r}", _NOT_A_NUMBER))
+            values.append(self._checked(f, value, problem))
         if failed == 0:
             if isinstance(err, Exited):
                 raise RewardFunctionError(f"reward function {f.path} {err} on a batch of {len(problems)} rows "
@@ -253,7 +287,7 @@ class RewardSet:
             if self.on_error == "raise":
                 raise RewardFunctionError(f"reward function {f.path} raised {_first_line(err)} on a batch of "
                                           f"{len(problems)} rows starting at {self._where(problems[0])}")
-            values = [math.nan] * len(problems)
+            values = [_Failed() for _ in problems]
         return values
 
     def _too_long(self) -> str:
@@ -264,14 +298,28 @@ class RewardSet:
     def parts_tensor(self, scores: Scores) -> torch.Tensor:
         return torch.tensor(scores.parts, dtype=torch.float32).reshape(len(scores.total), len(self.functions))
 
-    def metrics(self, reward_parts: torch.Tensor | None) -> dict[str, float]:
-        """Per step: ``reward/<name>`` (mean raw value, a failure counting as its 0) per function,
-        and ``reward/errors`` (failed values zeroed this step) under ``on_error=zero``."""
+    def failed_tensor(self, scores: Scores) -> torch.Tensor:
+        """[B, F] bool: which NaNs of :meth:`parts_tensor` are failures (the others: None)."""
+        failed = scores.failed if scores.failed is not None else [[False] * len(self.functions)] * len(scores.total)
+        return torch.tensor(failed, dtype=torch.bool).reshape(len(scores.total), len(self.functions))
+
+    def metrics(self, reward_parts: torch.Tensor | None, reward_failed: torch.Tensor | None = None) -> dict[str, float]:
+        """Per step, per function: ``reward/<name>``, the mean raw value over the rows it applies to
+        (a None leaves the row out, a failure counts as its 0; NaN when it applied to none), and
+        ``reward_std/<name>``, their standard deviation (n - 1, as TRL's ``rewards/<name>/std``);
+        ``reward/errors`` (failed values zeroed this step) under ``on_error=zero``.
+        ``reward_failed``: :meth:`failed_tensor`'s mask; None = no failure."""
         if reward_parts is None or reward_parts.shape[-1] != len(self.functions) or not len(reward_parts):
             return {}
-        failed = torch.isnan(reward_parts)
-        values = reward_parts.nan_to_num(0.0).mean(dim=0)
-        out = {f"reward/{name}": float(v) for name, v in zip(self.names, values)}
+        failed = torch.zeros_like(reward_parts, dtype=torch.bool) if reward_failed is None else reward_failed.bool()
+        values = torch.where(failed, 0.0, reward_parts.double())
+        applies = ~torch.isnan(values)
+        count = applies.sum(dim=0)
+        mean = values.nan_to_num(0.0).sum(dim=0) / count
+        square = torch.where(applies, (values - mean) ** 2, 0.0).sum(dim=0)
+        std = (square / (count - 1)).sqrt().where(count > 1, math.nan)
+        out = {f"reward/{name}": float(m) for name, m in zip(self.names, mean)}
+        out.update({f"reward_std/{name}": float(sd) for name, sd in zip(self.names, std)})
         if self.on_error == "zero":
             out["reward/errors"] = int(failed.sum())
         return out

@@ -94,4 +94,4 @@ def score(gen: Generation, problems: list[Problem], n: int, rewards: RewardSet |
     group_ids = group_ids_of(len(problems), n, first_group_id)
     fields = {f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)}
     return Batch(**fields, rewards=total, group_ids=group_ids, advantages=torch.zeros_like(total),
-                 reward_parts=rewards.parts_tensor(scores))
+                 reward_parts=rewards.parts_tensor(scores), reward_failed=rewards.failed_tensor(scores))

@@ -84,9 +84,10 @@ def concat_groups(groups: list[Group], pad_id: int) -> Batch:
         parts["observation_mask"] = [
             pad(g.batch.observation_mask if g.batch.observation_mask is not None
                 else torch.zeros_like(g.batch.completion_mask), c_width, False, False) for g in groups]
-    reward_parts = [g.batch.reward_parts for g in groups]
-    if all(p is not None for p in reward_parts) and len({p.shape[1] for p in reward_parts}) == 1:
-        parts["reward_parts"] = reward_parts
+    for name in ("reward_parts", "reward_failed"):  # [B, F] each, kept when every group has them alike
+        columns = [getattr(g.batch, name) for g in groups]
+        if all(c is not None for c in columns) and len({c.shape[1] for c in columns}) == 1:
+            parts[name] = columns
     return Batch(**{k: torch.cat(v, dim=0) for k, v in parts.items()})
 
 

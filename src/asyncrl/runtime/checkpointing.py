@@ -27,10 +27,11 @@ class Checkpoints:
     def due(self, step: int) -> bool:
         return due(step, self.session.cfg.run.checkpoint_every, self.session.cfg.trainer.steps)
 
-    def save_if_due(self, step: int, trainer, source, *, now: bool = False) -> None:
-        """Save ``step`` if due (or ``now``)."""
+    def save_if_due(self, step: int, trainer, source, *, now: bool = False) -> Path | None:
+        """Save ``step`` if due (or ``now``); returns its checkpoint, None when not due."""
         if now or self.due(step):
-            self.save(step, trainer, source)
+            return self.save(step, trainer, source)
+        return None
 
     def save(self, step: int, trainer, source) -> Path:
         """Save step ``step``; the row files are flushed first, so that the checkpoint has its rows."""

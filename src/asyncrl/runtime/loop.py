@@ -10,17 +10,22 @@
         source.publish(model, version)                publish: the weight channel (async), a snapshot
         evaluations.run_if_due(step, record)          evaluate: eval.every steps and the last one
         ess.after_step(step, record, ...)             ESS check: warn, roll back or stop
+        signal.after_step(step, record, batch)        no-signal check: warn once (empty completions, flat rewards)
         step_log.write(step, record, ...)             log: metrics row, completions, ledger, progress
         checkpoints.save_if_due(step, ...)            checkpoint: run.checkpoint_every and the last step
+        callbacks.after_step(step, record, ...)       the user's callbacks (asyncrl.Trainer), this process
     summary = session.finish(...)
 
 A SIGTERM or SIGINT stops the loop at the next safe point, checkpoints the last finished step and
-raises :class:`~asyncrl.runtime.signals.Interrupted`; the run continues with ``--resume``.
+raises :class:`~asyncrl.runtime.signals.Interrupted`; the run continues with ``--resume``. A callback
+that raises stops it the same way, with :class:`~asyncrl.runtime.callbacks.CallbackError`.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -28,11 +33,13 @@ from asyncrl.config import Config
 from asyncrl.config.threads import thread_plan
 from asyncrl.distributed.ranks import LeaderTrainer, follow
 from asyncrl.distributed.world import RankLost, World, close_world, init_world, lost_rank, node_ranks, torchrun_world
+from asyncrl.runtime.callbacks import CallbackError, RunCallbacks
 from asyncrl.runtime.checkpointing import Checkpoints
 from asyncrl.runtime.ess_check import EssCheck
 from asyncrl.runtime.evaluate import Evaluations
 from asyncrl.runtime.record import Totals, step_record
 from asyncrl.runtime.session import RunStart, Session, warm_start_if_needed
+from asyncrl.runtime.signal_check import SignalCheck
 from asyncrl.runtime.signals import Interrupted, StopRequested
 from asyncrl.runtime.sources import open_source
 from asyncrl.runtime.step_log import StepLog
@@ -41,17 +48,18 @@ from asyncrl.training.reference import build_reference
 from asyncrl.training.trainer import Trainer
 
 
-def train(cfg: Config) -> dict | None:
+def train(cfg: Config, callbacks: Sequence[Any] = ()) -> dict | None:
     """Run ``cfg`` to the end (or resume it, per ``run.resume``); returns the summary (also written
     to ``<run dir>/summary.json``). Under ``torchrun`` rank 0 runs the loop and the other ranks
-    follow it (asyncrl.distributed.ranks); they return None."""
+    follow it (asyncrl.distributed.ranks); they return None. ``callbacks``: objects with
+    ``on_step_end`` / ``on_evaluate`` / ``on_save`` (asyncrl.runtime.callbacks), called by rank 0."""
     world = torchrun_world()
     init_world(world, cfg.policy.device)
     try:
         if not world.leader:
             follow(cfg, world)
             return None
-        return _lead(cfg, world)
+        return _lead(cfg, world, RunCallbacks(callbacks))
     except RuntimeError as err:
         if world.distributed and lost_rank(err):
             raise RankLost(world.rank, err) from None
@@ -86,7 +94,8 @@ def open_session(cfg: Config) -> Session:
         return Session.open(start, policy_dir)
 
 
-def _before_first_step(cfg: Config, session: Session, source, evaluations: Evaluations) -> None:
+def _before_first_step(cfg: Config, session: Session, source, evaluations: Evaluations,
+                       callbacks: RunCallbacks) -> None:
     """The step-0 evaluation (not on resume) and the rollout workers' start-up, in the device's order."""
     engines_first = workers_before_eval(cfg)
     if engines_first:
@@ -95,18 +104,33 @@ def _before_first_step(cfg: Config, session: Session, source, evaluations: Evalu
         session.progress.phase("evaluating the starting policy")
         eval_acc = evaluations.run(0)  # on the CPU: overlaps with the workers' start-up
         session.progress.update(0, eval_acc=eval_acc, elapsed_s=session.elapsed_s())
+        if callbacks:
+            callbacks.evaluated({"step": 0, **evaluations.last})
     else:
         session.progress.update(session.start_step, elapsed_s=session.elapsed_s())
     if not engines_first:
         source.wait_ready()
 
 
-def _lead(cfg: Config, world: World) -> dict:
+def _stop(cfg: Config, session: Session, trainer, source, checkpoints: Checkpoints, done: int):
+    """A run stopped after step ``done`` (a stop signal, a callback's error): its checkpoint (unless
+    ``run.checkpoint_on_signal`` is off), then the trainer and the session closed. Returns the
+    checkpoint to resume from (None: none new)."""
+    saved = None
+    if cfg.run.checkpoint_on_signal and done > session.start_step:
+        saved = checkpoints.save(done, trainer, source)
+    trainer.close()
+    session.close()
+    return saved
+
+
+def _lead(cfg: Config, world: World, callbacks: RunCallbacks) -> dict:
     threads = thread_plan(cfg, ranks=node_ranks(world))
     torch.set_num_threads(threads.trainer)
     session = open_session(cfg)
     trainer = _trainer(cfg, session, world)
     evaluations, ess, totals = Evaluations(session), EssCheck(session), Totals()
+    signal = SignalCheck(session)
     clock, timer, step_log = LoopClock(evaluations), StepTimer(), StepLog(session)
     checkpoints = Checkpoints(session, totals, parts=(evaluations, clock, ess))
     if session.resume is not None:
@@ -115,7 +139,7 @@ def _lead(cfg: Config, world: World) -> dict:
     done = session.start_step  # the last finished step
     with session.stop, open_source(cfg, session) as source, session.progress as progress:
         try:
-            _before_first_step(cfg, session, source, evaluations)
+            _before_first_step(cfg, session, source, evaluations, callbacks)
             clock.start()
             progress.phase("first batch")
             for step in range(done + 1, cfg.trainer.steps + 1):
@@ -135,20 +159,20 @@ def _lead(cfg: Config, world: World) -> dict:
                     evaluations.run_if_due(step, record)
                 with timer("ess_check"):
                     ess_action = ess.after_step(step, record, trainer, source)
+                signal.after_step(step, record, batch)
                 with timer("log"):
                     step_log.write(step, record, batch, source, timer)
                 with timer("checkpoint"):
-                    checkpoints.save_if_due(step, trainer, source, now=ess_action == "stop")
+                    saved = checkpoints.save_if_due(step, trainer, source, now=ess_action == "stop")
                 done = step
+                callbacks.after_step(step, record, evaluated=evaluations.due(step), checkpoint=saved)
                 if ess_action == "stop":  # the ESS warning's stop: a finished run, shorter
                     break
                 session.stop.check()
-        except StopRequested as stop:
-            saved = None
-            if cfg.run.checkpoint_on_signal and done > session.start_step:
-                saved = checkpoints.save(done, trainer, source)
-            trainer.close()
-            session.close()
+        except (StopRequested, CallbackError) as stop:
+            saved = _stop(cfg, session, trainer, source, checkpoints, done)
+            if isinstance(stop, CallbackError):
+                raise stop.after(done, saved) from None
             raise Interrupted(stop.signum, done, saved) from None
         trainer.close()
         extra = {**totals.summary(done), **ess.summary(), **source.summary(),

@@ -31,7 +31,7 @@ from asyncrl.training.lr_schedule import check_schedule
 # dotted keys (or key prefixes ending in ".") that a resumed run may change
 MUTABLE = ("trainer.steps", "eval.every", "eval.batch_size", "run.checkpoint_every", "run.keep_checkpoints",
            "run.checkpoint_on_signal", "run.progress", "run.tensorboard", "run.report_to",
-           "run.log_completions_every", "run.report", "run.resume", "run.out_dir",
+           "run.log_completions_every", "run.print_completions", "run.report", "run.resume", "run.out_dir",
            "run.name", "async.worker_start_timeout_s", "policy.torch_threads", "policy.cache_dir",
            "async.snapshots_on_host", "async.gpus_per_worker", "async.worker_timeout_s", "reward.timeout_s")
 
@@ -97,8 +97,11 @@ def find_resume(cfg: Config, run_dir: Path) -> Resume | None:
     has_run = any((run_dir / name).exists() for name in ("config.yaml", "metrics.jsonl", "summary.json", CHECKPOINTS))
     if mode == "no":
         if has_run:
-            raise ConfigError("run.name", f"run directory already exists: {run_dir} (resume it with "
-                                          f"`asyncrl train --resume {run_dir}`, or choose another run.name)")
+            # TRL's output_dir is written over; a run here is never: say how to go on instead
+            raise ConfigError("run.name", f"run directory already exists: {run_dir}, and runs are not "
+                                          f"overwritten: continue it with run.resume=auto (or `asyncrl train "
+                                          f"--resume {run_dir}`), or start a new one with run.name=<new name> "
+                                          f"(or no run.name: a new timestamped one)")
         return None
     if not step_dirs(run_dir):
         if mode == "must":

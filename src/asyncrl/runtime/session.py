@@ -213,7 +213,8 @@ class Session:
         session = cls(cfg, run_dir, model, tokenizer, start.task, fit.train, fit.eval[: cfg.eval.n_problems],
                       MetricsWriter(run_dir, open_trackers(cfg.run.report_to, run_dir, cfg, step), after_step=step),
                       progress, Ledger(run_dir, after_step=step),
-                      CompletionLog(run_dir, cfg.run.log_completions_every, cfg.trainer.steps, step),
+                      CompletionLog(run_dir, cfg.run.log_completions_every, cfg.trainer.steps, step,
+                                    n_printed=cfg.run.print_completions),
                       start.lock, policy_dir, resume=resume, rewards=start.rewards, prompt_counts=fit.counts())
         if resume is not None:
             state = resume.run_state["session"]

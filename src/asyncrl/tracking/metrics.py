@@ -143,13 +143,15 @@ class MetricsWriter:
         self.rows.append({"step": step, **{k: _clean(v) for k, v in metrics.items()}})
         if not self.trackers:
             return
-        from asyncrl.tracking.names import tracker_name
+        from asyncrl.tracking.names import tracker_name, trl_aliases
 
         scalars = {}
         for key, value in metrics.items():
             name = tracker_name(key)
             if name and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 scalars[name] = value
+        for name, value in trl_aliases(metrics).items():  # the same values under TRL's names
+            scalars.setdefault(name, value)
         hist = metrics.get("staleness_token_hist")
         for tracker in self.trackers:
             tracker.log_scalars(step, scalars)

@@ -6,14 +6,21 @@ directories. Trackers (TensorBoard, W&B, MLflow, trackio) show the namespaced na
 (``staleness/token_mean``), so their dashboards group related curves. A key that already holds a
 ``/`` (``reward/<fn>``) is taken as namespaced; a key missing from the table lands in ``other/``
 (tests/tracking checks that no record key does).
+
+Trackers also get the quantities TRL's ``GRPOTrainer`` logs under TRL's own names
+(:func:`trl_aliases`: ``train/reward``, ``train/rewards/<fn>/mean``, ``train/kl``...), so a
+TensorBoard or W&B dashboard made for TRL runs shows asyncrl runs too.
 """
 
 from __future__ import annotations
 
+import math
+
 SKIP = None  # not sent to trackers: it repeats another key's quantity
 
 _FAMILIES: dict[str, tuple[str, ...]] = {
-    "rollout": ("reward_mean", "completion_len_mean", "gen_tokens", "gen_tokens_per_s",
+    "rollout": ("reward_mean", "reward_std", "zero_reward_std_frac", "completion_len_mean",
+                "completion_clipped_frac", "empty_completion_frac", "gen_tokens", "gen_tokens_per_s",
                 "throughput_tokens_per_s"),
     "eval": ("eval_reward",),
     "staleness": ("staleness_token_min", "staleness_token_mean", "staleness_token_max",
@@ -70,3 +77,44 @@ def tracker_name(key: str) -> str | None:
         if key.startswith(prefix):
             return family + key.removeprefix(prefix)
     return f"other/{key}"
+
+
+# record key → the name TRL's GRPOTrainer logs the same quantity under, as its trackers show it:
+# transformers' TensorBoard and W&B callbacks put "train/" before a training metric ("eval_reward"
+# becomes "eval/reward", which is already ours). docs/monitoring.md lists them.
+TRL_NAMES: dict[str, str] = {
+    "reward_mean": "train/reward",
+    "reward_std": "train/reward_std",
+    "zero_reward_std_frac": "train/frac_reward_zero_std",
+    "completion_len_mean": "train/completions/mean_length",
+    "completion_clipped_frac": "train/completions/clipped_ratio",
+    "clipfrac_lower": "train/clip_ratio/low_mean",
+    "clipfrac_upper": "train/clip_ratio/high_mean",
+    "kl_ref": "train/kl",
+    "entropy": "train/entropy",
+    "loss": "train/loss",
+    "grad_norm": "train/grad_norm",
+    "lr_effective": "train/learning_rate",
+}
+# per reward function: record key prefix → (TRL's name before the function's name, after it)
+TRL_PREFIXES: dict[str, tuple[str, str]] = {"reward/": ("train/rewards/", "/mean"),
+                                            "reward_std/": ("train/rewards/", "/std")}
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def trl_aliases(record: dict) -> dict[str, float]:
+    """TRL's name → value for the record's quantities that TRL logs too (finite numbers only);
+    ``train/clip_ratio/region_mean`` is the sum of the two clip fractions, whose tokens never
+    overlap (the advantage is either positive or negative)."""
+    out = {TRL_NAMES[k]: v for k, v in record.items() if k in TRL_NAMES and _finite(v)}
+    for key, value in record.items():
+        for prefix, (before, after) in TRL_PREFIXES.items():
+            if key.startswith(prefix) and key != "reward/errors" and _finite(value):
+                out[before + key.removeprefix(prefix) + after] = value
+    low, high = record.get("clipfrac_lower"), record.get("clipfrac_upper")
+    if _finite(low) and _finite(high):
+        out["train/clip_ratio/region_mean"] = low + high
+    return out

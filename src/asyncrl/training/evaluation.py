@@ -1,5 +1,6 @@
 """Held-out evaluation: mean task reward of completions generated through an engine, the unbiased
-pass@k over each problem's samples, and greedy accuracy (docs/training.md).
+pass@k over each problem's samples, and the greedy reward: the mean reward of one temperature-0
+answer per problem (docs/training.md).
 
 Precision: evaluation generates with the trained weights themselves. On CUDA, when those are
 float32 and the run computes in a lower precision elsewhere (``rollout.dtype``, else
@@ -135,8 +136,8 @@ def evaluate(engine: Engine, tokenizer, task: Task, problems: list[Problem], *, 
 def eval_metrics(model, tokenizer, task: Task, problems: list[Problem], cfg,
                  rewards=None) -> tuple[dict[str, float], EvalResult]:
     """The evaluation of ``cfg`` (a Config) of ``model``: ``eval_reward`` (mean reward),
-    ``eval_pass_at_<k>`` for each ``eval.pass_k`` and, with ``eval.greedy``, ``eval_greedy_acc`` (one
-    temperature-0 answer per problem); also the sampled completions and their rewards."""
+    ``eval_pass_at_<k>`` for each ``eval.pass_k`` and, with ``eval.greedy``, ``eval_greedy_reward`` (the
+    mean reward of one temperature-0 answer per problem: a reward, not a share solved); also the sampled completions and their rewards."""
     ev = cfg.eval
     length, head = cfg.rollout.max_new_tokens, cfg.policy.lm_head_fp32
     engine = eval_engine(model, tokenizer, max_new_tokens=length, temperature=ev.temperature, seed=cfg.run.seed,
@@ -153,7 +154,7 @@ def eval_metrics(model, tokenizer, task: Task, problems: list[Problem], cfg,
         greedy = eval_engine(model, tokenizer, max_new_tokens=length, temperature=0.0, seed=cfg.run.seed,
                              lm_head_fp32=head)
         with autocast_to(engine.spec.device, precision):
-            metrics["eval_greedy_acc"] = generate_and_score(greedy, tokenizer, task, problems, **options).accuracy()
+            metrics["eval_greedy_reward"] = generate_and_score(greedy, tokenizer, task, problems, **options).accuracy()
     return metrics, result
 
 
@@ -168,13 +169,13 @@ def episode_rollout(cfg, rewards, task, tokenizer):
 
 
 def cli_report(metrics: dict[str, float], result: EvalResult, cfg) -> dict:
-    """The scores of ``asyncrl eval`` under their reporting names: eval_reward, pass@k, greedy_acc."""
+    """The scores of ``asyncrl eval`` under their reporting names: eval_reward, pass@k, greedy_reward."""
     report = {"eval_reward": metrics["eval_reward"]}
     if "eval_answer_acc" in metrics:
         report["answer_acc"] = metrics["eval_answer_acc"]
     report.update({f"pass@{k}": metrics[f"eval_pass_at_{k}"] for k in cfg.eval.pass_k})
-    if "eval_greedy_acc" in metrics:
-        report["greedy_acc"] = metrics["eval_greedy_acc"]
+    if "eval_greedy_reward" in metrics:
+        report["greedy_reward"] = metrics["eval_greedy_reward"]
     report.update(n_problems=len(result.problems), samples=len(result.rewards[0]),
                   temperature=cfg.eval.temperature)
     return report

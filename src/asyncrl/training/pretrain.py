@@ -1,10 +1,11 @@
 """Supervised warm start of the embedded tiny model (``asyncrl pretrain``), built once per user.
 
 Its cache key hashes :class:`WarmStartInputs`: the model shape, the pretrain settings, the device
-type and the demonstrations (the task's train problems). The build reads what it learns from
-through that record only, so a setting that changes the weights cannot be missing from the key,
-and nothing else (evaluation, trainer or run settings, task keys that leave the train problems as
-they are, the working directory) rebuilds it. It lives in the user cache
+type and the demonstrations (the task's train problems that carry a worked solution; a task with
+none, such as prompt-only rows, gets the general warm start: :mod:`asyncrl.training.demonstrations`).
+The build reads what it learns from through that record only, so a setting that changes the
+weights cannot be missing from the key, and nothing else (evaluation, trainer or run settings, task
+keys that leave the train problems as they are, the working directory) rebuilds it. It lives in the user cache
 (:mod:`asyncrl.core.cache`), written under a temporary name and renamed at the end: an interrupted
 pretrain never leaves a half-written model that a later run would pick up.
 
@@ -22,6 +23,7 @@ import json
 import math
 import random
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,6 +42,7 @@ from asyncrl.policy.tokenizer import train_tokenizer
 from asyncrl.core.progress import TrainProgress
 from asyncrl.tasks import Problem, Task
 from asyncrl.core.cache import cache_root
+from asyncrl.training.demonstrations import WarmStartSource, warm_start_source
 
 CACHE_VERSION = 4  # bump when the pretraining code changes what it produces (4: bf16 autocast on CUDA)
 
@@ -58,13 +61,13 @@ class WarmStartInputs:
     model: ModelConfig
     pretrain: PretrainConfig  # torch_threads too: the thread count can change float sums
     device: str  # the device type ("cpu", "cuda"): other kernels, other weights
-    demonstrations: tuple[Problem, ...]  # the task's train split: prompts, answers, worked solutions
+    demonstrations: tuple[Problem, ...]  # train problems with worked solutions (WarmStartSource)
 
     @classmethod
-    def of(cls, cfg: Config, task: Task | None = None) -> WarmStartInputs:
-        task = task if task is not None else cfg.task.build()
+    def of(cls, cfg: Config, task: Task | None = None, source: WarmStartSource | None = None) -> WarmStartInputs:
+        source = source if source is not None else warm_start_source(cfg, task)
         return cls(model=cfg.model, pretrain=cfg.pretrain, device=torch.device(cfg.policy.device).type,
-                   demonstrations=tuple(task.problems("train")))
+                   demonstrations=source.demonstrations)
 
     def key(self) -> str:
         payload: dict[str, Any] = {"v": CACHE_VERSION}
@@ -153,31 +156,38 @@ def lr_at(step: int, cfg) -> float:
 def pretrain(cfg: Config, on_step: Callable[[int, float], None] | None = None, task: Task | None = None) -> Path:
     """Build tokenizer + model, run the warm start, evaluate, save (replacing a cached one).
     Returns the model directory. ``on_step(step, sft_loss)`` after each step."""
-    task = task if task is not None else cfg.task.build()
-    inputs = WarmStartInputs.of(cfg, task)
+    source = warm_start_source(cfg, task)
+    if source.note is not None:
+        print(f"asyncrl: {source.note}", file=sys.stderr)
+    inputs = WarmStartInputs.of(cfg, source=source)
     out = pretrained_dir(cfg, inputs=inputs)
     with _build_lock(out):
-        _build(cfg, inputs, task, out, on_step)
+        _build(cfg, inputs, source, out, on_step)
     return out
 
 
 def warm_start(cfg: Config, task: Task | None = None) -> Path:
     """The cached warm start for ``cfg``, built first when there is none: with the step display of
     ``asyncrl pretrain`` (``run.progress``, on stderr), then a line with its time and directory.
-    Runs started together (bench --jobs) wait on one lock for one build."""
-    task = task if task is not None else cfg.task.build()
-    inputs = WarmStartInputs.of(cfg, task)
+    Runs started together (bench --jobs) wait on one lock for one build. A task without worked
+    solutions gets the general warm start, said in one line (:mod:`asyncrl.training.demonstrations`)."""
+    source = warm_start_source(cfg, task)
+    inputs = WarmStartInputs.of(cfg, source=source)
     out = pretrained_dir(cfg, inputs=inputs)
+    progress = TrainProgress(cfg.pretrain.steps, "pretrain", enabled=cfg.run.progress)
+    if source.note is not None and progress.enabled:
+        progress.log(source.note)
+    elif source.note is not None:  # a line whatever run.progress says: the start is not what was asked
+        print(f"asyncrl: {source.note}", file=sys.stderr)
     if is_complete(out):
         return out
     with _build_lock(out):
         if is_complete(out):  # built by the run that held the lock before us
             return out
-        progress = TrainProgress(cfg.pretrain.steps, "pretrain", enabled=cfg.run.progress)
         progress.log(f"warm start not cached; building it ({cfg.pretrain.steps} steps, as `asyncrl pretrain`)")
         started = time.monotonic()
         with progress:
-            _build(cfg, inputs, task, out, on_step=lambda step, loss: progress.update(step + 1, sft_loss=loss))
+            _build(cfg, inputs, source, out, on_step=lambda step, loss: progress.update(step + 1, sft_loss=loss))
         took = timedelta(seconds=round(time.monotonic() - started))
         progress.log(f"warm start built in {took}; saved to {out}")
     return out
@@ -192,9 +202,11 @@ def _build_lock(out: Path) -> Iterator[None]:
         yield
 
 
-def _build(cfg: Config, inputs: WarmStartInputs, task: Task, out: Path,
+def _build(cfg: Config, inputs: WarmStartInputs, source: WarmStartSource, out: Path,
            on_step: Callable[[int, float], None] | None) -> None:
-    """Train from ``inputs``, evaluate (for the summary only: not part of the key), save to ``out``."""
+    """Train from ``inputs``, evaluate on ``source``'s task (for the summary only: not part of the
+    key), save to ``out``."""
+    task = source.task
     threads = torch.get_num_threads()
     torch.set_num_threads(inputs.pretrain.torch_threads)
     try:
@@ -206,7 +218,8 @@ def _build(cfg: Config, inputs: WarmStartInputs, task: Task, out: Path,
         with autocast_to(device, warm_start_autocast(device)):
             accuracy = evaluate(engine, tokenizer, task, task.problems("eval")[: cfg.eval.n_problems],
                                 batch_size=cfg.eval.batch_size, samples=cfg.eval.samples,
-                                rollout=episode_rollout(cfg, None, task, tokenizer))  # episodes: as trained
+                                # episodes: as trained (the general warm start's arithmetic has none)
+                                rollout=None if source.general else episode_rollout(cfg, None, task, tokenizer))
     finally:
         torch.set_num_threads(threads)
     summary = {
