@@ -35,6 +35,7 @@ from asyncrl.core.loader import (
 from asyncrl.config.presets import resolve_config_path
 from asyncrl.config.asynchrony import AsyncConfig
 from asyncrl.config.env import EnvConfig
+from asyncrl.agents.gem import PREFIX as GEM_PREFIX
 from asyncrl.config.model import ModelConfig, PolicyConfig, PretrainConfig
 from asyncrl.config.run import RunConfig
 from asyncrl.config.task import RewardConfig, TaskConfig
@@ -74,6 +75,7 @@ class Config:
             raise ValueError("async.lag: set either lag or policy_buffer, not both")
         check_parts(self)
         add_factory_reward(self)
+        add_gem_game(self)
         check_combinations(self)
         check_prox_pairing(self.loss, self.trainer)
         ranks = torchrun_world().size  # under torchrun: its world
@@ -102,6 +104,17 @@ def add_factory_reward(cfg: Config) -> None:
         # weights go functions first, then models: the new function's comes after the functions'
         reward.weights = [*reward.weights[:len(reward.funcs)], 1.0, *reward.weights[len(reward.funcs):]]
     reward.funcs = [*reward.funcs, GET_REWARD]
+
+
+def add_gem_game(cfg: Config) -> None:
+    """``task=gem`` learns the game it seeds from ``env.*`` (``task.gem_env``: the id, ``env.kwargs``,
+    ``env.max_turns``), so its train rows can demonstrate that game (asyncrl.tasks.gem); always
+    rewritten from ``env.*``, so it never names another game than the one the episodes play."""
+    if cfg.task.name != "gem":
+        return
+    name = cfg.env.name
+    cfg.task.gem_env = ({"id": name[len(GEM_PREFIX):], "kwargs": dict(cfg.env.kwargs), "max_turns": cfg.env.max_turns}
+                        if name.startswith(GEM_PREFIX) else {})
 
 
 def check_parts(cfg: Config) -> None:

@@ -9,7 +9,7 @@ from asyncrl.core.loader import (
     ConfigError,
     setting,
 )
-from asyncrl.tasks import TASKS, ArithmeticConfig, DatasetFields, ReasoningGymFields
+from asyncrl.tasks import TASKS, ArithmeticConfig, DatasetFields, GemFields, ReasoningGymFields
 
 
 # the default task name: resolved on construction, so a file named alone is never trained past
@@ -29,13 +29,14 @@ class _TaskName:
                         names=_task_names)
 
 
-# the bases' keys come in reverse order: name, the file tasks' (path, ...), then reasoning-gym's (rg_*)
+# the bases' keys come in reverse order: name, the file tasks' (path, ...), reasoning-gym's (rg_*), GEM's (gem_*)
 @dataclass
-class TaskConfig(ReasoningGymFields, DatasetFields, _TaskName):
+class TaskConfig(GemFields, ReasoningGymFields, DatasetFields, _TaskName):
     """The dataset and its reward. ``arithmetic`` is embedded; ``gsm8k`` and ``math`` read local
     files (``path``; field meanings in docs/tasks.md) and score with math-verify; ``dataset`` reads
     any rows, scored by ``reward.funcs`` (or math-verify against an answer column);
-    ``reasoning_gym`` generates reasoning-gym's problems (``rg_tasks``) and scores with its scorers.
+    ``reasoning_gym`` generates reasoning-gym's problems (``rg_tasks``) and scores with its scorers;
+    ``gem`` gives seeds for ``env.name=gem:<id>`` (``task.gem_*``, asyncrl.tasks.gem.GemFields).
     Each task owns its settings: ``task.arithmetic`` (asyncrl.tasks.arithmetic), the file tasks' keys
     (asyncrl.tasks.datasets.DatasetFields) and ``task.rg_*`` (asyncrl.tasks.reasoning_gym.ReasoningGymFields),
     which this section inherits."""

@@ -21,7 +21,7 @@ from typing import Any
 from asyncrl.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from asyncrl.tasks.base import Problem, Task, extract_answer, extract_any_answer
 from asyncrl.tasks.calculator import CalculatorTask
-from asyncrl.tasks.gem import GemTask
+from asyncrl.tasks.gem import GemFields, GemTask
 from asyncrl.tasks.guess import GuessTask
 from asyncrl.tasks.datasets import DatasetConfig, DatasetFields, GSM8KTask, MathTask
 from asyncrl.tasks.generic import DatasetTask
@@ -36,6 +36,7 @@ __all__ = [
     "DatasetFields",
     "DatasetTask",
     "GSM8KTask",
+    "GemFields",
     "GemTask",
     "GuessTask",
     "MathTask",

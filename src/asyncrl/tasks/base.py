@@ -57,10 +57,15 @@ class Problem:
     # the record's own columns (file-backed tasks): reward functions receive them as row fields
     fields: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
     messages: tuple[tuple[str, str], ...] | None = None
-    # a demonstrated episode (agents): the solution as (text, trained) segments, joined = solution.
-    # The warm start tokenizes each segment on its own, as an episode does, and trains on the
-    # policy's turns only (an observation is the environment's, not the policy's to predict)
+    # a demonstrated episode (agents): the solution as (text, trained) segments, joined = solution
+    # (less EOS_SEGMENT). The warm start tokenizes each segment on its own, as an episode does, and
+    # trains on the policy's turns only (an observation is the environment's, not the policy's to predict)
     segments: tuple[tuple[str, bool], ...] | None = None
+
+
+# A segment of this text alone stands for the tokenizer's eos token: a turn that ends at eos (a game
+# with no stop string) ends so in its demonstration too. A private-use character: no real text has it.
+EOS_SEGMENT = "\ue000"
 
 
 @runtime_checkable

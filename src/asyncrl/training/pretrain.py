@@ -41,6 +41,7 @@ from asyncrl.policy.model import build_tiny_model, check_device, num_parameters
 from asyncrl.policy.tokenizer import train_tokenizer
 from asyncrl.core.progress import TrainProgress
 from asyncrl.tasks import Problem, Task
+from asyncrl.tasks.base import EOS_SEGMENT
 from asyncrl.core.cache import cache_root
 from asyncrl.training.demonstrations import WarmStartSource, warm_start_source
 
@@ -124,7 +125,8 @@ def sft_batch(tokenizer, problems: list[Problem], alt_style: list[bool] | None =
         if p.segments:  # a demonstrated episode: segment by segment, observations not trained
             ids, labels = list(prompt), [-100] * len(prompt)
             for text, trained in p.segments:
-                piece = tokenizer(text, add_special_tokens=False)["input_ids"]
+                piece = ([tokenizer.eos_token_id] if text == EOS_SEGMENT
+                         else tokenizer(text, add_special_tokens=False)["input_ids"])
                 ids += piece
                 labels += piece if trained else [-100] * len(piece)
             rows.append(ids + [tokenizer.eos_token_id])
