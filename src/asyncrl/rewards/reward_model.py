@@ -25,15 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from asyncrl.core.hf_tokenizer import load_tokenizer
+from asyncrl.core.hf_tokenizer import load_tokenizer, tokenizer_problem
 from asyncrl.core.loader import ConfigError
 
 __all__ = ["RewardModel", "check_config", "check_model_dir", "load_reward_model", "normalize_model_path",
            "reward_models", "save_reward_model", "tokenizer_of"]
 
-# the files a saved tokenizer has one of (AutoTokenizer on a folder without any returns an empty one)
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
-                   "spiece.model")
 _LOADED: dict[tuple[str, str, str], tuple[Any, Any]] = {}  # (path, device, dtype) → (model, tokenizer)
 
 
@@ -74,7 +71,7 @@ def check_model_dir(path: str) -> None:
     except Exception as err:  # a malformed or unknown config: transformers raises many kinds
         raise ValueError(f"{path}: cannot read its config.json: {_first_line(err)}") from None
     check_config(config, path)
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+    if tokenizer_problem(folder) is not None:
         raise ValueError(f"{path}: no tokenizer in the directory (save the reward model's tokenizer "
                          "beside it: tokenizer.save_pretrained(path))")
 
@@ -172,7 +169,7 @@ def tokenizer_of(model) -> Any:
     """The tokenizer of a reward model object, as TRL finds it: loaded from where the model was
     loaded from (``model.name_or_path``). ValueError when there is none there."""
     source = getattr(model, "name_or_path", "") or ""
-    if not source or os.path.isdir(source) and not any(Path(source, f).is_file() for f in TOKENIZER_FILES):
+    if not source or os.path.isdir(source) and tokenizer_problem(Path(source)) is not None:
         where = f"at its name_or_path {source!r}" if source else "(it was not loaded from a directory)"
         raise ValueError(f"no tokenizer for the reward model {type(model).__name__} {where}; pass "
                          "(model, tokenizer) instead")
