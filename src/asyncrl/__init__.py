@@ -7,11 +7,15 @@ with it, load on first use.
 """
 __version__ = "0.1.0"
 
-__all__ = ["Trainer", "__version__", "train"]
+# what asyncrl.api offers here too: the API and its exception family (docs/python-api.md, "Errors")
+_API = ("train", "Trainer", "AsyncRLError", "CallbackError", "ConfigError", "EnvError", "Interrupted", "RankLost",
+        "RewardFunctionError", "WorkerError")
+
+__all__ = [*_API, "__version__"]
 
 
 def __getattr__(name: str):
-    if name in ("train", "Trainer"):  # loaded on first use: `import asyncrl` stays light (no torch)
+    if name in _API:  # loaded on first use: `import asyncrl` stays light (no torch)
         from importlib import import_module
 
         return getattr(import_module("asyncrl.api"), name)

@@ -52,9 +52,24 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from asyncrl.core.errors import AsyncRLError
+from asyncrl.core.loader import ConfigError
 from asyncrl.runtime.callbacks import CallbackError
 
-__all__ = ["CallbackError", "Trainer", "build_config", "train"]
+# the exception family a run raises (docs/python-api.md, "Errors"): the same class for the same
+# fault in every run.mode; these load with the first use of their name
+_ERRORS = {"RewardFunctionError": "asyncrl.rewards.scorer", "EnvError": "asyncrl.agents.env",
+           "WorkerError": "asyncrl.runtime.pool", "Interrupted": "asyncrl.runtime.signals",
+           "RankLost": "asyncrl.distributed.world"}
+
+__all__ = ["AsyncRLError", "CallbackError", "ConfigError", "EnvError", "Interrupted", "RankLost",
+           "RewardFunctionError", "Trainer", "WorkerError", "build_config", "train"]
+
+
+def __getattr__(name: str):
+    if name in _ERRORS:
+        return getattr(importlib.import_module(_ERRORS[name]), name)
+    raise AttributeError(f"module 'asyncrl.api' has no attribute {name!r}")
 
 INPUTS_DIR = ".inputs"  # under run.out_dir: what in-memory inputs become, for every process
 

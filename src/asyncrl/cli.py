@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--resume", metavar="RUN_DIR",
                              help="continue RUN_DIR from its newest checkpoint, with its saved config "
                                   "(overrides: only those docs/resume.md lists, e.g. trainer.steps)")
+            cmd.add_argument("--nproc-per-node", metavar="N", type=int,
+                             help="start N trainer ranks on this machine, as torchrun does, and end with the "
+                                  "failing rank's line and exit status instead of torchrun's report (docs/scaling.md)")
         if name == "eval":
             cmd.add_argument("--out", metavar="DIR", help="write DIR/eval.json and DIR/problems.jsonl "
                                                           "(per-problem completions); same as eval.outputs=DIR")
@@ -150,7 +153,8 @@ def _train(cfg) -> int:
         print(f"asyncrl: {stop}{hint}", file=sys.stderr)
         return stop.exit_code
     except (WorkerError, RankLost) as err:
-        print(f"asyncrl: {err}", file=sys.stderr)
+        if not getattr(err, "quiet", False):  # a lost rank is said once per job, by the first rank to find it
+            print(f"asyncrl: {err}", file=sys.stderr)
         return 1
     keys = ("mode", "steps", "initial_eval_reward", "final_eval_reward", "wall_time_s", "run_dir")
     from asyncrl.tracking.metrics import json_safe
@@ -321,12 +325,27 @@ def main(argv: list[str] | None = None) -> int:
         return _plan(args)
     if args.help_keys is not None or getattr(args, "list_presets", False):
         return _describe(args)
+    if getattr(args, "nproc_per_node", None) is not None:
+        return _launch(args)
     if args.command == "config":
         from asyncrl.rewards.resolve import paths_only
 
         with paths_only():  # printing a config runs no user code: reward modules are not imported
             return guarded(lambda: _print_config(_config(args)))
     return guarded(lambda: COMMANDS[args.command](_quiet_hub(_config(args))))
+
+
+def _launch(args) -> int:
+    """``train --nproc-per-node N``: torchrun's agent here, the ranks as its children (asyncrl.distributed.launch)."""
+    from asyncrl.distributed.launch import launch, rank_command
+
+    if args.nproc_per_node < 1:
+        print("asyncrl: --nproc-per-node: must be >= 1", file=sys.stderr)
+        return 2
+    if "RANK" in os.environ:
+        print("asyncrl: --nproc-per-node: this process is already a rank of a torchrun job", file=sys.stderr)
+        return 2
+    return launch(args.nproc_per_node, rank_command(args))
 
 
 def _import_named_plugins(argv: list[str]) -> int:

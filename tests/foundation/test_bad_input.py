@@ -128,6 +128,7 @@ CASES = [
     ("unknown-loss", ["train", "loss=nope"], "loss.name: must be one of ppo, decoupled, "),
     ("unknown-loss-param", ["train", "loss=ppo", "loss.params.bogus=1"], "loss.params.bogus: not a parameter"),
     ("max-prompt-length-zero", ["train", "task.max_prompt_length=0"], "task.max_prompt_length: must be >= 1"),
+    ("max-prompt-chars-zero", ["train", "task.max_prompt_chars=0"], "task.max_prompt_chars: must be >= 1"),
     ("device-tpu", ["train", "policy.device=tpu"], "policy.device:"),
     ("device-cuda-7", ["train", "policy.device=cuda:7"], "policy.device: 'cuda:7'"),
     ("model-path-missing", ["train", "policy.model_path={tmp}/nowhere"], "policy.model_path: no such directory"),
@@ -171,6 +172,9 @@ CASES = [
      "task.path: the arithmetic task generates its problems and reads no file"),
     ("data-line-nested-deep", ["train", lambda t, m: _gsm8k(t, [GOOD_ROW, "[" * 100_000 + "]" * 100_000])],
      "data.jsonl:2: JSON nested too deeply to read"),
+    # size bounds (asyncrl.tasks.limits, asyncrl.tasks.records): refused before the warm start's minutes
+    ("prompt-5mb-line", ["train", lambda t, m: _gsm8k(t, [GOOD_ROW, {"question": "x " * 2_500_000, "answer": "#### 1"}])],
+     "task.max_prompt_chars: {tmp}/data.jsonl:2: prompt is 5,000,0"),
     ("chat-role-unknown", ["train", lambda t, m: _chat_rows(t, "wizard")],
      "chat.jsonl:2: field 'messages' item 1: unknown role 'wizard'"),
     ("dataset-no-prompt-column", ["train", lambda t, m: f"task.path={_jsonl(t, 'data.jsonl', [{'text': 'x'}] * 4)}"],
@@ -179,6 +183,11 @@ CASES = [
     ("out-dir-under-a-file", ["train", lambda t, m: f"run.out_dir={_text(t, 'f', '')}/runs"],
      "run.out_dir: "),
     ("out-dir-unwritable", ["train", "run.out_dir=/proc/asyncrl-runs"], "run.out_dir: cannot write under /proc"),
+    # the warm start's cache (asyncrl.core.cache); $ASYNCRL_CACHE: tests/foundation/test_cache_dir.py
+    ("cache-dir-a-file", ["train", lambda t, m: f"policy.cache_dir={_text(t, 'f', '')}"],
+     "policy.cache_dir: the cache directory {tmp}/f (policy.cache_dir) is a file, not a directory"),
+    ("cache-dir-unwritable", ["train", "policy.cache_dir=/proc/asyncrl-cache"],
+     "policy.cache_dir: cannot write the cache directory /proc/asyncrl-cache (policy.cache_dir): "),
     ("eval-out-under-a-file", ["eval", "--out", lambda t, m: f"{_text(t, 'f', '')}/out"], "eval.outputs: "),
     ("eval-out-unwritable", ["eval", "--out", "/proc/asyncrl-eval"], "eval.outputs: cannot write under /proc"),
     # bench arguments
@@ -235,7 +244,7 @@ MODEL_CASES = [
      "task.max_prompt_length: {tmp}/data.jsonl:4: prompt is"),
     ("prompt-20mb-line", ["train", *SMALL, "policy.model_path={model}",
                           lambda t, m: _gsm8k(t, [GOOD_ROW, {"question": "x " * 10_000_000, "answer": "#### 1"}])],
-     "task.max_prompt_length: {tmp}/data.jsonl:2: prompt is 20,000,0"),
+     "task: {tmp}/data.jsonl:2: a line of more than 16 MiB, over the bound on one row"),
     ("reward-nan", ["@reward=nan", "train", *SMALL, "policy.model_path={model}"],
      "reward function asyncrl.tasks.rewards:correct_answer returned nan on row uid=arith-train-000000"),
     ("reward-raises", ["@reward=raise", "train", *SMALL, "policy.model_path={model}"],

@@ -54,3 +54,30 @@ def test_export_refusals_are_one_line(tmp_path, tiny_policy):
         out = _cli(*args, cwd=tmp_path)
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 2 and len(lines) == 1 and words in lines[0], out.stderr
+
+
+def test_export_of_a_sharded_checkpoint_leaves_the_optimizer_shards_out(tmp_path, tiny_policy):
+    """Several trainer ranks write the optimizer state as torch.distributed.checkpoint shards in
+    ``optimizer/``: resume state, like ``trainer_state.pt``, so the export has none of it."""
+    import copy
+
+    from asyncrl.config import load_config
+    from asyncrl.distributed.sharded_state import SHARDS, save_shards, shard_entry
+    from asyncrl.training.fingerprint import FINGERPRINT, model_fingerprint
+
+    shared, tokenizer, _ = tiny_policy
+    model = copy.deepcopy(shared)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(input_ids=torch.tensor([[1, 2, 3]]), labels=torch.tensor([[1, 2, 3]])).loss.backward()
+    optimizer.step()
+    run_dir = tmp_path / "runs" / "r"
+    folder = save_checkpoint(run_dir, 3, model, tokenizer, {"optimizer": shard_entry(optimizer), "version": 3},
+                             {"totals": {}}, write_shards=lambda into: save_shards(optimizer, into / SHARDS),
+                             fingerprint=model_fingerprint(load_config(), model, tokenizer))
+    assert list((folder / SHARDS).glob("*.distcp")) and (folder / FINGERPRINT).is_file()
+    out = _cli(str(run_dir), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    exported = run_dir / "hf"
+    assert not (exported / SHARDS).exists() and not list(exported.rglob("*.distcp"))
+    assert not (exported / FINGERPRINT).exists() and not (exported / "trainer_state.pt").exists()
+    assert (exported / "model.safetensors").is_file() and (exported / "config.json").is_file()

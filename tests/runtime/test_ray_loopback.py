@@ -130,7 +130,9 @@ def test_a_private_cluster_starts_on_loopback_and_a_named_address_is_left_alone(
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", fake_init)
-    monkeypatch.setattr(ray_backend, "start_ray_reaper", lambda ray_dir: None)
+    monkeypatch.setattr(ray_backend, "start_ray_reaper", lambda ray_dir, temp_dir: None)
+    monkeypatch.setattr(ray_backend, "new_temp_dir", lambda: "/nowhere")  # no cluster starts: no folder made
+    monkeypatch.setattr(ray_backend, "_temp_dir", None)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv(ray_backend.SINGLE_MACHINE_ENV, raising=False)
     flag_before = ray._private.ray_constants.ENABLE_RAY_CLUSTER

@@ -111,6 +111,8 @@ PEER_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
          '`policy.device=cpu`'),
         ('`fsdp`, `fsdp_config`',
          '`trainer.fsdp.*`, under `torchrun` (docs/scaling.md)'),
+        ('`ddp_timeout`',
+         '`trainer.fsdp.timeout_s` (seconds; bounds how long a rank waits for another, docs/errors.md)'),
         ('`output_dir`, `run_name`',
          '`run.out_dir` / `run.name`'),
     ),
@@ -266,7 +268,7 @@ TRL_NOT_OFFERED: tuple[tuple[str, str], ...] = (
      'not offered, because the KL penalty (`trainer.kl_coef`) is not weighted by the importance ratio'),
     ('`ds3_gather_for_generation`, `deepspeed`',
      'not offered, because the trainer shards with FSDP2 (`trainer.fsdp.*`), not DeepSpeed'),
-    ('`accelerator_config`, `parallelism_config`, `ddp_backend`, `ddp_timeout`, `ddp_find_unused_parameters`, '
+    ('`accelerator_config`, `parallelism_config`, `ddp_backend`, `ddp_find_unused_parameters`, '
      '`ddp_bucket_cap_mb`, `ddp_broadcast_buffers`, `ddp_static_graph`, `local_rank`',
      'not offered, because several trainer ranks run under `torchrun` with asyncrl\'s own data parallelism '
      'and FSDP2 (docs/scaling.md), not Accelerate or DDP'),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Literal
 
@@ -9,7 +10,8 @@ from asyncrl.core.loader import (
     ConfigError,
     setting,
 )
-from asyncrl.core.registries import MODES, import_plugins
+from asyncrl.core.registries import MODES
+from asyncrl.rewards.guard import import_guarded
 
 
 @dataclass
@@ -53,11 +55,7 @@ class RunConfig:
         False, "torch.use_deterministic_algorithms in trainer and workers (reproducible GPU runs)")
 
     def __post_init__(self) -> None:
-        try:
-            import_plugins(self.plugins)
-        except ValueError as err:
-            index, _, message = str(err).partition(": ")
-            raise ConfigError(f"run.plugins{index}", message) from None
+        import_plugins(self.plugins)
 
     def validate(self) -> None:
         from asyncrl.tracking import check_available
@@ -88,3 +86,16 @@ class RunConfig:
         if self.name is not None and len(self.name.encode("utf-8", "surrogateescape")) > 255:
             raise ValueError(f"name: {len(self.name.encode('utf-8', 'surrogateescape'))} bytes, longer than a "
                              f"directory name may be (255); got {self.name[:40]!r}...")
+
+
+def import_plugins(modules: list[str]) -> None:
+    """Import each plugin module (``pkg.module``, importable from ``sys.path``); it registers its
+    parts at import. ConfigError ``run.plugins[i]`` (one line) for one that fails to import, calls
+    ``sys.exit`` or raises ``KeyboardInterrupt`` while imported (asyncrl.rewards.guard, as for a
+    reward module): the command then does nothing it was asked to, and must say so."""
+    for i, name in enumerate(modules):
+        try:
+            import_guarded(lambda: importlib.import_module(name), name,
+                           " (a plugin must be importable: installed, or its directory on PYTHONPATH)")
+        except ValueError as err:
+            raise ConfigError(f"run.plugins[{i}]", str(err)) from None

@@ -10,6 +10,7 @@ from asyncrl.core.loader import (
     setting,
 )
 from asyncrl.tasks import TASKS, ArithmeticConfig, DatasetFields, GemFields, ReasoningGymFields
+from asyncrl.tasks.limits import CHARS_PER_TOKEN, check_prompt_sizes, prompt_chars_bound
 
 
 # the default task name: resolved on construction, so a file named alone is never trained past
@@ -47,6 +48,10 @@ class TaskConfig(GemFields, ReasoningGymFields, DatasetFields, _TaskName):
     max_prompt_length: int = setting(2048, "prompt length limit in tokens (see long_prompts)")
     long_prompts: Literal["error", "drop", "truncate"] = setting(
         "error", "longer prompts: error (names file:line), drop them, or truncate (keep the last tokens)")
+    # measured before any tokenizer runs: a 5 MB prompt otherwise takes minutes to tokenize (asyncrl.tasks.limits)
+    max_prompt_chars: int | None = setting(
+        None, "prompt size bound in characters, checked when the task is built (before tokenizing; "
+              "task.long_prompts does not apply past it); null = 32 per token of max_prompt_length")
 
     def __post_init__(self) -> None:
         if self.name == AUTO_TASK:  # the saved config and everything downstream see the task it picks
@@ -57,8 +62,20 @@ class TaskConfig(GemFields, ReasoningGymFields, DatasetFields, _TaskName):
         """The length prompts are left-truncated to when they are encoded; None = never."""
         return self.max_prompt_length if self.long_prompts == "truncate" else None
 
+    @property
+    def prompt_chars_bound(self) -> int:
+        """The prompt size bound in characters (``max_prompt_chars``, or its default)."""
+        return prompt_chars_bound(self.max_prompt_length, self.max_prompt_chars)
+
+    def _chars_bound_source(self) -> str:
+        if self.max_prompt_chars is not None:
+            return "task.max_prompt_chars"
+        return (f"task.max_prompt_chars: {CHARS_PER_TOKEN} per token of task.max_prompt_length="
+                f"{self.max_prompt_length}")
+
     def build(self):
-        """The task, with its problems generated/loaded; a bad dataset raises ConfigError."""
+        """The task, with its problems generated/loaded and their sizes checked (asyncrl.tasks.limits);
+        a bad dataset raises ConfigError."""
         from asyncrl.tasks import build_task, check_registry
 
         try:
@@ -70,6 +87,10 @@ class TaskConfig(GemFields, ReasoningGymFields, DatasetFields, _TaskName):
             task.problems("train"), task.problems("eval")
         except ValueError as err:
             raise ConfigError("task", str(err)) from None
+        try:
+            check_prompt_sizes(task, self.prompt_chars_bound, self._chars_bound_source())
+        except ValueError as err:
+            raise ConfigError("task.max_prompt_chars", str(err)) from None
         if not task.problems("eval"):  # evaluation would divide by zero mid-run
             raise ConfigError("task", f"task {self.name!r} has no eval problems (a file task: raise "
                                       "task.eval_fraction or task.max_eval, or set task.eval_path)")
@@ -84,6 +105,8 @@ class TaskConfig(GemFields, ReasoningGymFields, DatasetFields, _TaskName):
     def validate(self) -> None:
         if self.max_prompt_length < 1:
             raise ValueError("max_prompt_length: must be >= 1")
+        if self.max_prompt_chars is not None and self.max_prompt_chars < 1:
+            raise ValueError("max_prompt_chars: must be >= 1 (or null: 32 per token of max_prompt_length)")
         self.settings()  # the task's own checks, "field: message" relative to task.
 
 

@@ -5,11 +5,18 @@ checkpoint intact.
 
 A disk fills in different words: ``OSError(ENOSPC)`` from Python's own files, ``unexpected pos`` or
 ``iostream error`` from torch's zip writer (``torch.save``), ``StorageFull`` from safetensors.
+
+A file-size limit (``ulimit -f``, ``RLIMIT_FSIZE``) is the same kind of fault: :class:`FileSizeLimit`,
+one line naming the file and the limit. Python ignores ``SIGXFSZ`` (the interpreter sets it to
+``SIG_IGN`` at start-up), so a write past the limit fails with ``OSError(EFBIG)`` (safetensors: ``File
+too large (os error 27)``; torch's zip writer: its vague ``unexpected pos``, which counts as the
+limit when one is set and the disk has room) instead of killing the process.
 """
 
 from __future__ import annotations
 
 import errno
+import resource
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +37,10 @@ class DiskFull(ConfigError):
     def __init__(self, message: str):
         ValueError.__init__(self, message)
         self.key = "run.out_dir"
+
+
+class FileSizeLimit(DiskFull):
+    """A file of the run larger than the process may write (``ulimit -f``): one line (exit 2)."""
 
 
 def human_bytes(n: int | float) -> str:
@@ -66,6 +77,31 @@ def is_disk_full(err: BaseException, path: str | Path | None = None, needed: int
     return free is not None and free < max(needed, _LOW_FREE)
 
 
+def file_size_limit() -> int | None:
+    """The largest file this process may write, in bytes (``ulimit -f``); None when unlimited."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def is_file_size_limit(err: BaseException) -> bool:
+    """Whether ``err`` is a write past the file-size limit. A library's vague wording (torch's
+    ``unexpected pos``) counts only while a limit is set (callers ask :func:`is_disk_full` first)."""
+    if isinstance(err, OSError) and err.errno == errno.EFBIG:
+        return True
+    text = str(err).lower() if isinstance(err, Exception) else ""
+    if "file too large" in text or "os error 27" in text:
+        return True
+    return file_size_limit() is not None and any(w in text for w in _FULL_WORDS)
+
+
+def file_too_large(path: str | Path, largest: int | None = None, hint: str = "") -> FileSizeLimit:
+    """The one-line error for ``path``: the file-size limit and, when known, the largest file's size."""
+    limit = file_size_limit()
+    shown = f" ({human_bytes(limit)})" if limit is not None else ""
+    size = f"a file of {human_bytes(largest)}" if largest else "a file"
+    return FileSizeLimit(f"file size limit reached writing {path}: {size} exceeds ulimit -f{shown}{hint}")
+
+
 def disk_full(path: str | Path, needed: int | None = None, hint: str = "") -> DiskFull:
     """The one-line error for ``path``: what it needed (when known) and what is free."""
     free = free_bytes(path)
@@ -76,15 +112,18 @@ def disk_full(path: str | Path, needed: int | None = None, hint: str = "") -> Di
 
 @contextmanager
 def writing(path: str | Path, needed: int | None = None) -> Iterator[None]:
-    """Turn a full disk while writing ``path`` into :class:`DiskFull`; other errors pass."""
+    """Turn a full disk (or the file-size limit) while writing ``path`` into :class:`DiskFull`
+    (:class:`FileSizeLimit`); other errors pass."""
     try:
         yield
     except DiskFull:
         raise
     except Exception as err:  # noqa: BLE001 (filtered: only a full disk is converted)
-        if not is_disk_full(err, path, needed or 0):
-            raise
-        raise disk_full(path, needed) from None
+        if is_disk_full(err, path, needed or 0):
+            raise disk_full(path, needed) from None
+        if is_file_size_limit(err):
+            raise file_too_large(path) from None
+        raise
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

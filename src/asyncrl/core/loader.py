@@ -18,13 +18,15 @@ from pathlib import Path
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
+from asyncrl.core.errors import AsyncRLError
+
 import yaml
 
 T = TypeVar("T")
 _FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
-class ConfigError(ValueError):
+class ConfigError(AsyncRLError, ValueError):
     """A bad configuration value. ``str(err)`` is one line that names the key."""
 
     def __init__(self, key: str, message: str):

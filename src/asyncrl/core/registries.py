@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["BACKENDS", "CHANNELS", "ENGINES", "HOST", "MODES", "RAY", "BackendEntry", "ChannelEntry", "EngineEntry",
-           "ModeEntry", "auto_channel", "device_type", "import_plugins", "resolve"]
+           "ModeEntry", "auto_channel", "device_type", "resolve"]
 
 # What a worker backend offers a weight channel (BackendEntry.provides, ChannelEntry.needs), and how
 # an error message says it. A plugin may add a word of its own.
@@ -137,15 +137,3 @@ def resolve(path: str) -> Any:
         target = getattr(target, part)
     return target
 
-
-def import_plugins(modules: list[str]) -> None:
-    """Import each plugin module (``pkg.module``, importable from ``sys.path``); it registers its
-    parts at import. ValueError ``"[i]: ..."`` (one line) for one that fails."""
-    for i, name in enumerate(modules):
-        try:
-            importlib.import_module(name)
-        except Exception as err:  # a user's module may fail to import with anything
-            reason = (str(err).strip().splitlines() or [""])[0][:200]
-            hint = " (a plugin must be importable: installed, or its directory on PYTHONPATH)" \
-                if isinstance(err, ModuleNotFoundError) else ""
-            raise ValueError(f"[{i}]: cannot import {name!r}: {type(err).__name__}: {reason}{hint}") from None

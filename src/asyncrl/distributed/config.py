@@ -17,12 +17,22 @@ class FsdpConfig:
     param_dtype: the dtype layers compute in (``bfloat16``: FSDP casts the gathered parameters; the
         shards, gradients' reduction and the optimizer stay float32); ``none``: the policy's dtype.
     cpu_offload: keep parameter shards, gradients and optimizer state in host memory.
+    timeout_s: the longest a collective waits for a rank that does not join it, and how long a wait
+        outside collectives (for rank 0's next command, for the others to load the model) goes on
+        after the awaited rank's heartbeat stops (asyncrl.distributed.liveness).
     """
 
     reshard_after_forward: bool = setting(True, "free gathered layer parameters after their forward pass")
     param_dtype: Literal["none", "bfloat16"] = setting(
         "none", "compute dtype of the gathered parameters (gradients reduced in float32); none = policy.dtype")
     cpu_offload: bool = setting(False, "parameter shards, gradients and optimizer state in host memory")
+    timeout_s: float = setting(
+        300.0, "seconds a trainer rank waits for another rank that stopped answering (a collective, or a "
+               "stopped process's heartbeat) before the job ends")
+
+    def validate(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError("timeout_s: must be > 0")
 
 
 def check_ranks(cfg, ranks: int) -> None:

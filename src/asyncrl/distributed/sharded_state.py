@@ -11,6 +11,12 @@ each rank of a new world reads the pieces that overlap its own shard, one proces
 whole tensors. Parameters are numbered as in the single-process ``optimizer.state_dict()`` (the
 sharded model keeps the policy's parameter order), so the two formats name the same tensors.
 
+Loading checks what each rank read (its own shard) for values the state cannot hold (NaN, inf, a
+negative second moment: :mod:`asyncrl.core.finite`), one line naming the folder, before the optimizer
+takes it: a resume has checked every tensor whole on rank 0 already, but the ESS rollback and the
+other ranks read the files again. What the checkpoint fits (its ``fingerprint.json``,
+:mod:`asyncrl.training.fingerprint`) is written and checked by rank 0 with the rest of the folder.
+
 Why the optimizer and not the weights: rank 0 gathers the whole weights after every step anyway (the
 engines need them), and writing them as a Hugging Face folder keeps every checkpoint loadable by
 transformers and vLLM. The optimizer's state (two fp32 tensors per parameter with AdamW) is the part a
@@ -26,6 +32,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from asyncrl.core.finite import BadTensor, first_bad_in
+
 SHARDS = "optimizer"  # the shards' folder inside a checkpoint
 
 
@@ -37,7 +45,10 @@ def save_shards(optimizer: torch.optim.Optimizer, folder: Path) -> None:
     state = optimizer.state_dict()["state"]
     tensors = {str(index): {key: value for key, value in per_param.items() if isinstance(value, Tensor)}
                for index, per_param in state.items()}
-    with _first_cause():
+    from asyncrl.core.disk import writing
+
+    # a rank past its disk or file-size limit ends in one line naming the folder, as rank 0's files do
+    with writing(folder), _first_cause():
         dcp.save({"state": tensors}, storage_writer=dcp.FileSystemWriter(str(folder)))
 
 
@@ -88,6 +99,10 @@ def load_shards(optimizer: torch.optim.Optimizer, entry: dict, distributed: bool
         tensors.setdefault(index, {})[name] = _empty_like_param(size, dtype, params[int(index)])
     with _first_cause():
         dcp.load({"state": tensors}, storage_reader=dcp.FileSystemReader(str(folder)), no_dist=not distributed)
+    found = first_bad_in(tensors, "state")
+    if found:
+        raise BadTensor(f"optimizer shards {folder} hold a value the optimizer state cannot hold ({found}); "
+                        "refusing to load them")
     state: dict[int, dict] = {int(index): {**entry["scalars"].get(index, {}), **values}
                               for index, values in tensors.items()}
     optimizer.load_state_dict({"state": state, "param_groups": entry["param_groups"]})

@@ -7,8 +7,9 @@ the batch source, evaluation, logging and checkpoints; the other ranks only trai
 each minibatch (asyncrl.distributed.follower).
 
 The process group is gloo on the CPU and NCCL on CUDA, where each rank takes the GPU of its
-``LOCAL_RANK``. Its timeout is long: followers wait in a broadcast while the leader evaluates or
-writes a checkpoint, which can take minutes.
+``LOCAL_RANK``. Its timeout, ``trainer.fsdp.timeout_s``, bounds a collective that a rank does not
+join; the long waits outside collectives (the others wait while rank 0 evaluates or writes a
+checkpoint) are bounded by heartbeats instead (asyncrl.distributed.liveness).
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 
+from asyncrl.core.errors import AsyncRLError
 from asyncrl.core.loader import ConfigError
 
-GROUP_TIMEOUT = timedelta(hours=2)
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
@@ -67,9 +69,9 @@ def torchrun_world(env: dict[str, str] | None = None) -> World:
     return world
 
 
-def init_world(world: World, device: str) -> None:
+def init_world(world: World, device: str, timeout_s: float) -> None:
     """Join the trainer ranks' process group (no-op for a world of one). ``device``: the policy's
-    device setting; on CUDA each rank uses GPU ``LOCAL_RANK``."""
+    device setting; on CUDA each rank uses GPU ``LOCAL_RANK``. ``timeout_s``: a collective's bound."""
     if not world.distributed or torch.distributed.is_initialized():
         return
     die_with_agent()
@@ -82,7 +84,7 @@ def init_world(world: World, device: str) -> None:
             err.every_rank = False
             raise err
         torch.cuda.set_device(world.local_rank)
-    torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=GROUP_TIMEOUT)
+    torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s))
 
 
 def die_with_agent() -> None:
@@ -95,6 +97,14 @@ def die_with_agent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() == 1:
         os._exit(1)
+
+
+def hold_off_sigterm() -> None:
+    """This rank is about to end with its one line: a SIGTERM from torchrun's agent, which it sends
+    as soon as another rank has ended, must not cut that line off (the agent's SIGKILL after its
+    shutdown timeout still bounds the exit)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def close_world() -> None:
@@ -118,14 +128,22 @@ def collective_device() -> torch.device:
         if torch.distributed.get_backend() == "nccl" else torch.device("cpu")
 
 
+class RankLost(AsyncRLError):
+    """The job lost a rank: another rank failed or was killed (this rank's collective failed), or
+    stopped answering (:class:`RankTimeout`). ``quiet``: another rank has said it already."""
 
-class RankLost(Exception):
-    """A collective failed because another rank is gone (it failed, or was killed)."""
+    quiet = False
 
-    def __init__(self, rank: int, cause: BaseException):
-        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-        super().__init__(f"trainer rank {rank}: another rank of the job failed or was killed "
-                         f"({first[:200]}); torchrun's summary names it")
+
+class RankTimeout(RankLost):
+    """A rank did not answer within ``trainer.fsdp.timeout_s``: a collective timed out, or a rank's
+    heartbeat stopped (asyncrl.distributed.liveness)."""
+
+
+def lost_message(rank: int, cause: BaseException) -> str:
+    first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    return (f"trainer rank {rank}: another rank of the job failed or was killed ({first[:200]}); torchrun's "
+            "summary names it")
 
 
 def lost_rank(err: BaseException) -> bool:
@@ -135,3 +153,12 @@ def lost_rank(err: BaseException) -> bool:
         return True
     text = str(err)
     return any(mark in text for mark in ("Connection closed by peer", "Connection reset by peer", "NCCL error"))
+
+
+def timed_out(err: BaseException) -> bool:
+    """``err`` is a collective that waited out the group's timeout (gloo: "Timed out waiting 10000ms
+    for recv operation"; NCCL with blocking waits: a watchdog's timeout)."""
+    text = str(err)
+    if isinstance(err, torch.distributed.DistError):
+        return "timed out" in text.lower() or "timeout" in text.lower()
+    return isinstance(err, RuntimeError) and "gloo" in text and "Timed out waiting" in text

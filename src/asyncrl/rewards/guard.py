@@ -1,4 +1,5 @@
-"""One call of a user's reward function, bounded in time and kept from ending the process.
+"""One call of a user's code (a reward function, an environment's step, the import of a reward or
+plugin module), bounded in time and kept from ending the process.
 
 * **Time**: past ``reward.timeout_s`` the call is stopped by :class:`TimedOut`, raised in the
   calling thread by a signal (``SIGUSR2``) that a timer thread sends it. Not ``SIGALRM``: reward
@@ -11,6 +12,8 @@
   rollout worker (restarted, and failing again) or the trainer (exit status n, or "interrupted").
   :class:`Exited` names it instead. A real SIGINT / SIGTERM that lands during the call (the
   trainer's second-signal stop raises ``KeyboardInterrupt``) is told apart and passes through.
+* **Imports**: :func:`import_guarded` turns every way a user's module can fail while being imported
+  (``sys.exit`` and ``KeyboardInterrupt`` included) into one ValueError line naming it.
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
+from typing import TypeVar
 
-__all__ = ["Exited", "TimedOut", "call_guarded"]
+__all__ = ["Exited", "TimedOut", "call_guarded", "import_guarded"]
+
+T = TypeVar("T")
 
 _DEADLINE_SIGNAL = getattr(signal, "SIGUSR2", None)
 
@@ -35,9 +41,12 @@ class Exited(Exception):
     def __init__(self, err: BaseException):
         if isinstance(err, SystemExit):
             what = "exited (SystemExit)" if err.code is None else f"exited (SystemExit {err.code!r})"
+            # what it did, in the words its code used: ``called sys.exit(0)``
+            self.deed = "called sys.exit()" if err.code is None else f"called sys.exit({err.code!r})"
         else:
             detail = (str(err).strip().splitlines() or [""])[0][:200]
             what = f"raised {type(err).__name__}" + (f": {detail}" if detail else "")
+            self.deed = f"raised {type(err).__name__}"
         super().__init__(what)
 
 
@@ -117,3 +126,19 @@ def call_guarded(fn: Callable[[], object], timeout_s: float | None) -> object:
         if call.signalled:  # a stop signal of the process, not the function's doing
             raise
         raise Exited(err) from None
+
+
+def import_guarded(load: Callable[[], T], shown: str, missing_hint: str = "") -> T:
+    """``load()``, the import of a user's module (a reward module, a ``run.plugins`` module), each
+    way it can fail a ValueError ``cannot import 'shown': ...`` (one line): an exception's first line
+    (``missing_hint`` added when no module of that name exists), or the module calling ``sys.exit``
+    or raising ``KeyboardInterrupt`` while being imported, which would otherwise end the command with
+    the module's status, having done nothing. A real Ctrl-C during the import still stops it."""
+    try:
+        return call_guarded(load, None)  # type: ignore[return-value]
+    except Exited as err:
+        raise ValueError(f"cannot import {shown!r}: the module {err.deed} while being imported") from None
+    except Exception as err:  # a user's module may fail to import with anything
+        reason = (str(err).strip().splitlines() or [""])[0][:200]
+        hint = missing_hint if isinstance(err, ModuleNotFoundError) else ""
+        raise ValueError(f"cannot import {shown!r}: {type(err).__name__}: {reason}{hint}") from None

@@ -24,6 +24,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
+from asyncrl.rewards.guard import import_guarded
+
 __all__ = ["CONTEXT", "PICKLED_SUFFIX", "RewardFunction", "imports_allowed", "is_file_path", "load_function",
            "normalize_path", "paths_only", "resolve"]
 
@@ -111,6 +113,10 @@ def _unpickle(file: str, path: str) -> Callable:
     return _UNPICKLED[file]
 
 
+_MISSING_HINT = (" (a module must be importable, e.g. from the current directory; a script's file can be named "
+                 "as path/to/file.py:fn)")
+
+
 def _cwd_importable() -> None:
     """Users expect ``my_rewards:fn`` to import from where they start asyncrl, in every process
     (a console script's import path lacks it). Last, so it never shadows an installed package."""
@@ -128,17 +134,8 @@ def resolve(path: str) -> Callable:
             raise ValueError(f"{path!r} is not callable (a {type(target).__name__})")
         return target
     _cwd_importable()
-    try:
-        module = _import_file(module_name) if is_file_path(path) else importlib.import_module(module_name)
-    except SystemExit as err:  # else the command would end with the module's status, having done nothing
-        raise ValueError(f"cannot import {path!r}: the module called sys.exit({err.code!r}) while being "
-                         "imported") from None
-    except Exception as err:  # a user's module may fail to import with anything
-        reason = (str(err).strip().splitlines() or [""])[0][:200]
-        hint = " (a module must be importable, e.g. from the current directory; a script's file can be named " \
-               "as path/to/file.py:fn)" \
-            if isinstance(err, ModuleNotFoundError) else ""
-        raise ValueError(f"cannot import {path!r}: {type(err).__name__}: {reason}{hint}") from None
+    module = import_guarded(lambda: _import_file(module_name) if is_file_path(path)
+                            else importlib.import_module(module_name), path, _MISSING_HINT)
     target = module
     for part in attr.split("."):
         if not hasattr(target, part):

@@ -22,12 +22,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from asyncrl.core.errors import AsyncRLError
 from asyncrl.tracking.metrics import json_safe
 
 HOOKS = ("on_step_end", "on_evaluate", "on_save")
 
 
-class CallbackError(RuntimeError):
+class CallbackError(AsyncRLError, RuntimeError):
     """A callback raised: the run stopped. ``callback`` names it (``Class.hook``), ``error`` is what
     it raised (with its traceback), ``step`` the last finished step, ``checkpoint`` the checkpoint to
     resume from (None: none new)."""

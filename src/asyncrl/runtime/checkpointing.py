@@ -15,6 +15,7 @@ from asyncrl.runtime.resume import Resume
 from asyncrl.runtime.session import Session
 from asyncrl.runtime.timing import due
 from asyncrl.training.checkpoint import save_checkpoint
+from asyncrl.training.fingerprint import model_fingerprint
 
 
 class Checkpoints:
@@ -23,6 +24,15 @@ class Checkpoints:
 
     def __init__(self, session: Session, totals: Totals, parts: tuple):
         self.session, self.totals, self.parts = session, totals, parts
+        self._fingerprint: dict | None = None
+
+    @property
+    def fingerprint(self) -> dict:
+        """What every checkpoint of the run fits (the same for all: the model's shape does not change);
+        computed at the first save."""
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.session.cfg, self.session.model, self.session.tokenizer)
+        return self._fingerprint
 
     def due(self, step: int) -> bool:
         return due(step, self.session.cfg.run.checkpoint_every, self.session.cfg.trainer.steps)
@@ -44,7 +54,7 @@ class Checkpoints:
         run_state = {"source": source.state_dict(), "session": parts, "totals": self.totals.state_dict()}
         return save_checkpoint(session.run_dir, step, session.model, session.tokenizer, trainer.state_dict(),
                                run_state, keep=session.cfg.run.keep_checkpoints, write_shards=trainer.write_shards,
-                               shard_bytes=trainer.shard_bytes())
+                               shard_bytes=trainer.shard_bytes(), fingerprint=self.fingerprint)
 
     def restore(self, resume: Resume, trainer) -> None:
         """The trainer, the totals and the parts from the checkpoint the run continues (the model

@@ -8,7 +8,8 @@ import math
 
 from asyncrl.runtime.session import Session
 from asyncrl.stability.monitor import EssMonitor
-from asyncrl.training.checkpoint import load_states, step_dirs
+from asyncrl.config import ConfigError
+from asyncrl.training.checkpoint import DamagedCheckpoint, NonFiniteCheckpoint, check_checkpoint, step_dirs
 
 
 class EssCheck:
@@ -43,8 +44,12 @@ class EssCheck:
             self.session.progress.log("ESS rollback: no checkpoint from before the ESS fell; going on")
             return -1
         ckpt_step, path = older[-1]
+        try:  # every tensor read and checked before the trainer takes any (as a resume does)
+            trainer_state, _ = check_checkpoint(path)
+        except (DamagedCheckpoint, NonFiniteCheckpoint) as err:
+            raise ConfigError("trainer.ess_warning",
+                              f"ESS rollback: checkpoint {path} cannot be loaded ({err})") from None
         self.session.model.load_state_dict(load_file(path / "model.safetensors"), strict=False)
-        trainer_state, _ = load_states(path)
         trainer.load_optimizer_state(trainer_state["optimizer"])
         trainer.version += 1
         source.publish(trainer.model, trainer.version)

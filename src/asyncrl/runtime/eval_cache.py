@@ -17,13 +17,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
 
-from asyncrl.config import Config
+from asyncrl.config import Config, ConfigError
 from asyncrl.training.evaluation import eval_autocast_dtype
-from asyncrl.core.cache import cache_root
+from asyncrl.core.cache import cache_root, writable_cache_dir
 
 # eval settings that do not change what the step-0 evaluation returns
 _EVAL_KEYS_IGNORED = ("every", "outputs", "cache_initial")
@@ -50,12 +51,24 @@ def initial_eval_key(cfg: Config, model: torch.nn.Module, problems: list) -> str
     return digest.hexdigest()[:24]
 
 
-def cache_path(cfg: Config, key: str) -> Path:
-    return cache_root(cfg.policy.cache_dir) / "initial-eval" / f"{key}.json"
+def cache_path(cfg: Config, key: str) -> Path | None:
+    """Where the step-0 metrics of ``key`` are cached; None, with a warning, when the cache directory
+    cannot be one (a file): the cache only saves time, so the run evaluates and goes on."""
+    try:
+        return cache_root(cfg.policy.cache_dir) / "initial-eval" / f"{key}.json"
+    except ConfigError as err:
+        _warn(str(err).removeprefix("config error: "))
+        return None
 
 
-def load(path: Path) -> dict[str, float] | None:
+def _warn(why: str) -> None:
+    print(f"asyncrl: warning: eval.cache_initial: the step-0 evaluation is not cached ({why})", file=sys.stderr)
+
+
+def load(path: Path | None) -> dict[str, float] | None:
     """The cached metrics, or None when absent or unreadable (then the run evaluates and rewrites)."""
+    if path is None:
+        return None
     try:
         metrics = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -63,9 +76,18 @@ def load(path: Path) -> dict[str, float] | None:
     return metrics if isinstance(metrics, dict) and "eval_reward" in metrics else None
 
 
-def store(path: Path, metrics: dict[str, float]) -> None:
-    """Write atomically: a concurrent reader sees the whole file or none."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def store(path: Path | None, metrics: dict[str, float]) -> None:
+    """Write atomically: a concurrent reader sees the whole file or none. A cache that cannot be
+    written (read-only) is a warning: the run goes on without it."""
+    if path is None:
+        return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(metrics))
-    tmp.replace(path)
+    try:
+        writable_cache_dir(path.parent)
+        tmp.write_text(json.dumps(metrics))
+        tmp.replace(path)
+    except ConfigError as err:
+        _warn(str(err).removeprefix("config error: "))
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        _warn(f"cannot write {path}: {err.strerror or err}")

@@ -31,8 +31,10 @@ import torch
 
 from asyncrl.config import Config
 from asyncrl.config.threads import thread_plan
+from asyncrl.distributed.agreement import agree
+from asyncrl.distributed.liveness import Peers
 from asyncrl.distributed.ranks import LeaderTrainer, follow
-from asyncrl.distributed.world import RankLost, World, close_world, init_world, lost_rank, node_ranks, torchrun_world
+from asyncrl.distributed.world import RankLost, World, close_world, init_world, node_ranks, torchrun_world
 from asyncrl.runtime.callbacks import CallbackError, RunCallbacks
 from asyncrl.runtime.checkpointing import Checkpoints
 from asyncrl.runtime.ess_check import EssCheck
@@ -53,26 +55,31 @@ def train(cfg: Config, callbacks: Sequence[Any] = ()) -> dict | None:
     to ``<run dir>/summary.json``). Under ``torchrun`` rank 0 runs the loop and the other ranks
     follow it (asyncrl.distributed.ranks); they return None. ``callbacks``: objects with
     ``on_step_end`` / ``on_evaluate`` / ``on_save`` (asyncrl.runtime.callbacks), called by rank 0."""
-    world = torchrun_world()
-    init_world(world, cfg.policy.device)
+    world, peers = torchrun_world(), None
+    init_world(world, cfg.policy.device, cfg.trainer.fsdp.timeout_s)
     try:
+        if world.distributed:  # the ranks agree on every setting before anything is written
+            peers = Peers(world, cfg.trainer.fsdp.timeout_s, agree(cfg, world))
         if not world.leader:
-            follow(cfg, world)
+            follow(cfg, peers)
             return None
-        return _lead(cfg, world, RunCallbacks(callbacks))
-    except RuntimeError as err:
-        if world.distributed and lost_rank(err):
-            raise RankLost(world.rank, err) from None
-        raise
+        return _lead(cfg, world, RunCallbacks(callbacks), peers)
+    except (RuntimeError, RankLost) as err:
+        fault = peers.fault(err) if peers is not None else None
+        if fault is None:
+            raise
+        raise fault from None
     finally:
+        if peers is not None:
+            peers.close()
         close_world()
 
 
-def _trainer(cfg: Config, session: Session, world: World):
+def _trainer(cfg: Config, session: Session, peers: Peers | None):
     """The trained model's Trainer: on the session's model, or on a sharded copy of it with several ranks."""
     reference = build_reference(cfg, session.model, session.policy_dir)  # None unless trainer.kl_coef > 0
-    if world.distributed:
-        return LeaderTrainer(cfg, session.model, session.policy_dir, world, reference)
+    if peers is not None:
+        return LeaderTrainer(cfg, session.model, session.policy_dir, peers, reference)
     return Trainer(session.model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
                    reference=reference, lm_head_fp32=cfg.policy.lm_head_fp32)
 
@@ -124,11 +131,11 @@ def _stop(cfg: Config, session: Session, trainer, source, checkpoints: Checkpoin
     return saved
 
 
-def _lead(cfg: Config, world: World, callbacks: RunCallbacks) -> dict:
+def _lead(cfg: Config, world: World, callbacks: RunCallbacks, peers: Peers | None) -> dict:
     threads = thread_plan(cfg, ranks=node_ranks(world))
     torch.set_num_threads(threads.trainer)
     session = open_session(cfg)
-    trainer = _trainer(cfg, session, world)
+    trainer = _trainer(cfg, session, peers)
     evaluations, ess, totals = Evaluations(session), EssCheck(session), Totals()
     signal = SignalCheck(session)
     clock, timer, step_log = LoopClock(evaluations), StepTimer(), StepLog(session)

@@ -17,14 +17,15 @@ import sys
 import time
 from dataclasses import replace
 
+from asyncrl.core.errors import AsyncRLError, from_payload
 from asyncrl.core.loader import ConfigError
 from asyncrl.runtime.worker import WorkerSpec, WorkUnit, starts_alone, worker_main
 from asyncrl.runtime.worker_entry import start_guarded
 from asyncrl.types import batch_from_numpy
 
 
-class WorkerError(RuntimeError):
-    pass
+class WorkerError(AsyncRLError, RuntimeError):
+    """Rollout workers that cannot start, or keep dying (exit 1 on the command line)."""
 
 
 def reseeded(spec: WorkerSpec, restarts: int) -> WorkerSpec:
@@ -43,7 +44,8 @@ def report_restart(worker_id: int, what: str, restarts: int, n_lost: int, n_work
 
 
 class InputError(ConfigError):
-    """A worker's ConfigError, re-raised in the trainer with the worker's message (exit 2)."""
+    """A worker's ConfigError whose own class this process cannot find, re-raised with its message
+    (exit 2); any other is re-raised as its own class (asyncrl.core.errors.from_payload)."""
 
     def __init__(self, message: str):
         ValueError.__init__(self, message)
@@ -155,8 +157,8 @@ class WorkerPool:
                 if self.inflight[worker_id].pop(payload["unit_id"], None) is None:
                     continue
                 payload["batch"] = batch_from_numpy(payload["batch"])
-            elif kind == "fatal":  # the worker hit bad input: the run stops with its one line
-                raise InputError(payload)
+            elif kind == "fatal":  # the worker hit bad input: the run stops with its one line, as its class
+                raise from_payload(payload, InputError)
             elif kind == "error":
                 print(f"asyncrl: rollout worker {worker_id} failed:\n{payload}", file=sys.stderr, flush=True)
             if kind != "alive":

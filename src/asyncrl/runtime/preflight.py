@@ -17,7 +17,8 @@ from asyncrl.policy.prompts import encode_prompt, prompt_of
 from asyncrl.rollout.scoring import check_reward
 
 # A prompt longer than this many characters per allowed token is tokenized by its prefix only:
-# tokenizing a 20 MB line whole takes seconds and gigabytes just to be refused.
+# tokenizing it whole takes seconds just to be refused. (Prompts over task.max_prompt_chars never
+# get here: the task build refuses them, asyncrl.tasks.limits.)
 _CHARS_PER_TOKEN_BOUND = 16
 
 

@@ -6,6 +6,8 @@ Without ``RAY_ADDRESS`` the run starts a private cluster on this machine, on loo
 (:func:`init_ray`), and ends it with the run: ``ray.shutdown`` on the way out, and a reaper
 (:func:`asyncrl.runtime.worker_entry.start_ray_reaper`) that kills what is left, also when the
 trainer is SIGKILLed (Ray ties its GCS server and raylet to the driver, but not the raylet's agents).
+The cluster keeps its files in a temp folder of its own, removed with it; the run keeps its stop
+signals; a dead raylet ends the run with one line (:mod:`asyncrl.runtime.ray_local`).
 
 On CUDA each actor asks Ray for its share of a GPU (:func:`actor_options`): Ray shows an actor only
 the GPUs it was given (``CUDA_VISIBLE_DEVICES``), none to an actor that asked for none. The actors
@@ -14,23 +16,31 @@ start one at a time there, each once the one before it is ready, as the local po
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import logging
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import ray
 
 from asyncrl.core.loader import ConfigError
 from asyncrl.runtime.addresses import is_loopback
 from asyncrl.runtime.pool import report_restart, reseeded
+from asyncrl.runtime.ray_local import RayletWatch, new_temp_dir, shutdown, stop_signals_kept
+from asyncrl.runtime.session import run_dir_of
 from asyncrl.runtime.worker import RolloutWorker, WorkerSpec, WorkUnit, starts_alone, worker_gpu_share
-from asyncrl.runtime.worker_entry import start_ray_reaper, stop_ray_reaper
+from asyncrl.runtime.worker_entry import start_ray_reaper, stop_ray_reaper, tell_ray_reaper
 
 SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray keeps a loopback node address
 _reaper: int | None = None  # the pipe that keeps the private cluster's reaper waiting (worker_entry)
+_temp_dir: str | None = None  # the private cluster's temp folder
+_raylet_watch: RayletWatch | None = None  # the private cluster's raylet, watched
 
 
 @contextlib.contextmanager
@@ -66,35 +76,74 @@ def init_ray(n_workers: int) -> bool:
     """Connect to ``RAY_ADDRESS`` (left as the user set it up), or start a private local cluster on
     loopback whose processes a reaper ends with the run, however it ends; True when this process
     started or joined Ray (and must shut it down)."""
-    global _reaper
     if ray.is_initialized():
         return False
     address = os.environ.get("RAY_ADDRESS")
     if address and _on_loopback(address):  # Ray would rewrite 127.0.0.1 into a routable address it cannot reach
-        with _loopback_only():
+        with _loopback_only(), stop_signals_kept():
             ray.init(address=address, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=True)
         return True
     if address:
-        ray.init(address=address, include_dashboard=False, log_to_driver=True)
+        with stop_signals_kept():
+            ray.init(address=address, include_dashboard=False, log_to_driver=True)
         return True
-    _reaper = start_ray_reaper(os.path.dirname(os.path.abspath(ray.__file__)))
-    try:
-        with _loopback_only():
-            ray.init(num_cpus=max(2, n_workers + 1), _node_ip_address="127.0.0.1", include_dashboard=False,
-                     log_to_driver=True)
-    except BaseException:
-        stop_ray_reaper(_reaper)  # what the failed start left running goes now
-        _reaper = None
-        raise
+    _start_private(n_workers)
     return True
+
+
+def _start_private(n_workers: int) -> None:
+    """The private cluster: in a temp folder of its own, Ray's log lines on the driver's stderr
+    from ERROR up (its start-up notices would break the one-line contract), its raylet watched."""
+    global _reaper, _temp_dir, _raylet_watch
+    _temp_dir = new_temp_dir()
+    _reaper = start_ray_reaper(os.path.dirname(os.path.abspath(ray.__file__)), _temp_dir)
+    try:
+        with _loopback_only(), stop_signals_kept():
+            ray.init(num_cpus=max(2, n_workers + 1), _node_ip_address="127.0.0.1", include_dashboard=False,
+                     log_to_driver=True, _temp_dir=_temp_dir, logging_level=logging.ERROR)
+        _raylet_watch = RayletWatch.of_child_raylet(_reaper)
+    except BaseException:
+        stop_private()  # what the failed start left running goes now
+        raise
+    # a run that ends before its pool is shut down (an error while it starts): before Ray's own
+    # exit hook, which would stop the raylet under the watch
+    atexit.register(stop_private)
+
+
+def stop_private() -> None:
+    """Stop the private cluster (a no-op without one): Ray's shutdown, the reaper for what it left,
+    the temp folder (the reaper removes it too, after its kills)."""
+    global _reaper, _temp_dir, _raylet_watch
+    atexit.unregister(stop_private)
+    tell_ray_reaper(_reaper, "stopping")  # the raylet's end is no fault now
+    if _raylet_watch is not None:
+        _raylet_watch.stop()
+    try:
+        shutdown()
+    finally:
+        stop_ray_reaper(_reaper)  # what Ray's shutdown left running is killed now
+        if _temp_dir is not None:
+            shutil.rmtree(_temp_dir, ignore_errors=True)
+        _reaper, _temp_dir, _raylet_watch = None, None, None
+
+
+def say_where_to_resume(run_dir: Path) -> None:
+    """The run directory that the line a dead raylet ends the run with names."""
+    if _raylet_watch is not None:
+        _raylet_watch.run_dir = str(run_dir)
+    tell_ray_reaper(_reaper, f"run {run_dir}")
+
+
+def _config_of(spec: WorkerSpec):
+    from asyncrl.config import Config
+    from asyncrl.core.loader import from_dict
+
+    return from_dict(Config, spec.config)
 
 
 def actor_options(spec: WorkerSpec) -> dict:
     """``RolloutActor.options(...)``: one CPU, and on CUDA the worker's share of a GPU."""
-    from asyncrl.config import Config
-    from asyncrl.core.loader import from_dict
-
-    share = worker_gpu_share(from_dict(Config, spec.config))
+    share = worker_gpu_share(_config_of(spec))
     return {"num_cpus": 1, "num_gpus": share} if share > 0 else {"num_cpus": 1}
 
 
@@ -155,13 +204,18 @@ class RayPool:
         self.actors: dict[int, object] = {}
         self.inflight: dict[int, dict[int, tuple[WorkUnit, object]]] = {i: {} for i in self.specs}
         self.restarts = 0
-        if owns_ray:
-            check_gpus(specs)
-        before = None  # the ready() reference of the actor the next one waits for
-        for worker_id, spec in self.specs.items():
-            after = before if starts_alone(spec) else None
-            self.actors[worker_id] = self._actor(worker_id, after)
-            before = self.actors[worker_id].ready.remote()
+        try:
+            if owns_ray:
+                say_where_to_resume(run_dir_of(_config_of(specs[0])))
+                check_gpus(specs)
+            before = None  # the ready() reference of the actor the next one waits for
+            for worker_id, spec in self.specs.items():
+                after = before if starts_alone(spec) else None
+                self.actors[worker_id] = self._actor(worker_id, after)
+                before = self.actors[worker_id].ready.remote()
+        except BaseException:
+            self.shutdown()  # the run never gets the pool that would stop them
+            raise
 
     def _actor(self, worker_id: int, after=None):
         spec = reseeded(self.specs[worker_id], self.restarts)
@@ -231,10 +285,11 @@ class RayPool:
         return lost
 
     def shutdown(self) -> None:
-        global _reaper
         for actor in self.actors.values():
             ray.kill(actor)
-        if self.owns_ray:
+        if not self.owns_ray:
+            return
+        if _temp_dir is not None:
+            stop_private()
+        else:
             ray.shutdown()
-            stop_ray_reaper(_reaper)  # what Ray's shutdown left running is killed now
-            _reaper = None

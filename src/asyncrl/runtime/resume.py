@@ -7,7 +7,12 @@ anything else would make the resumed run a different experiment and is refused w
 
 Every file of the checkpoint is read before it is trusted: a damaged one (torn, truncated, a file
 missing) is set aside with a one-line warning and the next older one is used; one whose weights or
-optimizer state hold NaN or inf is refused in one line.
+optimizer state hold NaN or inf (or a negative second moment) is refused in one line.
+
+A checkpoint must also fit the run (:func:`check_fits`): its ``fingerprint.json`` (architecture,
+tokenizer, loss, LoRA: :mod:`asyncrl.training.fingerprint`) against the run's configuration and
+starting weights, before anything is loaded or written; a difference is refused in one line naming
+it. A checkpoint written before fingerprints existed resumes with a one-line warning.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from asyncrl.training.checkpoint import (
 )
 from asyncrl.config import Config, ConfigError, load_config
 from asyncrl.core.loader import parse_override
+from asyncrl.training.fingerprint import difference, folder_fingerprint, read_fingerprint
 from asyncrl.training.lr_schedule import check_schedule
 
 # dotted keys (or key prefixes ending in ".") that a resumed run may change
@@ -33,7 +39,8 @@ MUTABLE = ("trainer.steps", "eval.every", "eval.batch_size", "run.checkpoint_eve
            "run.checkpoint_on_signal", "run.progress", "run.tensorboard", "run.report_to",
            "run.log_completions_every", "run.print_completions", "run.report", "run.resume", "run.out_dir",
            "run.name", "async.worker_start_timeout_s", "policy.torch_threads", "policy.cache_dir",
-           "async.snapshots_on_host", "async.gpus_per_worker", "async.worker_timeout_s", "reward.timeout_s")
+           "async.snapshots_on_host", "async.gpus_per_worker", "async.worker_timeout_s", "reward.timeout_s",
+           "trainer.fsdp.timeout_s")
 
 
 @dataclass
@@ -128,7 +135,7 @@ def _intact_checkpoint(run_dir: Path) -> tuple[Path, dict, dict, list[tuple[Path
         try:
             trainer_state, run_state = check_checkpoint(checkpoint)
         except NonFiniteCheckpoint as err:
-            raise ConfigError("--resume", f"checkpoint {checkpoint} holds non-finite values ({err}); "
+            raise ConfigError("--resume", f"checkpoint {checkpoint} holds {err.what} ({err}); "
                                           "refusing to resume from it") from None
         except DamagedCheckpoint as err:
             damaged.append((checkpoint, str(err)))
@@ -145,6 +152,27 @@ def _set_aside_damaged(run_dir: Path, damaged: list[tuple[Path, str]], used: Pat
         aside = set_aside(run_dir, path)
         print(f"asyncrl: checkpoint {path} is damaged ({why}); moved to {aside.name}, resuming from the "
               f"older {used.name}", file=sys.stderr, flush=True)
+
+
+def check_fits(cfg: Config, resume: Resume, policy_dir: Path) -> None:
+    """Refuse (one line naming the difference) a checkpoint made for another model, tokenizer, loss or
+    LoRA than this run of ``cfg`` starting from ``policy_dir``; warn once for one without a fingerprint."""
+    saved = read_fingerprint(resume.checkpoint)
+    if saved is None:
+        print(f"asyncrl: checkpoint {resume.checkpoint} has no fingerprint.json (written by an older asyncrl); "
+              f"resuming without checking that it fits this run", file=sys.stderr, flush=True)
+        return
+    try:
+        now = folder_fingerprint(cfg, policy_dir)
+    except Exception as err:  # noqa: BLE001 (transformers' error for an unreadable folder varies)
+        field = "policy.model_path" if cfg.policy.model_path else "policy.cache_dir"
+        first = (str(err).strip().splitlines() or [""])[0][:300]
+        raise ConfigError(field, f"cannot read the model config or tokenizer of {policy_dir}: "
+                                 f"{type(err).__name__}: {first}") from None
+    found = difference(saved, now)
+    if found:
+        raise ConfigError("--resume", f"checkpoint {resume.checkpoint} was written for {found}; to start a new "
+                                      f"run from its weights deliberately use policy.model_path={resume.checkpoint}")
 
 
 def resume_config(run_dir: str | Path, overrides: list[str]) -> Config:

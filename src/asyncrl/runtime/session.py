@@ -32,7 +32,7 @@ from asyncrl.policy.model import check_device, load_policy_for, set_deterministi
 from asyncrl.rewards import RewardSet
 from asyncrl.runtime.completions import CompletionLog
 from asyncrl.runtime.preflight import check_task, check_writable
-from asyncrl.runtime.resume import Resume, find_resume
+from asyncrl.runtime.resume import Resume, check_fits, find_resume
 from asyncrl.runtime.run_lock import RunLock
 from asyncrl.runtime.signals import StopRequests
 from asyncrl.tasks import Problem, Task
@@ -195,6 +195,7 @@ class Session:
             model, tokenizer = load_policy_for(cfg.policy, policy_dir)
             model = apply_lora(model, cfg.policy)  # trainer side only: workers load the plain base model
         else:
+            check_fits(cfg, resume, policy_dir)  # another model's checkpoint: refused before it loads
             model, tokenizer = load_resumed_policy(cfg, resume, policy_dir)
         # over-long prompts, a broken reward: before the run directory
         fit = check_task(cfg, start.task, tokenizer, model, start.rewards)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import signal
 import threading
 
+from asyncrl.core.errors import AsyncRLError
+
 
 class StopRequested(Exception):
     """Raised at a safe point after the first SIGTERM / SIGINT."""
@@ -18,7 +20,7 @@ class StopRequested(Exception):
         self.signum = signum
 
 
-class Interrupted(Exception):
+class Interrupted(AsyncRLError):
     """The run stopped on a signal; ``checkpoint`` is where it can be resumed from (or None)."""
 
     def __init__(self, signum: int, step: int, checkpoint):

@@ -12,6 +12,11 @@ tensors are then handed to the engine's ``update_weights`` as they are (on a GPU
 no trip through host memory). The pull returns before the engine loads, so nothing the channel
 holds is held while it does.
 
+Every pull is checked for non-finite weights before the engine takes them (:meth:`RolloutWorker._pull`,
+one norm per tensor: :func:`asyncrl.core.finite.first_bad_tensor`): weights a channel corrupted end
+the run in one line naming the worker, the channel and the tensor, not as NaN logits and a sampler's
+traceback.
+
 On CUDA the rollout engines share the GPU with the trainer: :func:`worker_engine_kwargs` gives
 vLLM its share of the memory and :func:`worker_gpu_share` is the share of a GPU a Ray actor asks
 for.
@@ -27,6 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
+from asyncrl.core.finite import BadTensor, first_bad_tensor
+from asyncrl.core.errors import as_payload
 from asyncrl.core.loader import ConfigError
 from asyncrl.types import batch_to_numpy
 
@@ -158,9 +165,20 @@ class RolloutWorker:
     def _pull(self) -> int:
         t0 = time.perf_counter()
         version = self.channel.pull(self.landing)
+        self._check_pulled(version)
         self.engine.update_weights(self.landing, version)
         self.pull_s += time.perf_counter() - t0
         return version
+
+    def _check_pulled(self, version: int) -> None:
+        """Refuse weights that arrived holding NaN or inf (a fatal error: one line, exit 2)."""
+        found = first_bad_tensor(self.landing.named_parameters())
+        if found:
+            from asyncrl.runtime.channels import channel_name
+
+            name = channel_name(self.cfg.async_.weight_channel, self.cfg.async_.backend, self.cfg.policy.device)
+            raise BadTensor(f"rollout worker {self.spec.worker_id} received non-finite weights through the {name} "
+                            f"weight channel (version {version}: {found})", key="async.weight_channel")
 
     def run(self, unit: WorkUnit) -> dict:
         started = time.perf_counter()
@@ -192,8 +210,8 @@ class RolloutWorker:
 
 def worker_main(spec: WorkerSpec, channel, work_q, result_q, stop) -> None:
     """Process entry point, started by :func:`asyncrl.runtime.worker_entry.start_guarded`. Sends
-    ("ready", id), ("alive", id) (a heartbeat), ("result", id, payload), ("fatal", id, one line) or
-    ("error", id, text)."""
+    ("ready", id), ("alive", id) (a heartbeat), ("result", id, payload), ("fatal", id, the error as
+    data: asyncrl.core.errors.as_payload) or ("error", id, text)."""
     try:
         parent = os.getppid()  # the trainer (worker_entry.start checked); watched where no death signal is
         pin_to_cpu(spec.cpu)
@@ -209,7 +227,7 @@ def worker_main(spec: WorkerSpec, channel, work_q, result_q, stop) -> None:
             payload["batch"] = batch_to_numpy(payload["batch"])
             result_q.put(("result", spec.worker_id, payload))
     except ConfigError as err:  # bad input (e.g. a reward that returns NaN): restarting cannot help
-        result_q.put(("fatal", spec.worker_id, str(err)))
+        result_q.put(("fatal", spec.worker_id, as_payload(err)))  # raised again in the trainer as its class
     except Exception:  # report, then die: the pool restarts us
         result_q.put(("error", spec.worker_id, traceback.format_exc()))
         raise

@@ -33,6 +33,13 @@ _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 MISSING = object()
 
+# One JSON line (a row) may hold at most this many bytes: a line is read whole before it is parsed,
+# and a file with no newline would otherwise be read whole into memory as "one row".
+ROW_BYTES_BOUND = 16 << 20
+# A JSON array file is one document, parsed whole (several times its size in memory); past this
+# size it is refused with the advice to write it as JSON lines, which are read row by row.
+ARRAY_FILE_BYTES_BOUND = 256 << 20
+
 
 def is_hub_name(path: str | os.PathLike) -> bool:
     """``owner/name`` that is not a local path: looked up in the local datasets cache."""
@@ -77,6 +84,11 @@ def _read_json_lines(p: Path, shown: str) -> Iterator[tuple[str, dict]]:
     if head.startswith(b"\xef\xbb\xbf"):
         head = head[3:].lstrip()
     if head.startswith(b"["):  # a JSON array file, not JSON lines
+        size = p.stat().st_size
+        if size > ARRAY_FILE_BYTES_BOUND:
+            raise ValueError(f"{shown}: a JSON array file of {size:,} bytes, over the bound of "
+                             f"{ARRAY_FILE_BYTES_BOUND >> 20} MiB for one JSON document; write it as JSON lines "
+                             "(one object per line), which are read row by row")
         try:
             data = json.loads(p.read_text(encoding="utf-8-sig"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -90,8 +102,11 @@ def _read_json_lines(p: Path, shown: str) -> Iterator[tuple[str, dict]]:
             yield where, record
         return
     with p.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
+        for lineno, raw in enumerate(iter(lambda: fh.readline(ROW_BYTES_BOUND + 1), b""), start=1):
             where = f"{shown}:{lineno}"
+            if len(raw) > ROW_BYTES_BOUND and not raw.endswith(b"\n"):  # read no further: it may never end
+                raise ValueError(f"{where}: a line of more than {ROW_BYTES_BOUND >> 20} MiB, over the bound on "
+                                 "one row (asyncrl.tasks.records.ROW_BYTES_BOUND)")
             try:
                 line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as exc:

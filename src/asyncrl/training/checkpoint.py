@@ -10,6 +10,8 @@ Layout of a run directory::
                              holds only the param groups; asyncrl.distributed.sharded_state)
         run_state.pt         the batch source (prompt cursor, buffer, in-flight work, engine RNG),
                              the evaluation history and the run totals
+        fingerprint.json     what the checkpoint fits: architecture, tokenizer, loss, LoRA
+                             (asyncrl.training.fingerprint; a resume into anything else is refused)
     checkpoint -> checkpoints/step-000040    a symlink to the newest one
 
 Writing: everything goes into ``checkpoints/step-N.tmp/``, every file and the folder are fsynced,
@@ -21,13 +23,17 @@ Loading: both ``.pt`` files load with ``torch.load(weights_only=True)`` (tensors
 strings, lists, dicts, tuples only; no arbitrary pickle), the weights from safetensors.
 :func:`check_checkpoint` reads every file of a folder before a resume trusts it: a torn or
 truncated file is :class:`DamagedCheckpoint` (an older checkpoint can stand in), a NaN or inf in
-the weights or the optimizer state :class:`NonFiniteCheckpoint` (refused).
+the weights or the optimizer state, or a negative Adam second moment (finite, but NaN weights after
+the first update), :class:`NonFiniteCheckpoint` (refused).
 
 A full disk: a save first compares the free space with the checkpoint's size (its tensors' bytes,
 plus the previous checkpoint's other files), and a write that fails for want of space (``ENOSPC``,
 torch's ``unexpected pos``) removes the ``.tmp`` folder; either way the error is one line
 (:class:`asyncrl.core.disk.DiskFull`, exit 2) naming the folder and the bytes needed, and the previous
-checkpoints stay as they were.
+checkpoints stay as they were. A file-size limit (``ulimit -f``) likewise: a save first compares
+the limit with its largest file (the weights, or the optimizer state), and a write that fails past
+the limit (``EFBIG``) removes the ``.tmp`` folder; one line (:class:`asyncrl.core.disk.FileSizeLimit`,
+exit 2) naming the folder and the limit.
 
 A LoRA (peft) policy is saved as the plain base architecture with the adapters merged in, so the
 folder loads with ``AutoModelForCausalLM`` / vLLM without peft; the adapter alone is kept in
@@ -47,7 +53,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from asyncrl.core.disk import disk_full, free_bytes, is_disk_full
+from asyncrl.core.disk import disk_full, file_size_limit, file_too_large, free_bytes, is_disk_full, is_file_size_limit
+from asyncrl.core.finite import NEGATIVE_MOMENT, first_bad_in, first_bad_in_safetensors, first_bad_value
+from asyncrl.training.fingerprint import FINGERPRINT
 
 CHECKPOINTS = "checkpoints"
 LATEST_LINK = "checkpoint"
@@ -129,11 +137,13 @@ def checkpoint_bytes(run_dir: Path, *states) -> int:
 
 
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: dict, run_state: dict,
-                    keep: int = 2, write_shards=None, shard_bytes: int = 0) -> Path:
+                    keep: int = 2, write_shards=None, shard_bytes: int = 0, fingerprint: dict | None = None) -> Path:
     """Write checkpoint ``step`` of ``run_dir`` atomically; keep the newest ``keep`` (0 = all).
     ``write_shards(folder)``, if given, writes the trainer ranks' shards into the folder being
-    written (``shard_bytes`` of them) before it is fsynced and renamed.
-    Without room for it: :class:`asyncrl.core.disk.DiskFull`, nothing of it left behind."""
+    written (``shard_bytes`` of them) before it is fsynced and renamed. ``fingerprint``: what the
+    checkpoint fits (:mod:`asyncrl.training.fingerprint`), written as ``fingerprint.json``.
+    Without room for it, or past the file-size limit: :class:`asyncrl.core.disk.DiskFull`
+    (:class:`~asyncrl.core.disk.FileSizeLimit`), nothing of it left behind."""
     from asyncrl.policy.lora import base_model_of, export_state_dict, is_peft_model
 
     root = Path(run_dir) / CHECKPOINTS
@@ -144,9 +154,8 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     weights = export_state_dict(model)
     trainer_state = {**trainer_state, "step": step, "global_rng": global_rng_state()}
     needed = checkpoint_bytes(Path(run_dir), weights, trainer_state, run_state) + shard_bytes
-    free = free_bytes(root)
-    if free is not None and free < needed:
-        raise disk_full(final, needed, _keep_hint(Path(run_dir)))
+    largest = max(tensor_bytes(state) for state in (weights, trainer_state, run_state))
+    _check_room(Path(run_dir), final, needed, largest)
     try:
         tmp.mkdir()
         base_model_of(model).save_pretrained(tmp, state_dict=weights, safe_serialization=True)
@@ -155,6 +164,8 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
         tokenizer.save_pretrained(tmp)
         torch.save(trainer_state, tmp / TRAINER_STATE)
         torch.save(run_state, tmp / RUN_STATE)
+        if fingerprint is not None:
+            (tmp / FINGERPRINT).write_text(json.dumps(fingerprint, indent=1))
         if write_shards is not None:
             write_shards(tmp)
         _fsync_tree(tmp)
@@ -162,6 +173,8 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
         shutil.rmtree(tmp, ignore_errors=True)
         if is_disk_full(err, root, needed):
             raise disk_full(final, needed, _keep_hint(Path(run_dir))) from None
+        if is_file_size_limit(err):
+            raise file_too_large(final, None, _keep_hint(Path(run_dir), _LIMIT)) from None
         raise
     if final.exists():  # the same step saved again (a signal right after a due checkpoint): replace
         _discard(final)
@@ -172,12 +185,26 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     return final
 
 
-def _keep_hint(run_dir: Path) -> str:
+def _check_room(run_dir: Path, final: Path, needed: int, largest: int) -> None:
+    """Refuse, before anything is written, a checkpoint the disk has no room for or whose largest
+    file (``largest`` bytes of tensors) is past the file-size limit."""
+    free = free_bytes(final.parent)
+    if free is not None and free < needed:
+        raise disk_full(final, needed, _keep_hint(run_dir))
+    limit = file_size_limit()
+    if limit is not None and limit < largest:
+        raise file_too_large(final, largest, _keep_hint(run_dir, _LIMIT))
+
+
+_ROOM = "free some space or lower run.keep_checkpoints"
+_LIMIT = "raise ulimit -f"
+
+
+def _keep_hint(run_dir: Path, remedy: str = _ROOM) -> str:
     newest = latest_checkpoint(run_dir)
     if newest is None:
         return "; this run has no checkpoint yet"
-    return (f"; the checkpoint {newest.name} is intact (free some space or lower run.keep_checkpoints, "
-            f"then asyncrl train --resume {run_dir})")
+    return f"; the checkpoint {newest.name} is intact ({remedy}, then asyncrl train --resume {run_dir})"
 
 
 def _discard(path: Path) -> None:
@@ -218,54 +245,26 @@ class DamagedCheckpoint(ValueError):
 
 
 class NonFiniteCheckpoint(ValueError):
-    """A checkpoint whose weights or optimizer state hold NaN or inf (never resumed from)."""
+    """A checkpoint whose weights or optimizer state hold NaN or inf, or a negative Adam second
+    moment (never resumed from). ``what``: which, in words."""
 
-
-_CHUNK = 1 << 24  # elements checked at a time: bounded memory for a large embedding
-
-
-def _first_non_finite(name: str, tensor: torch.Tensor) -> str | None:
-    if not tensor.is_floating_point():
-        return None
-    flat = tensor.reshape(-1)
-    for start in range(0, flat.numel(), _CHUNK):
-        part = flat[start:start + _CHUNK]
-        bad = ~torch.isfinite(part)
-        if bool(bad.any()):
-            value = part[bad.nonzero()[0, 0]].item()
-            return f"{name} holds {value}"
-    return None
+    @property
+    def what(self) -> str:
+        return "an impossible optimizer state" if NEGATIVE_MOMENT in str(self) else "non-finite values"
 
 
 def _check_weights(path: Path) -> None:
     """Every tensor of a safetensors file: readable (else damaged) and finite (else refused)."""
-    from safetensors import safe_open
-
     try:
-        with safe_open(str(path), framework="pt") as fh:
-            for key in fh.keys():
-                found = _first_non_finite(key, fh.get_tensor(key))
-                if found:
-                    raise NonFiniteCheckpoint(f"{path.name}: {found}")
-    except NonFiniteCheckpoint:
-        raise
+        found = first_bad_in_safetensors(path)
     except Exception as err:  # noqa: BLE001 (the library's error for a torn file varies)
         raise DamagedCheckpoint(f"{path.name}: {_first_line(err)}") from None
+    if found:
+        raise NonFiniteCheckpoint(f"{path.name}: {found}")
 
 
 def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
-
-
-def _non_finite_state(obj, where: str) -> str | None:
-    if isinstance(obj, torch.Tensor):
-        return _first_non_finite(where, obj)
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
-    for key, value in items:
-        found = _non_finite_state(value, f"{where}.{key}")
-        if found:
-            return found
-    return None
 
 
 def _non_finite_shards(folder: Path) -> str | None:
@@ -276,7 +275,7 @@ def _non_finite_shards(folder: Path) -> str | None:
     try:
         names = tensor_names(folder)
         for key, (size, dtype) in sorted(names.items()):
-            found = _first_non_finite(f"{folder.name}/{key}", read_tensor(folder, key, size, dtype))
+            found = first_bad_value(f"{folder.name}/{key}", read_tensor(folder, key, size, dtype))
             if found:
                 return found
     except Exception as err:  # noqa: BLE001 (DCP's error for a missing or torn file varies)
@@ -306,7 +305,7 @@ def check_checkpoint(checkpoint: Path) -> tuple[dict, dict]:
         _check_weights(path)
     optimizer = trainer_state.get("optimizer", {})
     found = _non_finite_shards(Path(optimizer["sharded"])) if "sharded" in optimizer else \
-        _non_finite_state(optimizer, "optimizer")
+        first_bad_in(optimizer, "optimizer")
     if found:
         raise NonFiniteCheckpoint(f"{TRAINER_STATE}: {found}")
     return trainer_state, run_state

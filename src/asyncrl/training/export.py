@@ -2,7 +2,8 @@
 
 Every checkpoint already holds the whole model in Hugging Face form (safetensors weights, with a
 LoRA adapter merged in, and the tokenizer), whatever the number of trainer ranks that wrote it; this
-copies those files without the optimizer, RNG and run state, into a folder that
+copies those files without the optimizer (``trainer_state.pt``, and the ``optimizer/`` shards that
+several ranks write), RNG and run state or the resume fingerprint, into a folder that
 ``AutoModelForCausalLM.from_pretrained`` (or vLLM, or ``policy.model_path``) reads. The folder is
 written under a temporary name and renamed when complete.
 """
@@ -12,10 +13,19 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from asyncrl.training.checkpoint import RUN_STATE, TRAINER_STATE, DamagedCheckpoint, NonFiniteCheckpoint, check_checkpoint, \
-    latest_checkpoint
+from asyncrl.distributed.sharded_state import SHARDS
+from asyncrl.training.checkpoint import (
+    RUN_STATE,
+    TRAINER_STATE,
+    DamagedCheckpoint,
+    NonFiniteCheckpoint,
+    check_checkpoint,
+    latest_checkpoint,
+)
+from asyncrl.training.fingerprint import FINGERPRINT
 
-LEFT_OUT = (TRAINER_STATE, RUN_STATE, "lora_adapter")  # resume state; the adapter is merged in the weights
+# resume state (the optimizer's shards too); the adapter is merged in the weights
+LEFT_OUT = (TRAINER_STATE, RUN_STATE, SHARDS, FINGERPRINT, "lora_adapter")
 
 
 def export_run(run_dir: Path | str, out: Path | str | None = None) -> tuple[Path, int]:

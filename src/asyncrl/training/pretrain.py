@@ -7,7 +7,10 @@ The build reads what it learns from through that record only, so a setting that 
 weights cannot be missing from the key, and nothing else (evaluation, trainer or run settings, task
 keys that leave the train problems as they are, the working directory) rebuilds it. It lives in the user cache
 (:mod:`asyncrl.core.cache`), written under a temporary name and renamed at the end: an interrupted
-pretrain never leaves a half-written model that a later run would pick up.
+pretrain never leaves a half-written model that a later run would pick up. A cached one is read
+whole before a run starts from it: a weight file that does not read back, or holds NaN or inf
+(damaged on disk since it was built), is one line naming the file and saying to delete the folder
+(the next run builds it again); it is not rebuilt silently, since other runs may be using it.
 
 Precision: on CUDA the forward passes (training and the summary's evaluation) run under bf16
 autocast, with float32 master weights and optimizer, and TF32 matmuls for what stays float32; on
@@ -42,7 +45,8 @@ from asyncrl.policy.tokenizer import train_tokenizer
 from asyncrl.core.progress import TrainProgress
 from asyncrl.tasks import Problem, Task
 from asyncrl.tasks.base import EOS_SEGMENT
-from asyncrl.core.cache import cache_root
+from asyncrl.core.cache import cache_root, writable_cache_dir
+from asyncrl.core.finite import BadTensor, first_bad_in_safetensors
 from asyncrl.training.demonstrations import WarmStartSource, warm_start_source
 
 CACHE_VERSION = 4  # bump when the pretraining code changes what it produces (4: bf16 autocast on CUDA)
@@ -182,9 +186,11 @@ def warm_start(cfg: Config, task: Task | None = None) -> Path:
     elif source.note is not None:  # a line whatever run.progress says: the start is not what was asked
         print(f"asyncrl: {source.note}", file=sys.stderr)
     if is_complete(out):
+        check_cached(out)
         return out
     with _build_lock(out):
         if is_complete(out):  # built by the run that held the lock before us
+            check_cached(out)
             return out
         progress.log(f"warm start not cached; building it ({cfg.pretrain.steps} steps, as `asyncrl pretrain`)")
         started = time.monotonic()
@@ -195,9 +201,22 @@ def warm_start(cfg: Config, task: Task | None = None) -> Path:
     return out
 
 
+def check_cached(out: Path) -> None:
+    """Every weight file of the cached warm start ``out`` reads back and holds finite values; else
+    :class:`~asyncrl.core.finite.BadTensor` naming the file (exit 2)."""
+    for path in sorted(out.glob("*.safetensors")):
+        try:
+            found = first_bad_in_safetensors(path)
+        except Exception as err:  # noqa: BLE001 (the library's error for a torn file varies)
+            found = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
+        if found:
+            raise BadTensor(f"the cached warm start {path} is damaged ({found}); delete {out} and the next "
+                            f"run builds it again", key="policy.cache_dir")
+
+
 @contextmanager
 def _build_lock(out: Path) -> Iterator[None]:
-    out.parent.mkdir(parents=True, exist_ok=True)
+    writable_cache_dir(out.parent)  # a read-only cache: one line naming it and its setting
     # hidden, so that it never looks like a warm start itself (tiny-* in the cache are models)
     with open(out.with_name(f".{out.name}.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

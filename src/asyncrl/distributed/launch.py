@@ -1,0 +1,110 @@
+"""``asyncrl train --nproc-per-node N``: torchrun's agent in this process, starting N trainer ranks on
+this machine, with the job's end said as asyncrl says it.
+
+Under a plain ``torchrun``, a rank that ends with its one line and exit status 2 is followed by the
+agent's own report: a Python traceback of ``ChildFailedError``, a summary of every rank, and exit
+status 1, whatever the ranks' statuses were. torchrun offers no way to change that from inside a
+rank. Here the same agent (``torch.distributed.run``, with a c10d rendezvous on 127.0.0.1) runs in
+this process instead, and:
+- its log lines and its report are not printed: the ranks say what went wrong, once;
+- the exit status is the job's: that of the first rank (by rank) that exited on its own with an
+  error (2 for a configuration error, 1 for a lost rank), else 128 + the signal that ended a rank;
+- on SIGTERM or SIGINT the agent forwards the signal to the ranks (rank 0 checkpoints and says so)
+  and exits 128 + its number; ranks that do not end within the agent's shutdown timeout
+  (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, 30 s) are SIGKILLed. When a rank was killed and no rank has
+  said why (a rank that does marks it in the file ``ASYNCRL_LAUNCH_SAID`` names), one line here
+  says so.
+Several machines still need ``torchrun`` itself (docs/scaling.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher")
+KILLED_MARK = "Unable to shutdown process"  # the agent's warning as it SIGKILLs a rank after its timeout
+SAID_ENV = "ASYNCRL_LAUNCH_SAID"  # a file a rank creates once it has said why the job ends (liveness.Peers)
+
+
+def rank_command(args) -> list[str]:
+    """The ``asyncrl`` arguments every rank runs: the parsed ``train`` command without the launcher's option."""
+    return ["train", *(["--config", args.config] if args.config else []),
+            *(["--resume", args.resume] if args.resume else []), *args.overrides]
+
+
+def launch(nproc: int, command: list[str]) -> int:
+    """Run ``python -m asyncrl <command>`` as ``nproc`` ranks on this machine; the job's exit status."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    args = parse_args(["--nproc-per-node", str(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
+                       "--rdzv-id", uuid.uuid4().hex, "--local-addr", "127.0.0.1", "-m", "asyncrl", *command])
+    with _agent_quiet() as killed, tempfile.TemporaryDirectory(prefix="asyncrl-launch-") as folder:
+        said = Path(folder) / "said"
+        os.environ[SAID_ENV] = str(said)  # the ranks inherit it
+        try:
+            run(args)
+        except ChildFailedError as err:
+            return job_status({rank: failure.exitcode for rank, failure in err.failures.items()})
+        except SignalException as err:
+            if killed and not said.exists():
+                print(f"asyncrl: stopped by {signal.Signals(err.sigval).name}: {len(killed)} trainer rank(s) did not "
+                      f"end within torchrun's shutdown timeout ({_shutdown_timeout(args)} s) and were killed (a "
+                      "stopped or hung rank); no checkpoint of this stop", file=sys.stderr)
+            return 128 + int(err.sigval)
+        finally:
+            os.environ.pop(SAID_ENV, None)
+    return 0
+
+
+def job_status(codes: dict[int, int]) -> int:
+    """The job's exit status from its failed ranks' ``{rank: exit code}`` (negative: killed by that
+    signal): the first rank's own error status, else 128 + the signal that ended the first."""
+    ranked = [codes[rank] for rank in sorted(codes)]
+    own = [code for code in ranked if code > 0]
+    return own[0] if own else 128 - ranked[0]
+
+
+def _shutdown_timeout(args) -> str:
+    """The agent's (``PET_SHUTDOWN_TIMEOUT``, else ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 s)."""
+    return str(args.shutdown_timeout if args.shutdown_timeout is not None
+               else os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30"))
+
+
+class _Killed(logging.Handler):
+    """Keeps the pids of the ranks the agent had to SIGKILL (its warning says so)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.pids: list[int] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith(KILLED_MARK) and record.args:
+            self.pids.append(record.args[0])
+
+
+@contextlib.contextmanager
+def _agent_quiet():
+    """The agent's loggers print nothing for the time of the job; yields the SIGKILLed ranks' pids."""
+    loggers = [logging.getLogger(name) for name in AGENT_LOGGERS]
+    saved = [(logger.propagate, logger.level) for logger in loggers]
+    handler = _Killed()
+    loggers[0].addHandler(handler)
+    for logger in loggers:
+        logger.propagate = False
+        logger.setLevel(logging.WARNING)
+    try:
+        yield handler.pids
+    finally:
+        loggers[0].removeHandler(handler)
+        for logger, (propagate, level) in zip(loggers, saved):
+            logger.propagate = propagate
+            logger.setLevel(level)
