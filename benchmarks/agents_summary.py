@@ -2,7 +2,11 @@
 summary.json and metrics.jsonl, written to OUT_DIR/README.md after the notes already there (the
 part above the marker line is kept: the runs' machine, the command, what was noticed).
 
-Usage: python benchmarks/agents_summary.py OUT_DIR
+A long run's metrics.jsonl (about 3 KB a step) can be cut down to ``steps.jsonl``, the columns the
+table reads (``--compact RUN ...``), so that it is committed without its whole per-step record; the
+table is rendered from ``steps.jsonl`` where metrics.jsonl is not there.
+
+Usage: python benchmarks/agents_summary.py OUT_DIR [--compact RUN_NAME ...]
 """
 
 from __future__ import annotations
@@ -14,9 +18,24 @@ from pathlib import Path
 MARKER = "<!-- table: written by benchmarks/agents_summary.py -->"
 
 
+COLUMNS = ("step", "eval_reward", "episode/turns_mean", "staleness_seq_max")
+
+
+def step_records(run: Path) -> list[dict]:
+    """The table's columns of every step: from metrics.jsonl, else steps.jsonl."""
+    metrics = run / "metrics.jsonl"
+    source = metrics if metrics.exists() else run / "steps.jsonl"
+    return [{k: r[k] for k in COLUMNS if k in r} for r in map(json.loads, source.read_text().splitlines())]
+
+
+def compact(run: Path) -> None:
+    """Write ``run``'s steps.jsonl from its metrics.jsonl (which can then be left out of the commit)."""
+    (run / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in step_records(run)))
+
+
 def row(run: Path) -> str:
     summary = json.loads((run / "summary.json").read_text())
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    records = step_records(run)
     evals = [(r["step"], r["eval_reward"]) for r in records if isinstance(r.get("eval_reward"), float)]
     steps = [r for r in records if r["step"] > 0]
     turns = sum(r.get("episode/turns_mean", 0) for r in steps) / max(1, sum("episode/turns_mean" in r for r in steps))
@@ -39,4 +58,8 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    out_dir = Path(sys.argv[1])
+    if sys.argv[2:3] == ["--compact"]:
+        for name in sys.argv[3:]:
+            compact(out_dir / name)
+    main(out_dir)
