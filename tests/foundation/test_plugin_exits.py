@@ -70,8 +70,11 @@ def test_a_real_ctrl_c_during_a_plugin_import_still_interrupts(tmp_path):
     (tmp_path / "slow_plugin.py").write_text("import pathlib, time\npathlib.Path('importing').touch()\n"
                                              "time.sleep(60)\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    # SIGINT back to its default in the child: a test run started in the background (`make test &`, CI)
+    # ignores SIGINT, and a child inherits that, so the Ctrl-C below would never arrive
     proc = subprocess.Popen([sys.executable, "-m", "asyncrl.cli", "config", "run.plugins=[slow_plugin]"], cwd=tmp_path,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not (tmp_path / "importing").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
