@@ -285,6 +285,8 @@ class RayPool:
         return lost
 
     def shutdown(self) -> None:
+        if self.owns_ray and _raylet_watch is not None:
+            _raylet_watch.stop()  # killing the actors below is no fault: the driver says nothing of it
         for actor in self.actors.values():
             ray.kill(actor)
         if not self.owns_ray:

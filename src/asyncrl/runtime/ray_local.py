@@ -154,7 +154,7 @@ class RayletWatch:
         self.stopping = threading.Event()
         self.handle = os.pidfd_open(pid)  # readable once the process has ended
         self.devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)  # stdout, once the raylet is dead
-        self.unmuted = _mute_published_errors_after(pid)
+        self.unmuted = _mute_published_errors_after(pid, self.stopping)
         threading.Thread(target=self._wait, name="asyncrl-raylet-watch", daemon=True).start()
 
     @classmethod
@@ -187,15 +187,16 @@ class RayletWatch:
         os._exit(RAYLET_DIED_EXIT)
 
     def stop(self) -> None:
-        """Before the run stops the cluster itself."""
+        """Before the run stops the cluster itself (its actors first): from here on the driver prints
+        nothing the cluster publishes (a killed actor's "worker died" notice is no news then)."""
         self.stopping.set()
-        self.unmuted()
 
 
-def _mute_published_errors_after(raylet: int):
-    """From the raylet's death on, the driver prints none of the errors the cluster publishes to it
-    (Ray's driver prints them from a thread of its own, which may run before the watch's). Returns
-    what undoes it. Where Ray's internals differ from 2.60's, nothing is muted."""
+def _mute_published_errors_after(raylet: int, stopping: threading.Event):
+    """From the raylet's death on, or once the run is ``stopping`` the cluster, the driver prints none
+    of the errors the cluster publishes to it (Ray's driver prints them from a thread of its own, which
+    may run before the watch's). Returns what undoes it. Where Ray's internals differ from 2.60's,
+    nothing is muted."""
     import ray
 
     module = getattr(getattr(ray, "_private", None), "worker", None)
@@ -206,6 +207,8 @@ def _mute_published_errors_after(raylet: int):
     def print_unless_raylet_ended(data, *args, **kwargs):
         # "raylet": the sender Ray gives these errors. A raylet agent may report the raylet's death
         # a moment before the raylet's last thread has exited: a moment's grace
+        if stopping.is_set():
+            return None
         if data.get("pid") == "raylet" and _ends_within(raylet, RAYLET_DEATH_GRACE_S):
             return None
         return original(data, *args, **kwargs)
