@@ -35,8 +35,8 @@ if [[ ${GPU_CHECK_SMOKE:-0} == 1 ]]; then
 else
   RT=("$py" "$here/gpu_runtime.py" --device cuda --reps 2)
   SMALL=0.5B; LARGE=1.5B
-  A3PO=(--config gpu-embedded trainer.steps=20 pretrain.steps=100 eval.every=0 eval.n_problems=256 eval.samples=1)
-  PYTEST_ARGS=(-q -n 4 -p no:cacheprovider)
+  A3PO=(--config gpu-embedded policy.torch_threads=0 trainer.steps=20 pretrain.steps=100 eval.every=0 eval.n_problems=256 eval.samples=1)
+  PYTEST_ARGS=(-q -rs -n 6 -p no:cacheprovider)
 fi
 
 left() { echo $(( budget - (SECONDS - start) )); }
@@ -74,5 +74,5 @@ if "$py" -c "import vllm" 2>/dev/null; then
 else
   echo "vllm is not importable on this machine: nothing run" > "$out/6_vllm.status"; pack
 fi
-section 7_pytest 90 "$py" -m pytest -m gpu "${PYTEST_ARGS[@]}" "$here/../tests"
+section 7_pytest 150 "$py" -m pytest -m gpu "${PYTEST_ARGS[@]}" "$here/../tests"
 echo "done in $(( SECONDS - start ))s of ${budget}s; everything is in $out (and $tgz)"

@@ -2,6 +2,8 @@
 every section end to end at a tiny size on the CPU, so a GPU session can trust it to run there."""
 
 import json
+import os
+import tarfile
 import subprocess
 import sys
 from pathlib import Path
@@ -33,3 +35,33 @@ def test_gpu_runtime_script_tiny_on_cpu(tmp_path):
     assert trainer["recompute_prox_time_s"] > trainer["loglinear_prox_time_s"] > 0
     # fp32 generator and fp32 trainer agree on the generator's own tokens
     assert result["tiny/mismatch"]["logp_mismatch_mean_head_autocast"] < 1e-4
+
+
+CHECK = SCRIPT.parent / "gpu_check.sh"
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_every_section_in_order_and_packs_after_each(tmp_path):
+    out = tmp_path / "gc"
+    env = {**os.environ, "GPU_CHECK_SMOKE": "1", "PYTHON": sys.executable,
+           "ASYNCRL_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(["bash", str(CHECK), str(out), "400"], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("1_trainer", "2_channel", "3_nockpt", "4_mismatch", "5_a3po", "7_pytest"):
+        assert (out / f"{name}.status").read_text().startswith("exit 0"), name
+    assert "not importable" in (out / "6_vllm.status").read_text() or (out / "6_vllm.status").read_text().startswith("exit 0")
+    assert "tiny/trainer" in json.loads((out / "3_nockpt.json").read_text())
+
+    with tarfile.open(f"{out}.tgz") as packed:
+        assert "./7_pytest.status" in packed.getnames()
+
+
+@pytest.mark.slow
+def test_gpu_check_skips_what_the_budget_cannot_hold(tmp_path):
+    out = tmp_path / "gc"
+    env = {**os.environ, "GPU_CHECK_SMOKE": "1", "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(CHECK), str(out), "20"], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "7_pytest.status").read_text().startswith("skipped")
+    assert (out / "0_device.txt").exists() and Path(f"{out}.tgz").exists()

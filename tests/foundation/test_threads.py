@@ -68,3 +68,15 @@ def test_the_bench_cli_refuses_it_in_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("asyncrl: policy.torch_threads: the sync baseline")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("preset", ["gpu-embedded", "gpu-gsm8k", "a3po", "sync", "recompute"])
+def test_every_packaged_preset_passes_the_bench_check_on_a_large_machine(preset, tmp_path):
+    # the GPU presets once pinned 4 threads, so `bench a3po --config gpu-embedded` (the command the
+    # preset documents) was refused on a 16-core GPU machine before it ran anything
+    cells = [Cell("sync", "sync", 0, "train", ("run.mode=sync",)),
+             Cell("a3po", "a3po", 0, "train", ("run.mode=async",))]
+    (tmp_path / "data.jsonl").write_text('{"question": "1+1?", "answer": "#### 2"}\n')
+    extra = [f"task.path={tmp_path / 'data.jsonl'}"] if preset == "gpu-gsm8k" else []  # the user's file
+    configs = {c.name: load_config(preset, [*c.overrides, *extra]) for c in cells}
+    check_fair_threads(cells, configs, cores=16)
