@@ -131,6 +131,8 @@ CASES = [
     ("max-prompt-chars-zero", ["train", "task.max_prompt_chars=0"], "task.max_prompt_chars: must be >= 1"),
     ("device-tpu", ["train", "policy.device=tpu"], "policy.device:"),
     ("device-cuda-7", ["train", "policy.device=cuda:7"], "policy.device: 'cuda:7'"),
+    ("collective-on-trainer-gpu", ["train", "policy.device=cuda", "async.weight_channel=collective"],
+     "async.weight_channel: 'collective' needs rollout workers on GPUs of their own"),
     ("model-path-missing", ["train", "policy.model_path={tmp}/nowhere"], "policy.model_path: no such directory"),
     ("model-path-not-a-model", ["train", "policy.model_path={tmp}"], "policy.model_path: not a Hugging Face model"),
     ("model-hub-id-not-cached", ["train", "policy.model_path=asyncrl-tests/no-such-model"],

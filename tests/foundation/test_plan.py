@@ -71,9 +71,14 @@ def test_small_config_on_two_ranks_by_hand():
     assert mem.lines["log-prob logits chunk"][0] == 2304
     # FSDP whole on each rank: root 264·4 + two layers 2·608·4 + one layer's float32 gradient 608·4
     assert mem.lines["FSDP gathered root + layers"][0] == 1056 + 4864 + 2432
-    # held: shard 2960 + AdamW 5920 + rank 0's replica 5920; the largest moment is the backward
-    # start, 5440 + 2304 + 8352 = 16096 (the weight gather is 2960 + 5920 = 8880)
-    assert mem.lines["rank-0 replica"][0] == 5920 and mem.peak == 2960 + 5920 + 5920 + 16096
+    # held: shard 2960 + AdamW 5920 + rank 0's replica in bf16 2·1480 = 2960; the largest moment is
+    # the backward start, 5440 + the root 1056 + max(the head's 2304, the layers' 4864 + 2432) =
+    # 13792 (one whole parameter gathered in float32, the 32 × 8 embedding: 1024, with the
+    # gradients: 3984; the load before sharding: 5920 + 2960)
+    assert mem.lines["generation replica"][0] == 2960 and mem.lines["largest parameter gathered"][0] == 1024
+    assert mem.peak == 2960 + 5920 + 2960 + 13792 and mem.load == 5920 + 2960
+    follower = plan.memory(replace(SMALL_RUN, gpus=2), rank=1)  # no replica, channel or engine
+    assert "generation replica" not in follower.lines and follower.peak == mem.peak - 2960
 
 
 def test_step_time_by_hand():
@@ -122,7 +127,8 @@ def test_cli_plan_prints_memory_and_time(capsys):
     assert main(["plan", "--model", "1.5B", "--gpus", "2"]) == 0
     out = capsys.readouterr().out
     for line in ("parameters", "AdamW state", "activations, checkpointing", "log-prob logits chunk",
-                 "rank-0 replica", "rollout engine", "trainer peak", "GPU total", "generation", "weight broadcast"):
+                 "generation replica", "rollout engine", "trainer peak", "GPU total", "generation", "weight broadcast",
+                 "every GPU of the job", "trainer rank 0 ", "trainer rank 1 "):
         assert line in out, line
     mem = plan.memory(plan.inputs_from_config(_recipe(), plan.PRESETS["1.5B"], 2, 256))
     assert f"{mem.total / GIB:.2f}" in out

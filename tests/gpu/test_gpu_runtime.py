@@ -103,9 +103,16 @@ def test_engine_and_trainer_on_cuda(tiny_policy):
     assert all(p.dtype == torch.float32 for p in model.parameters())  # fp32 master weights
 
 
-def test_vllm_engine_run_on_cuda(tmp_path, cache):
+# FlashAttention takes head sizes >= 32 in half precision only: a bf16 engine over a model of head_dim 64
+# (the tests' tiny model has 16); the trainer keeps fp32 master weights under bf16 autocast
+VLLM_MODEL = ["model.hidden_size=256", "model.num_heads=4", "model.num_kv_heads=2", "model.intermediate_size=512",
+              "model.num_layers=2", "rollout.dtype=bfloat16", "trainer.autocast=bfloat16", "rollout.engine=vllm",
+              "rollout.engine_kwargs={gpu_memory_utilization: 0.2, max_model_len: 256}"]
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])  # sync: the evaluations generate through vLLM too
+def test_vllm_engine_run_on_cuda(tmp_path, cache, mode):
     pytest.importorskip("vllm")
-    _, _, summary = train(tmp_path, cache, "vllm", "run.mode=async", "rollout.engine=vllm",
-                          "rollout.vllm_kwargs={gpu_memory_utilization: 0.2, max_model_len: 256}",
-                          "trainer.steps=2")
-    assert summary["steps"] == 2
+    _, records, summary = train(tmp_path, cache, f"vllm-{mode}", f"run.mode={mode}", *VLLM_MODEL, "trainer.steps=2")
+    assert summary["steps"] == 2 and sum(r["gen_tokens"] for r in records) > 0
+    assert summary["initial_eval_reward"] is not None and summary["final_eval_reward"] is not None

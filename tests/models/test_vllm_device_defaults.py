@@ -149,19 +149,28 @@ def _cfg(device="cuda", engine="vllm", backend="local", n_workers=1, **engine_kw
     return cfg
 
 
-def test_worker_memory_share_split_among_the_engines_beside_the_trainer():
-    assert worker_engine_kwargs(_cfg(n_workers=1)) == {"gpu_memory_utilization": 0.35}
-    assert worker_engine_kwargs(_cfg(n_workers=2, max_model_len=512)) == {"gpu_memory_utilization": 0.175,
-                                                                        "max_model_len": 512}
+def test_worker_memory_share_split_among_the_engines_beside_the_trainer(monkeypatch):
+    """With plenty free and a KV need above the cap, the cap decides (tests/models/test_vllm_share.py
+    checks the computed share itself)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (79 * 2**30, 80 * 2**30))
+    with torch.device("meta"):
+        staging = Qwen2ForCausalLM(Qwen2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                               num_key_value_heads=2, intermediate_size=128, vocab_size=256))
+    big = {"max_num_seqs": 10**5}  # a KV need far above any cap
+    assert worker_engine_kwargs(_cfg(n_workers=1, **big), staging)["gpu_memory_utilization"] == 0.35
+    assert worker_engine_kwargs(_cfg(n_workers=2, max_model_len=512, **big), staging) == {
+        "gpu_memory_utilization": 0.175, "max_model_len": 512, **big}
     assert worker_engine_kwargs(_cfg(n_workers=2, gpu_memory_utilization=0.5)) == {"gpu_memory_utilization": 0.5}
     assert worker_engine_kwargs(_cfg(n_workers=2, kv_cache_memory_bytes=10)) == {"kv_cache_memory_bytes": 10}
-    ray_shared = _cfg(backend="ray", n_workers=3)  # auto: 1/4 GPU each, on the trainer's GPU
+    ray_shared = _cfg(backend="ray", n_workers=3, **big)  # auto: 1/4 GPU each, on the trainer's GPU
     assert engines_beside_trainer(ray_shared) == 3
-    assert worker_engine_kwargs(ray_shared)["gpu_memory_utilization"] == pytest.approx(0.35 / 3)
-    ray_whole = _cfg(backend="ray", n_workers=2)
-    ray_whole.async_.gpus_per_worker = 1.0  # a GPU each: vLLM's own default
+    assert worker_engine_kwargs(ray_shared, staging)["gpu_memory_utilization"] == pytest.approx(0.35 / 3)
+    ray_whole = _cfg(backend="ray", n_workers=2, **big)
+    ray_whole.async_.gpus_per_worker = 1.0  # a GPU each: at most vLLM's own default
     assert engines_beside_trainer(ray_whole) == 0
-    assert worker_engine_kwargs(ray_whole) == {"gpu_memory_utilization": 0.9}
+    assert worker_engine_kwargs(ray_whole, staging)["gpu_memory_utilization"] == 0.9
 
 
 def test_worker_engine_kwargs_unchanged_off_cuda_or_for_other_engines():

@@ -32,11 +32,8 @@ def _puller(channel, results, pulls: int, size: int) -> None:
 
 def _stalled(channel, joined) -> None:
     """Join the channel, ask for a pull and never take it: a worker stopped mid-pull."""
-    from asyncrl.runtime.channels import collective
-
     store = channel._client()
-    peer = store.add("peers", 1) - 1
-    group = collective._pair(store, peer, 1, channel.device, channel.host)  # noqa: F841 (kept open)
+    peer, group = channel._join()  # noqa: F841 (kept open)
     store.set(f"peer{peer}/pull0", "1")
     joined.set()
     time.sleep(600)

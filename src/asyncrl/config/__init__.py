@@ -42,8 +42,8 @@ from asyncrl.config.task import RewardConfig, TaskConfig
 from asyncrl.core.registries import BACKENDS, CHANNELS, ENGINES, auto_channel, device_type
 from asyncrl.distributed.config import check_ranks
 from asyncrl.distributed.world import torchrun_world
-from asyncrl.config.training import (EvalConfig, LossConfig, RolloutConfig, TrainerConfig, check_micro_batching,
-                                     check_prox_pairing)
+from asyncrl.config.training import (EvalConfig, LossConfig, RolloutConfig, TrainerConfig, check_in_process_engine,
+                                     check_micro_batching, check_prox_pairing)
 
 
 @dataclass
@@ -81,6 +81,7 @@ class Config:
         ranks = torchrun_world().size  # under torchrun: its world
         check_micro_batching(self.loss, self.trainer, ranks=ranks)
         check_ranks(self, ranks)
+        check_in_process_engine(self.rollout, self.run.mode, ranks)
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

@@ -42,8 +42,10 @@ class AsyncConfig:
     gpus_per_worker: float = setting(
         0.0, "Ray backend, policy.device cuda: GPUs each rollout actor asks Ray for; 0 = auto, "
              "1 / (n_workers + 1): every actor beside the trainer on one GPU")
-    # keeps the scheduler from migrating the two busy processes onto one core
-    pin_cpus: bool = setting(True, "pin the trainer to CPU 0 and worker i to CPU 1 + i (when enough CPUs)")
+    # keeps the scheduler from migrating the two busy processes onto one core; a vLLM worker is left
+    # unpinned: it compiles with many threads at start-up and drives a GPU, one core would slow it
+    pin_cpus: bool = setting(True, "pin the trainer to CPU 0 and worker i to CPU 1 + i (when enough CPUs; "
+                                   "local backend; never with rollout.engine=vllm)")
     lag: int = setting(0, "simulated mode: batch k comes from policy version k - lag")
     policy_buffer: int = setting(
         0, "simulated mode: N > 0 = a version drawn uniformly from the last N (the VACO setup)")

@@ -36,6 +36,10 @@ class RolloutConfig:
     # behav_logp stays the log-prob under the full softmax at the temperature (docs/tasks.md)
     top_p: float = setting(1.0, "nucleus sampling: smallest token set with this much probability; 1 = off")
     top_k: int = setting(0, "sample among the k most likely tokens; 0 = off")
+    # vLLM's processed log-probs are those of the truncated, renormalized distribution
+    allow_truncated_logprobs: bool = setting(
+        False, "rollout.engine=vllm with top_p < 1 or top_k > 0: accept behavior log-probs of the truncated "
+               "distribution, which the trainer compares with the full one (the ratios are biased)")
     # vllm: pip install "asyncrl[vllm]" (docs/models.md)
     engine: str = setting("transformers", "generation engine: transformers, vllm, or a plugin's "
                                           "(asyncrl.core.registries.ENGINES)", names=ENGINES.keys)
@@ -59,6 +63,18 @@ class RolloutConfig:
         if not self.temperature > 0:
             raise ValueError("temperature: must be > 0")
         _check_truncation(self.top_p, self.top_k)
+        self._check_truncated_logprobs()
+
+    def _check_truncated_logprobs(self) -> None:
+        """vLLM records the log-probs of the distribution it samples from, truncated by top_p / top_k,
+        while the trainer's are of the full one; the transformers engine records the full one."""
+        truncated = [f"{key}={getattr(self, key)}" for key, off in (("top_p", 1.0), ("top_k", 0))
+                     if getattr(self, key) != off]
+        if self.engine == "vllm" and truncated and not self.allow_truncated_logprobs:
+            raise ValueError(f"{truncated[0].partition('=')[0]}: {' and '.join(truncated)} with rollout.engine=vllm "
+                             "records behavior log-probs of the truncated distribution, the trainer's are of the "
+                             "full one (biased ratios); set top_p=1 and top_k=0, use rollout.engine=transformers, "
+                             "or set rollout.allow_truncated_logprobs=true to accept the bias")
 
     def _prompts_from_completions(self) -> None:
         """``completions_per_step`` sets ``prompts_per_step`` when that is at its default (8); any
@@ -217,6 +233,19 @@ def check_prox_pairing(loss: LossConfig, trainer: TrainerConfig) -> None:
     why = prox_pairing_error(loss.name, trainer.prox)
     if why is not None:
         raise ValueError(f"trainer.prox: {trainer.prox!r} does not go with loss.name={loss.name!r}: {why}")
+
+
+IN_PROCESS_MODES = ("sync", "simulated")  # run.mode values whose engine runs in the trainer's process
+
+
+def check_in_process_engine(rollout: RolloutConfig, mode: str, ranks: int) -> None:
+    """ValueError("rollout.engine: ...") when a torchrun world of ``ranks`` (> 1) would build vLLM
+    inside trainer rank 0: sync and simulated modes generate in the trainer's process, where the
+    ranks' process group already exists, and vLLM's own world-group set-up there hangs or fails."""
+    if ranks > 1 and rollout.engine == "vllm" and mode in IN_PROCESS_MODES:
+        raise ValueError(f"rollout.engine: vllm with run.mode={mode} runs inside trainer rank 0, where torchrun's "
+                         f"{ranks}-rank process group leaves vLLM no world of its own; use run.mode=async (vLLM in "
+                         "rollout workers) or one trainer process")
 
 
 def check_micro_batching(loss: LossConfig, trainer: TrainerConfig, ranks: int = 1) -> None:

@@ -58,6 +58,8 @@ class BackendEntry:
     provides: frozenset[str] = frozenset({HOST})  # what a weight channel may rely on (HOST, RAY, ...)
     # async.weight_channel=auto: the first of these channels that works with this backend and device
     auto_channels: tuple[str, ...] = ("cuda", "shm")
+    # policy.device=cuda: its workers run on the trainer's GPU (local processes do; Ray actors need not)
+    workers_on_trainer_gpu: bool = True
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class ChannelEntry:
     target: str  # "module:attr" called (model, ctx=, device=, dtype=) -> WeightChannel
     needs: frozenset[str] = frozenset()  # what the backend must provide (BackendEntry.provides)
     devices: frozenset[str] | None = None  # the policy.device kinds it works on; None = any
+    # on CUDA its two ends must be on different GPUs (NCCL refuses two ranks on one device)
+    own_gpu: bool = False
 
     def refuses(self, backend: str, device: str) -> str | None:
         """Why this channel does not work with ``backend`` and ``device`` (a phrase that follows
@@ -78,6 +82,10 @@ class ChannelEntry:
             return f"does not work with async.backend={backend!r} (it needs {needed})"
         if self.devices is not None and device_type(device) not in self.devices:
             return f"needs policy.device={'|'.join(sorted(self.devices))}, got {device!r}"
+        shares_gpu = backend in BACKENDS and BACKENDS[backend].workers_on_trainer_gpu
+        if self.own_gpu and device_type(device) == "cuda" and shares_gpu:
+            return (f"needs rollout workers on GPUs of their own (NCCL refuses two ranks on one GPU), but "
+                    f"async.backend={backend} runs them on the trainer's; use async.weight_channel=cuda or auto")
         return None
 
 
@@ -103,7 +111,8 @@ MODES: dict[str, ModeEntry] = {
 
 BACKENDS: dict[str, BackendEntry] = {
     "local": BackendEntry("asyncrl.runtime.backends:local_pool"),
-    "ray": BackendEntry("asyncrl.runtime.backends:ray_pool", provides=frozenset({RAY}), auto_channels=("ray",)),
+    "ray": BackendEntry("asyncrl.runtime.backends:ray_pool", provides=frozenset({RAY}), auto_channels=("ray",),
+                        workers_on_trainer_gpu=False),
 }
 
 CHANNELS: dict[str, ChannelEntry] = {
@@ -111,7 +120,7 @@ CHANNELS: dict[str, ChannelEntry] = {
     "cuda": ChannelEntry("asyncrl.runtime.channels.flat:open_cuda", needs=frozenset({HOST}),
                          devices=frozenset({"cuda"})),
     "ray": ChannelEntry("asyncrl.runtime.channels.ray_store:open_ray", needs=frozenset({RAY})),
-    "collective": ChannelEntry("asyncrl.runtime.channels.collective:open_collective"),
+    "collective": ChannelEntry("asyncrl.runtime.channels.collective:open_collective", own_gpu=True),
 }
 
 ENGINES: dict[str, EngineEntry] = {

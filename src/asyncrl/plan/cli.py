@@ -28,15 +28,34 @@ def run_plan(args) -> int:
         inputs = plan.inputs_from_config(cfg, shape, args.gpus, args.prompt_tokens)
         if args.table:
             check_micro_batching(cfg.loss, cfg.trainer, ranks=2)
-            _plan_table(plan.table(inputs, rates), rates, args)
+            _plan_table(_cells(inputs, rates), rates, args)
             return 0
         check_micro_batching(cfg.loss, cfg.trainer, ranks=args.gpus)
         check_ranks(cfg, args.gpus)
         _plan_report(inputs, plan.memory(inputs, rates), plan.step_time(inputs, rates), rates, args)
+        _gpu_table(inputs, rates, args)
     except ValueError as err:  # ConfigError too: one line naming the flag, file or key
         print(f"asyncrl: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def _cells(base, rates) -> dict[str, dict[int, tuple]]:
+    """{size: {gpus: (Memory, StepTime) or the reason the world size is refused}} for the presets."""
+    from dataclasses import replace
+
+    from asyncrl.plan import estimate as plan
+
+    cells: dict[str, dict[int, tuple]] = {}
+    for size in plan.TABLE_SIZES:
+        cells[size] = {}
+        for n in plan.TABLE_GPUS:
+            try:
+                inputs = replace(base, model=plan.PRESETS[size], gpus=n)
+                cells[size][n] = (plan.memory(inputs, rates), plan.step_time(inputs, rates))
+            except ValueError as err:
+                cells[size][n] = (str(err),)
+    return cells
 
 
 def _console(args):
@@ -97,6 +116,24 @@ def _plan_report(inputs, mem, time, rates, args) -> None:
     how = "max(generation, training + broadcast)" if inputs.mode == "async" else "generation + training + broadcast"
     steps.add_row("step", f"{time.step:.2f}", f"{inputs.mode}: {how}")
     _print_table(console, steps, args.markdown)
+
+
+def _gpu_table(inputs, rates, args) -> None:
+    """One line per GPU role of the job (asyncrl.plan.gpus): what it holds, its total, whether it fits."""
+    from rich.table import Table
+
+    from asyncrl.plan.estimate import GIB
+    from asyncrl.plan.gpus import job_gpus
+
+    console, style = _console(args)
+    table = Table(title=f"every GPU of the job, an estimate ({rates.gpu_gib:g} GiB each)", box=style)
+    for name, justify in (("GPU", "left"), ("count", "right"), ("GiB", "right"), ("fits", "left"), ("holds", "left")):
+        table.add_column(name, justify=justify)
+    for role in job_gpus(inputs, rates):
+        holds = "; ".join(f"{label} {value / GIB:.2f}" for label, (value, _) in role.items.items())
+        fits = "yes" if role.fits(rates) else f"NO: {role.refused}" if role.refused else "NO"
+        table.add_row(role.role, str(role.count), f"{role.total / GIB:.2f}", fits, holds)
+    _print_table(console, table, args.markdown)
 
 
 def _plan_table(cells, rates, args) -> None:

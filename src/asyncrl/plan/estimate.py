@@ -7,8 +7,9 @@ number is in bytes or seconds; docs/scaling.md ("Capacity planning") states each
 tests/foundation/test_plan.py checks the peak against trainer steps measured on the CPU and against
 the H200 runs in benchmarks/results/2026-11-26-gpu.
 
-Memory is that of rank 0 (the busiest rank) of an FSDP2 world of ``gpus`` ranks. What the trainer
-holds throughout (parameters, optimizer state, rank 0's replica) adds to the largest of four
+Memory is that of one trainer rank of an FSDP2 world of ``gpus`` ranks (rank 0, the busiest, by
+default; :mod:`asyncrl.plan.gpus` puts every GPU of the job together). What the trainer holds
+throughout (parameters, optimizer state, rank 0's generation replica) adds to the largest of four
 moments of a step, which never overlap:
 
 * the start of the backward pass: every saved activation, the bf16 weight copies autocast keeps for
@@ -16,8 +17,8 @@ moments of a step, which never overlap:
   the gradients when micro-batches accumulate;
 * the end of the backward pass: every gradient, and the tied embedding's dense gradient;
 * the optimizer step: gradients and AdamW's temporaries;
-* with several ranks, the whole-weight gather after the step (every rank, asyncrl.distributed.fsdp);
-  with LoRA, the merged copies of the adapted weights that publishing makes.
+* with several ranks, one whole parameter gathered at a time (the replica's refresh, checkpoints:
+  asyncrl.distributed.fsdp); with LoRA, the merged copies of the adapted weights publishing makes.
 
 With LoRA (:mod:`asyncrl.plan.lora`, one trainer rank) only the adapters have gradients and AdamW
 state; the frozen base weights stay in their dtype, and the LM head and embeddings get no gradient.
@@ -29,120 +30,18 @@ counting what autograd saves (checked tensor by tensor on the CPU).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from asyncrl.plan import lora as lora_shapes
 from asyncrl.plan.lora import LoraPlan
+from asyncrl.plan.shapes import PRESETS, ModelShape, config_model, model_shape, shape_from_config  # noqa: F401
 
 GIB = 2**30
 H100_BF16_DENSE_FLOPS = 989.4e12  # NVIDIA H100 SXM, bf16 tensor cores, dense
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 TABLE_SIZES = ("0.5B", "1.5B", "7B", "32B")
 TABLE_GPUS = (1, 2, 4, 8, 16, 32, 64)
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """A Qwen2-style decoder (RMSNorm, GQA attention with q/k/v biases, SwiGLU MLP)."""
-
-    name: str
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    intermediate: int
-    vocab: int
-    tied: bool
-    head_dim: int = 0  # 0: hidden // heads
-    qkv_bias: bool = True
-    model_type: str = "qwen2"  # config.json's: peft's default LoRA targets depend on it
-
-    @property
-    def dim(self) -> int:
-        return self.head_dim or self.hidden // self.heads
-
-    @property
-    def layer_params(self) -> int:
-        """One decoder layer: q, k, v, o projections (+ q/k/v biases), gate/up/down, two norms."""
-        q, kv = self.heads * self.dim, self.kv_heads * self.dim
-        attn = self.hidden * (q + 2 * kv) + q * self.hidden + (q + 2 * kv if self.qkv_bias else 0)
-        return attn + 3 * self.hidden * self.intermediate + 2 * self.hidden
-
-    @property
-    def root_params(self) -> int:
-        """Outside the layers: embeddings, final norm, LM head (FSDP2's root module)."""
-        return self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden
-
-    @property
-    def params(self) -> int:
-        return self.layers * self.layer_params + self.root_params
-
-
-# Qwen2.5 shapes, from the models' config.json (7B and 32B have a 152,064-row vocabulary, untied)
-PRESETS = {
-    "0.5B": ModelShape("Qwen2.5-0.5B", 896, 24, 14, 2, 4864, 151936, tied=True),
-    "1.5B": ModelShape("Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 151936, tied=True),
-    "7B": ModelShape("Qwen2.5-7B", 3584, 28, 28, 4, 18944, 152064, tied=False),
-    "32B": ModelShape("Qwen2.5-32B", 5120, 64, 40, 8, 27648, 152064, tied=False),
-}
-
-
-def model_shape(spec: str) -> ModelShape:
-    """A preset (``1.5B``, ``qwen2.5-1.5b``, case-insensitive), a Hugging Face ``config.json`` /
-    model folder, or a hub id (``Qwen/Qwen2.5-7B``) in the local hub cache. ValueError naming
-    ``--model`` otherwise."""
-    key = spec.strip().lower().removeprefix("qwen2.5-").removesuffix("-instruct")
-    for name, shape in PRESETS.items():
-        if key == name.lower():
-            return shape
-    path, hub_id = Path(spec), None
-    if not path.exists() and "/" in spec:
-        from asyncrl.config.model_source import cached_snapshot, is_hub_id
-
-        if is_hub_id(spec):
-            path, hub_id = Path(cached_snapshot(spec) or spec), spec
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise ValueError(f"--model: no preset or config.json {spec!r} (presets: {', '.join(PRESETS)}, or a "
-                         "path to a Hugging Face config.json or model folder, or a hub id in the local "
-                         "Hugging Face cache)")
-    try:
-        return shape_from_config(json.loads(path.read_text(encoding="utf-8")), hub_id or str(path))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"--model: cannot read {path}: {err}") from None
-
-
-def shape_from_config(cfg: dict, name: str) -> ModelShape:
-    """The shape of a decoder-only Hugging Face config (``text_config`` inside a multimodal one)."""
-    cfg = cfg.get("text_config", cfg)
-    if any(key in cfg for key in ("num_experts", "num_local_experts", "n_routed_experts")):
-        raise ValueError(f"--model: {name}: mixture-of-experts models are not modelled")
-    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                           "vocab_size") if not isinstance(cfg.get(k), int) or cfg[k] < 1]
-    if missing:
-        raise ValueError(f"--model: {name}: no positive integer {missing[0]}")
-    heads = cfg["num_attention_heads"]
-    return ModelShape(name=cfg.get("_name_or_path") or name, hidden=cfg["hidden_size"],
-                      layers=cfg["num_hidden_layers"], heads=heads,
-                      kv_heads=int(cfg.get("num_key_value_heads") or heads),
-                      intermediate=cfg["intermediate_size"], vocab=cfg["vocab_size"],
-                      tied=bool(cfg.get("tie_word_embeddings", False)), head_dim=int(cfg.get("head_dim") or 0),
-                      qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
-                      model_type=str(cfg.get("model_type") or ""))
-
-
-def config_model(cfg) -> ModelShape:
-    """The model a loaded Config trains: ``policy.model_path``'s config.json, else the embedded
-    model's ``model.*`` shape (tied embeddings)."""
-    if cfg.policy.model_path:
-        return model_shape(cfg.policy.model_path)
-    m = cfg.model
-    return ModelShape("embedded model (model.*)", m.hidden_size, m.num_layers, m.num_heads, m.num_kv_heads,
-                      m.intermediate_size, m.vocab_size, tied=True)
 
 
 @dataclass(frozen=True)
@@ -181,6 +80,11 @@ class PlanInputs:
     engine: str = "vllm"
     rollout_dtype: str = "bfloat16"
     gpu_mem_util: float = 0.35  # vLLM's share of rank 0's GPU, all its engines there together
+    kv_sized: bool = True  # no memory setting of the user's: each engine takes min(its share, its KV need)
+    vllm_seqs: int = 0  # engine_kwargs.max_num_seqs; 0 = the rows of a step
+    vllm_positions: int = 0  # engine_kwargs.max_model_len; 0 = prompt + new tokens
+    dedicated_workers: int = 0  # async rollout workers on GPUs of their own (Ray, async.gpus_per_worker >= 1)
+    collective: bool = False  # the collective channel: each worker receives into a buffer on its GPU
     rollout_workers: int = 1  # rollout engines on rank 0's GPU (async workers; 1 in a sync run)
     cuda_channel: bool = True  # async weights through the CUDA IPC channel (two buffers on the GPU)
     kl_reference: bool = False  # trainer.kl_coef > 0: a frozen copy of the weights on every rank
@@ -297,22 +201,35 @@ def logits_chunk_bytes(p: PlanInputs, rows: int) -> int:
 
 
 def rollout_share(p: PlanInputs, rates: Rates) -> tuple[int, str]:
-    """(bytes on rank 0's GPU for generation, how). vLLM: its engines' fraction of the GPU, plus in
-    an async run each worker's staging copy of the weights in the generation dtype (the channel
-    fills it, the engine loads from it); transformers workers (async): weights + a KV cache of the
-    whole batch each; none for generation in the trainer process between steps, or off the GPU."""
+    """(bytes on rank 0's GPU for generation, how). vLLM: its engines' share of the GPU (each
+    engine's the smaller of its share and its KV need: :func:`vllm_need`), plus in an async run each
+    worker's staging copy of the weights in the generation dtype (the channel fills it, the engine
+    loads from it); transformers workers (async): weights + a KV cache of the whole batch each; none
+    for generation in the trainer process between steps, or off the GPU."""
     shape, g = p.model, DTYPE_BYTES[p.rollout_dtype]
     if p.device != "cuda" or p.rollout_workers == 0:
         return 0, "no rollout engine on this GPU"
     if p.engine == "vllm":
         staging = p.rollout_workers * shape.params * g if p.mode == "async" else 0
-        return (int(p.gpu_mem_util * rates.gpu_gib * GIB) + staging,
-                f"vLLM: {p.gpu_mem_util:g} of the GPU" + (f" + {p.rollout_workers} staging copy of the weights"
-                                                          if staging else ""))
+        share = int(p.gpu_mem_util * rates.gpu_gib * GIB)
+        how = f"vLLM: {p.gpu_mem_util:g} of the GPU"
+        if p.kv_sized and vllm_need(p).total * p.rollout_workers < share:
+            share, how = vllm_need(p).total * p.rollout_workers, "vLLM: weights + KV need + margin (under its share)"
+        return share + staging, how + (f" + {p.rollout_workers} staging copy of the weights" if staging else "")
     if p.mode != "async":
         return 0, f"{p.mode}: generation runs in the trainer process between training steps"
     kv = 2 * shape.layers * shape.kv_heads * shape.dim * g * p.batch_rows * p.seq
     return p.rollout_workers * (shape.params * g + kv), f"{p.rollout_workers} transformers worker(s): weights + KV"
+
+
+def vllm_need(p: PlanInputs):
+    """One vLLM engine's :class:`asyncrl.rollout.vllm_memory.Need`: weights and the KV cache of
+    ``vllm_seqs`` (else a step's rows) × ``vllm_positions`` (else prompt + new) in ``rollout.dtype``."""
+    from asyncrl.rollout import vllm_memory
+
+    shape, g = p.model, DTYPE_BYTES[p.rollout_dtype]
+    kv = vllm_memory.KVShape(shape.layers, shape.kv_heads, shape.dim, g, max_positions=0)
+    return vllm_memory.need(kv, shape.params * g, p.vllm_seqs or p.batch_rows, p.vllm_positions or p.seq)
 
 
 @dataclass
@@ -323,12 +240,15 @@ class Memory:
     lines: dict[str, tuple[int, str]] = field(default_factory=dict)
     peak: int = 0
     peak_moment: str = ""
+    step_peak: int = 0  # held throughout + the largest moment of a step
+    load: int = 0  # several ranks: what a rank holds when it has loaded the whole model, before sharding
     total: int = 0
     rows: int = 0
 
 
-def memory(p: PlanInputs, rates: Rates = Rates()) -> Memory:
-    """Rank 0's memory of ``p`` (see the module's docstring for the moments)."""
+def memory(p: PlanInputs, rates: Rates = Rates(), rank: int = 0) -> Memory:
+    """The trainer's memory on ``rank``'s GPU (see the module's docstring for the moments): rank 0
+    also holds the generation replica, the channel's buffers and the engines beside the trainer."""
     shape, n, w = p.model, p.gpus, DTYPE_BYTES[p.weight_dtype]
     rows, accumulate = p.forward_rows()
     P, vh = shape.params, shape.vocab * shape.hidden
@@ -347,19 +267,28 @@ def memory(p: PlanInputs, rates: Rates = Rates()) -> Memory:
     }
     grads = out.lines["gradients"][0]
     unsharded = fsdp_unsharded(p) if n > 1 else 0
-    start = (out.lines[f"activations, {used}"][0] + autocast_copies(p) + out.lines["log-prob logits chunk"][0]
-             + unsharded + (grads if accumulate else 0))
+    # the root stays whole through the step; the layers' gathered weights and gradient come after
+    # the LM head's chunk buffers are freed (the head's backward runs first) and are gone by the end
+    root = shape.root_params * (2 if p.fsdp_bf16 else w) if n > 1 else 0
+    head_or_layers = max(out.lines["log-prob logits chunk"][0], unsharded - root)
+    start = (out.lines[f"activations, {used}"][0] + autocast_copies(p) + root + head_or_layers
+             + (grads if accumulate else 0))
     if n > 1:
         out.lines["FSDP gathered root + layers"] = (unsharded, "embeddings/head whole + 2 layers, + 1 layer's grad")
     tied_grad = vh * w if shape.tied and n == 1 and p.lora is None else 0
-    end = grads + tied_grad + (shape.root_params * 4 + unsharded if n > 1 else 0)
+    end = grads + tied_grad + (shape.root_params * 4 + root if n > 1 else 0)
     moments = {"backward start": start, "backward end": end, "optimizer step": grads + optimizer_temporaries(p)}
     static = out.lines["parameters"][0] + out.lines["AdamW state"][0]
     if n > 1:
-        out.lines["weight gather after the step"] = (P * w, "every rank, whole weights, after activations are freed")
-        out.lines["rank-0 replica"] = (P * w, "rank 0's unsharded model (generation, publishing)")
-        moments["weight gather"] = grads + P * w
-        static += P * w
+        largest = 4 * largest_param(shape)
+        out.lines["largest parameter gathered"] = (largest, "one whole parameter at a time, float32 at most "
+                                                            "(replica refresh, checkpoints): the largest")
+        moments["parameter gather"] = grads + largest
+        if rank == 0:
+            replica = P * DTYPE_BYTES[p.rollout_dtype]
+            out.lines["generation replica"] = (replica, f"rank 0's model in rollout.dtype ({p.rollout_dtype}): "
+                                                        "generation, evaluation, publishing")
+            static += replica
     if p.lora is not None:
         merged = lora_shapes.adapted_params(shape, p.lora) * w
         out.lines["merged adapted weights"] = (merged, "publishing, checkpoints: a copy of each adapted W + scale·B A")
@@ -368,7 +297,15 @@ def memory(p: PlanInputs, rates: Rates = Rates()) -> Memory:
         out.lines["KL reference"] = (P * w, "frozen starting weights, every rank")
         static += P * w
     out.peak_moment, dynamic = max(moments.items(), key=lambda item: item[1])
-    out.peak = static + dynamic
+    out.peak = out.step_peak = static + dynamic
+    if n > 1:  # each rank loads the whole model (rank 0 makes its replica from it), then shards it
+        out.lines["whole weights at load"] = (P * w, "every rank, before FSDP shards them (start-up)")
+        out.load = P * w + (out.lines["generation replica"][0] if rank == 0 else 0)
+        if out.load > out.peak:
+            out.peak, out.peak_moment = out.load, "loading, before sharding"
+    if rank != 0:
+        out.total = out.peak
+        return out
     channel = 2 * P * DTYPE_BYTES[p.rollout_dtype] if p.mode == "async" and p.device == "cuda" and p.cuda_channel else 0
     if channel:
         out.lines["weight channel buffers"] = (channel, "async, CUDA IPC: 2 × P in the generation dtype")
@@ -392,6 +329,11 @@ def _weight_lines(p: PlanInputs) -> dict[str, tuple[int, str]]:
             "AdamW state": (2 * A * a, f"adapters only, exp_avg + exp_avg_sq: 2·{A:,} · {a} B")}
 
 
+def largest_param(shape: ModelShape) -> int:
+    """Elements of the model's largest parameter: the embedding (or LM head), else an MLP matrix."""
+    return max(shape.vocab, shape.intermediate, shape.heads * shape.dim) * shape.hidden
+
+
 def optimizer_temporaries(p: PlanInputs) -> int:
     """AdamW's step: fused on one GPU (nothing), foreach on sharded parameters (the square root of
     exp_avg_sq: P·w / N), one tensor at a time on the CPU (two temporaries of the largest one: with
@@ -400,7 +342,7 @@ def optimizer_temporaries(p: PlanInputs) -> int:
     if p.device == "cpu" and p.lora is not None:
         return 2 * lora_shapes.ADAPTER_BYTES * lora_shapes.largest_adapter(shape, p.lora)
     if p.device == "cpu":
-        return 2 * w * max(shape.vocab, shape.intermediate, shape.heads * shape.dim) * shape.hidden
+        return 2 * w * largest_param(shape)
     return shape.params * w // p.gpus if p.gpus > 1 else 0
 
 
@@ -447,40 +389,32 @@ def step_time(p: PlanInputs, rates: Rates = Rates()) -> StepTime:
 
 def inputs_from_config(cfg, shape: ModelShape, gpus: int, prompt_tokens: int, **changes) -> PlanInputs:
     """The :class:`PlanInputs` of a loaded asyncrl Config (``cfg``) for ``shape`` on ``gpus`` ranks."""
-    from asyncrl.rollout.vllm_engine import COLOCATED_GPU_MEMORY
-    from asyncrl.runtime.worker import engines_beside_trainer
+    from asyncrl.distributed.config import param_dtype_of
+    from asyncrl.rollout.vllm_engine import COLOCATED_GPU_MEMORY, MEMORY_KEYS
+    from asyncrl.runtime.channels import channel_name
+    from asyncrl.runtime.worker import engines_beside_trainer, worker_gpu_share
 
-    ro, tr, pol, asy = cfg.rollout, cfg.trainer, cfg.policy, cfg.async_
+    ro, tr, pol, asy, kw = cfg.rollout, cfg.trainer, cfg.policy, cfg.async_, cfg.rollout.engine_kwargs
     generation = pol.dtype if ro.dtype == "auto" else ro.dtype
     extra = (1 if tr.prox == "recompute" else 0) + (1 if tr.kl_coef > 0 else 0)
     # rollout engines on rank 0's GPU: the async workers the runtime places there; a sync run
-    # generates in its own process
+    # generates in its own process. The others (Ray actors asking a GPU each) have GPUs of their own
     engines = engines_beside_trainer(cfg) if cfg.run.mode == "async" else 1
-    # vLLM's share: the user's per engine, else the colocated share split among the engines
-    util = float(ro.engine_kwargs["gpu_memory_utilization"]) * engines \
-        if "gpu_memory_utilization" in ro.engine_kwargs else COLOCATED_GPU_MEMORY * (engines > 0)
-    cuda_channel = asy.weight_channel == "cuda" or (asy.weight_channel == "auto" and asy.backend != "ray")
+    dedicated = asy.n_workers if cfg.run.mode == "async" and worker_gpu_share(cfg) >= 1 and asy.backend == "ray" else 0
+    # vLLM's share: the user's per engine (a dedicated GPU's own), else the colocated share split among the engines
+    util = float(kw["gpu_memory_utilization"]) * max(engines, 1) \
+        if "gpu_memory_utilization" in kw else COLOCATED_GPU_MEMORY * (engines > 0)
+    channel = channel_name(asy.weight_channel, asy.backend, pol.device) if cfg.run.mode == "async" else ""
     inputs = PlanInputs(model=shape, gpus=gpus, batch_rows=ro.batch_size, minibatches=tr.n_minibatches,
                         micro_batch=tr.micro_batch_size, prompt_tokens=prompt_tokens, new_tokens=ro.max_new_tokens,
                         weight_dtype=pol.dtype, autocast=tr.autocast != "none",
-                        fsdp_bf16=tr.fsdp.param_dtype == "bfloat16", reshard_after_forward=tr.fsdp.reshard_after_forward,
+                        fsdp_bf16=param_dtype_of(cfg) == "bfloat16", reshard_after_forward=tr.fsdp.reshard_after_forward,
                         grad_ckpt=pol.gradient_checkpointing, logits_chunk=tr.logits_chunk,
                         lm_head_fp32=pol.lm_head_fp32, device="cuda" if pol.device.startswith("cuda") else "cpu",
                         mode=cfg.run.mode, engine=ro.engine, rollout_dtype=generation, gpu_mem_util=util,
-                        rollout_workers=engines, cuda_channel=cuda_channel, kl_reference=tr.kl_coef > 0,
-                        extra_forwards=extra, lora=lora_shapes.lora_plan(pol, shape.model_type))
+                        kv_sized=not MEMORY_KEYS & set(kw), vllm_seqs=int(kw.get("max_num_seqs") or 0),
+                        vllm_positions=int(kw.get("max_model_len") or 0), dedicated_workers=dedicated,
+                        collective=channel == "collective", rollout_workers=engines, cuda_channel=channel == "cuda",
+                        kl_reference=tr.kl_coef > 0, extra_forwards=extra,
+                        lora=lora_shapes.lora_plan(pol, shape.model_type))
     return replace(inputs, **changes)
-
-
-def table(base: PlanInputs, rates: Rates, sizes=TABLE_SIZES, gpus=TABLE_GPUS) -> dict[str, dict[int, tuple]]:
-    """{size: {gpus: (Memory, StepTime) or the reason the world size is refused}} for the presets."""
-    cells: dict[str, dict[int, tuple]] = {}
-    for size in sizes:
-        cells[size] = {}
-        for n in gpus:
-            try:
-                inputs = replace(base, model=PRESETS[size], gpus=n)
-                cells[size][n] = (memory(inputs, rates), step_time(inputs, rates))
-            except ValueError as err:
-                cells[size][n] = (str(err),)
-    return cells

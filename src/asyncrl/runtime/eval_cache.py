@@ -8,8 +8,9 @@ read them back.
 
 The key hashes everything the result depends on: the starting weights themselves (not their path),
 the evaluation problems (prompts and answers), and the settings of evaluation, task, reward
-functions, generation length, chat template, dtype, device and seed. Any change is a new key, so a
-stale entry is never read.
+functions, generation length, chat template, dtype, device and seed, and, when evaluation generates
+through the run's rollout engine (vLLM in sync and simulated modes), that engine and its dtype. Any
+change is a new key, so a stale entry is never read.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 import torch
 
 from asyncrl.config import Config, ConfigError
+from asyncrl.runtime.engines import generation_dtype
 from asyncrl.training.evaluation import eval_autocast_dtype
 from asyncrl.core.cache import cache_root, writable_cache_dir
 
@@ -30,8 +32,9 @@ from asyncrl.core.cache import cache_root, writable_cache_dir
 _EVAL_KEYS_IGNORED = ("every", "outputs", "cache_initial")
 
 
-def initial_eval_key(cfg: Config, model: torch.nn.Module, problems: list) -> str:
-    """A hex digest of the starting weights, the eval problems and the settings that shape the result."""
+def initial_eval_key(cfg: Config, model: torch.nn.Module, problems: list, engine: str | None = None) -> str:
+    """A hex digest of the starting weights, the eval problems and the settings that shape the result.
+    ``engine``: the rollout engine evaluation generates through (None: the trained model itself)."""
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
@@ -47,6 +50,8 @@ def initial_eval_key(cfg: Config, model: torch.nn.Module, problems: list) -> str
         "dtype": cfg.policy.dtype, "device": cfg.policy.device, "seed": cfg.run.seed,
         "precision": str(eval_autocast_dtype(cfg)), "lm_head_fp32": cfg.policy.lm_head_fp32,
     }
+    if engine is not None:  # absent otherwise: the keys of evaluations on the trained model stay as they were
+        settings.update(engine=engine, generation_dtype=generation_dtype(cfg))
     digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
     return digest.hexdigest()[:24]
 

@@ -1,6 +1,11 @@
 """The run's evaluations on the held-out problems: step 0 (before training; cached across runs
 with ``eval.cache_initial``), every ``eval.every`` steps and the last step. Their results make the
-summary's eval history; their seconds after step 0 are left out of the training loop's wall time."""
+summary's eval history; their seconds after step 0 are left out of the training loop's wall time.
+
+Where the batch source holds a rollout engine in this process that can generate at other sampling
+settings (its ``eval_engine()``: vLLM in sync and simulated modes), evaluation generates through it
+with the newest weights; otherwise (the transformers engine, or async mode, whose engines are in other
+processes) with the trained model on the trainer's device."""
 
 from __future__ import annotations
 
@@ -24,6 +29,16 @@ class Evaluations:
         self.answer_acc_history: list[tuple[int, float]] = []
         self.seconds = 0.0  # evaluation seconds after step 0
         self.last: dict[str, float] = {}  # every metric of the latest evaluation (pass@k too)
+        self.source = None  # the batch source, asked for an engine at each evaluation (None: none)
+
+    def generate_with(self, source) -> None:
+        """Evaluate through ``source.eval_engine()`` when it has one (asyncrl.runtime.sources)."""
+        self.source = source
+
+    def _engine(self):
+        """The source's engine for evaluation, with the newest weights; None = the trained model's."""
+        ask = getattr(self.source, "eval_engine", None)
+        return None if ask is None else ask()
 
     def due(self, step: int) -> bool:
         return due(step, self.session.cfg.eval.every, self.session.cfg.trainer.steps)
@@ -42,7 +57,7 @@ class Evaluations:
         if step == 0 and session.cfg.eval.cache_initial:
             self.last = self._initial_cached()
         else:
-            self.last = self._metrics()
+            self.last = self._metrics(self._engine())
         acc = self.last["eval_reward"]
         self.history.append((step, acc))
         if "eval_answer_acc" in self.last:
@@ -53,19 +68,23 @@ class Evaluations:
             session.metrics.write(0, {**self.last, "elapsed_s": session.elapsed_s()})
         return acc
 
-    def _metrics(self) -> dict[str, float]:
+    def _metrics(self, engine=None) -> dict[str, float]:
         s = self.session
-        metrics, _ = eval_metrics(s.model, s.tokenizer, s.task, s.eval_problems, s.cfg, rewards=s.rewards)
+        metrics, _ = eval_metrics(s.model, s.tokenizer, s.task, s.eval_problems, s.cfg, rewards=s.rewards,
+                                  engine=engine)
         return metrics
 
     def _initial_cached(self) -> dict[str, float]:
-        """The step-0 metrics from the cache, computed and stored on a miss."""
+        """The step-0 metrics from the cache, computed and stored on a miss; the key names the
+        rollout engine when evaluation generates through one."""
         s = self.session
-        path = cache_path(s.cfg, initial_eval_key(s.cfg, s.model, s.eval_problems))
+        engine = self._engine()
+        key = initial_eval_key(s.cfg, s.model, s.eval_problems, engine=None if engine is None else s.cfg.rollout.engine)
+        path = cache_path(s.cfg, key)
         cached = load_cached_eval(path)
         if cached is not None:
             return cached
-        metrics = self._metrics()
+        metrics = self._metrics(engine)
         store_cached_eval(path, metrics)
         return metrics
 

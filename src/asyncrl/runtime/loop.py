@@ -76,10 +76,13 @@ def train(cfg: Config, callbacks: Sequence[Any] = ()) -> dict | None:
 
 
 def _trainer(cfg: Config, session: Session, peers: Peers | None):
-    """The trained model's Trainer: on the session's model, or on a sharded copy of it with several ranks."""
+    """The trained model's Trainer: on the session's model, or, with several ranks, on that model
+    sharded, the session then holding rank 0's replica in the generation dtype."""
     reference = build_reference(cfg, session.model, session.policy_dir)  # None unless trainer.kl_coef > 0
     if peers is not None:
-        return LeaderTrainer(cfg, session.model, session.policy_dir, peers, reference)
+        leader = LeaderTrainer(cfg, session.model, session.policy_dir, peers, reference)
+        session.model = leader.model  # the loaded model is sharded now: the run reads rank 0's replica
+        return leader
     return Trainer(session.model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
                    reference=reference, lm_head_fp32=cfg.policy.lm_head_fp32)
 
@@ -145,6 +148,7 @@ def _lead(cfg: Config, world: World, callbacks: RunCallbacks, peers: Peers | Non
         print(f"asyncrl: {session.resume.announcement(cfg.trainer.steps)}", file=sys.stderr)
     done = session.start_step  # the last finished step
     with session.stop, open_source(cfg, session) as source, session.progress as progress:
+        evaluations.generate_with(source)  # through its engine when it holds one in this process (vLLM)
         try:
             _before_first_step(cfg, session, source, evaluations, callbacks)
             clock.start()

@@ -198,6 +198,9 @@ class WorkerPool:
             cause = self.causes.pop(worker_id, None)
             what = f"killed: {cause}" if cause else f"died (exit code {proc.exitcode})"
             report_restart(worker_id, what, self.restarts, len(units), len(self.specs))
+            lost_hook = getattr(getattr(self, "channel", None), "worker_lost", None)
+            if lost_hook is not None:  # a channel with a connection per worker ends this one's
+                lost_hook(proc.pid)
             self._start(worker_id)
         return lost
 

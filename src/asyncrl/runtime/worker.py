@@ -17,9 +17,10 @@ one norm per tensor: :func:`asyncrl.core.finite.first_bad_tensor`): weights a ch
 the run in one line naming the worker, the channel and the tensor, not as NaN logits and a sampler's
 traceback.
 
-On CUDA the rollout engines share the GPU with the trainer: :func:`worker_engine_kwargs` gives
-vLLM its share of the memory and :func:`worker_gpu_share` is the share of a GPU a Ray actor asks
-for.
+On CUDA the rollout engines share the GPU with the trainer or have one of their own:
+:func:`worker_engine_kwargs` gives vLLM its share of the memory, sized from what the device has free
+once the staging copy is there and from the KV cache generation needs, and :func:`worker_gpu_share`
+is the share of a GPU a Ray actor asks for.
 """
 
 from __future__ import annotations
@@ -82,19 +83,44 @@ def engines_beside_trainer(cfg) -> int:
     return cfg.async_.n_workers
 
 
-def worker_engine_kwargs(cfg) -> dict:
-    """``rollout.engine_kwargs`` for a rollout worker. For vLLM on CUDA without a memory setting of
-    the user's, ``gpu_memory_utilization``: the colocated share split among the engines beside the
-    trainer, or vLLM's own default on a GPU of its own."""
+def worker_engine_kwargs(cfg, staging: torch.nn.Module | None = None) -> dict:
+    """``rollout.engine_kwargs`` for a rollout worker whose staging copy of the weights (``staging``,
+    in the generation dtype) is already on its device. For vLLM on CUDA without a memory setting of
+    the user's, ``gpu_memory_utilization`` from what that device has free and what generation needs
+    (:func:`asyncrl.rollout.vllm_memory.memory_share`), capped by the colocated share split among
+    the engines beside the trainer, or by vLLM's own default on a GPU of its own."""
     kwargs = dict(cfg.rollout.engine_kwargs)
     if cfg.rollout.engine != "vllm" or not on_cuda(cfg):
         return kwargs
     from asyncrl.rollout.vllm_engine import COLOCATED_GPU_MEMORY, DEDICATED_GPU_MEMORY, MEMORY_KEYS
 
-    if not MEMORY_KEYS & set(kwargs):
-        sharing = engines_beside_trainer(cfg)
-        kwargs["gpu_memory_utilization"] = COLOCATED_GPU_MEMORY / sharing if sharing else DEDICATED_GPU_MEMORY
+    if MEMORY_KEYS & set(kwargs):
+        return kwargs
+    if staging is None:
+        raise ValueError("worker_engine_kwargs: vLLM's share on CUDA is sized from the staging copy on the device")
+    sharing = engines_beside_trainer(cfg)
+    cap = COLOCATED_GPU_MEMORY / sharing if sharing else DEDICATED_GPU_MEMORY
+    kwargs["gpu_memory_utilization"] = vllm_share(cfg, staging, kwargs, cap)
     return kwargs
+
+
+def vllm_share(cfg, staging: torch.nn.Module, kwargs: dict, cap: float) -> float:
+    """vLLM's fraction of the staging copy's device: weights as large as the staging copy, the KV
+    cache of ``max_num_seqs`` (else a step's rows) × ``max_model_len`` (else the longest prompt +
+    completion), and a ``collective`` channel's receive buffer (the staging copy's size again)."""
+    from asyncrl.rollout import vllm_memory
+    from asyncrl.runtime.channels import channel_name
+    from asyncrl.runtime.engines import generation_dtype
+
+    weights = sum(t.numel() * t.element_size() for t in staging.parameters())  # tied weights once
+    device = next(staging.parameters()).device
+    channel = channel_name(cfg.async_.weight_channel, cfg.async_.backend, cfg.policy.device)
+    receive = weights if channel == "collective" else 0
+    shape = vllm_memory.kv_shape(staging.config, generation_dtype(cfg))
+    seqs = int(kwargs.get("max_num_seqs") or cfg.rollout.batch_size)
+    positions = int(kwargs.get("max_model_len") or cfg.task.max_prompt_length + cfg.rollout.max_new_tokens)
+    need = vllm_memory.need(shape, weights, seqs, positions, int(kwargs.get("max_model_len") or shape.max_positions))
+    return vllm_memory.memory_share(device, need, receive, cap)
 
 
 def starts_alone(spec: WorkerSpec) -> bool:
@@ -147,10 +173,10 @@ class RolloutWorker:
         policy = self.cfg.policy
         if torch.device(policy.device).type == "cuda":
             enable_tf32()  # generation matmuls as in the trainer's process (sync mode generates there)
-        self.cfg.rollout.engine_kwargs = worker_engine_kwargs(self.cfg)
         # an engine that keeps its own weights (vLLM) reads them from this copy, on its own device
         model, self.tokenizer = load_policy(spec.policy_dir, policy.device, generation_dtype(self.cfg),
                                             attn_implementation=policy.attn_implementation)
+        self.cfg.rollout.engine_kwargs = worker_engine_kwargs(self.cfg, staging=model)  # with the copy in place
         self.engine = rollout_engine(self.cfg, model=model.eval(), tokenizer=self.tokenizer,
                                      policy_dir=spec.policy_dir, seed=spec.seed, chunked=spec.interruptible)
         # the module the channel fills: the engine's own model, else a staging copy

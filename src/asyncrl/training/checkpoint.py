@@ -137,11 +137,14 @@ def checkpoint_bytes(run_dir: Path, *states) -> int:
 
 
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: dict, run_state: dict,
-                    keep: int = 2, write_shards=None, shard_bytes: int = 0, fingerprint: dict | None = None) -> Path:
+                    keep: int = 2, write_shards=None, shard_bytes: int = 0, fingerprint: dict | None = None,
+                    weights: dict[str, torch.Tensor] | None = None) -> Path:
     """Write checkpoint ``step`` of ``run_dir`` atomically; keep the newest ``keep`` (0 = all).
     ``write_shards(folder)``, if given, writes the trainer ranks' shards into the folder being
     written (``shard_bytes`` of them) before it is fsynced and renamed. ``fingerprint``: what the
     checkpoint fits (:mod:`asyncrl.training.fingerprint`), written as ``fingerprint.json``.
+    ``weights``: the state dict to write in place of ``model``'s (several ranks: the fp32 master
+    weights gathered from the shards, while ``model`` is a replica in a lower generation dtype).
     Without room for it, or past the file-size limit: :class:`asyncrl.core.disk.DiskFull`
     (:class:`~asyncrl.core.disk.FileSizeLimit`), nothing of it left behind."""
     from asyncrl.policy.lora import base_model_of, export_state_dict, is_peft_model
@@ -151,7 +154,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     final = root / f"step-{step:06d}"
     tmp = root / f"{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    weights = export_state_dict(model)
+    weights = export_state_dict(model) if weights is None else weights
     trainer_state = {**trainer_state, "step": step, "global_rng": global_rng_state()}
     needed = checkpoint_bytes(Path(run_dir), weights, trainer_state, run_state) + shard_bytes
     largest = max(tensor_bytes(state) for state in (weights, trainer_state, run_state))
@@ -159,6 +162,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     try:
         tmp.mkdir()
         base_model_of(model).save_pretrained(tmp, state_dict=weights, safe_serialization=True)
+        _record_dtype(tmp, weights)
         if is_peft_model(model):
             model.save_pretrained(tmp / "lora_adapter")
         tokenizer.save_pretrained(tmp)
@@ -183,6 +187,17 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     _point_latest(Path(run_dir), final)
     _prune(Path(run_dir), keep)
     return final
+
+
+def _record_dtype(folder: Path, weights: dict[str, torch.Tensor]) -> None:
+    """config.json's ``dtype`` as the saved weights' (save_pretrained records the model's, which
+    differs when the weights came from the shards of a lower-precision replica's trainer)."""
+    dtypes = {str(t.dtype).removeprefix("torch.") for t in weights.values() if t.is_floating_point()}
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    if len(dtypes) == 1 and config.get("dtype") not in (None, *dtypes):
+        config["dtype"] = dtypes.pop()
+        path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _check_room(run_dir: Path, final: Path, needed: int, largest: int) -> None:

@@ -2,15 +2,19 @@
 pass@k over each problem's samples, and the greedy reward: the mean reward of one temperature-0
 answer per problem (docs/training.md).
 
-Precision: evaluation generates with the trained weights themselves. On CUDA, when those are
-float32 and the run computes in a lower precision elsewhere (``rollout.dtype``, else
-``trainer.autocast``), its forward passes run under ``torch.autocast`` in that dtype, as the
-rollouts and the trainer do; on the CPU they run as the weights are (docs/models.md)."""
+Engine: a transformers engine over the trained model itself, or, when the run holds a rollout engine
+that can generate with other sampling settings in its own process (vLLM in sync and simulated
+modes), that engine at the evaluation's settings, with the newest weights loaded.
+
+Precision: with the trained model, on CUDA, when its weights are float32 and the run computes in a
+lower precision elsewhere (``rollout.dtype``, else ``trainer.autocast``), the forward passes run
+under ``torch.autocast`` in that dtype, as the rollouts and the trainer do; on the CPU they run as
+the weights are (docs/models.md). A rollout engine generates in its own dtype (``rollout.dtype``)."""
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -133,29 +137,43 @@ def evaluate(engine: Engine, tokenizer, task: Task, problems: list[Problem], *, 
                               chat_template=chat_template, rollout=rollout).accuracy()
 
 
-def eval_metrics(model, tokenizer, task: Task, problems: list[Problem], cfg,
-                 rewards=None) -> tuple[dict[str, float], EvalResult]:
+def eval_metrics(model, tokenizer, task: Task, problems: list[Problem], cfg, rewards=None,
+                 engine: Engine | None = None) -> tuple[dict[str, float], EvalResult]:
     """The evaluation of ``cfg`` (a Config) of ``model``: ``eval_reward`` (mean reward),
     ``eval_pass_at_<k>`` for each ``eval.pass_k`` and, with ``eval.greedy``, ``eval_greedy_reward`` (the
-    mean reward of one temperature-0 answer per problem: a reward, not a share solved); also the sampled completions and their rewards."""
+    mean reward of one temperature-0 answer per problem: a reward, not a share solved); also the
+    sampled completions and their rewards. ``engine``: a rollout engine with ``with_sampling``,
+    holding ``model``'s weights, to generate through (None: a transformers engine over ``model``)."""
     ev = cfg.eval
-    length, head = cfg.rollout.max_new_tokens, cfg.policy.lm_head_fp32
-    engine = eval_engine(model, tokenizer, max_new_tokens=length, temperature=ev.temperature, seed=cfg.run.seed,
-                         top_p=ev.top_p, top_k=ev.top_k, lm_head_fp32=head)
+    sampled, greedy, precision = _engines(model, tokenizer, cfg, engine)
     options = {"batch_size": ev.batch_size, "chat_template": cfg.policy.chat_template, "rewards": rewards,
                "max_prompt_length": cfg.task.truncate_to, "rollout": episode_rollout(cfg, rewards, task, tokenizer)}
-    precision = eval_autocast_dtype(cfg)
-    with autocast_to(engine.spec.device, precision):
-        result = generate_and_score(engine, tokenizer, task, problems, samples=ev.samples, **options)
+    device = sampled.spec.device
+    with autocast_to(device, precision):
+        result = generate_and_score(sampled, tokenizer, task, problems, samples=ev.samples, **options)
     metrics = {"eval_reward": result.accuracy(), **{f"eval_pass_at_{k}": result.pass_at(k) for k in ev.pass_k}}
     if result.answers_ok is not None:  # accuracy with the answer format factored out
         metrics["eval_answer_acc"] = result.answer_accuracy()
-    if ev.greedy:
-        greedy = eval_engine(model, tokenizer, max_new_tokens=length, temperature=0.0, seed=cfg.run.seed,
-                             lm_head_fp32=head)
-        with autocast_to(engine.spec.device, precision):
+    if greedy is not None:
+        with autocast_to(device, precision):
             metrics["eval_greedy_reward"] = generate_and_score(greedy, tokenizer, task, problems, **options).accuracy()
     return metrics, result
+
+
+def _engines(model, tokenizer, cfg, engine: Engine | None):
+    """(the sampling engine, the greedy one or None without ``eval.greedy``, the autocast dtype):
+    views of ``engine`` at the evaluation's settings, or transformers engines over ``model``."""
+    ev, length, head = cfg.eval, cfg.rollout.max_new_tokens, cfg.policy.lm_head_fp32
+    if engine is not None:  # the rollout engine's own dtype; a whole completion per call
+        sampling = replace(engine.spec, max_new_tokens=length, temperature=ev.temperature, top_p=ev.top_p,
+                           top_k=ev.top_k, chunk_tokens=None)
+        greedy = replace(sampling, temperature=0.0, top_p=1.0, top_k=0)
+        return (engine.with_sampling(sampling), engine.with_sampling(greedy) if ev.greedy else None, None)
+    sampled = eval_engine(model, tokenizer, max_new_tokens=length, temperature=ev.temperature, seed=cfg.run.seed,
+                          top_p=ev.top_p, top_k=ev.top_k, lm_head_fp32=head)
+    greedy = eval_engine(model, tokenizer, max_new_tokens=length, temperature=0.0, seed=cfg.run.seed,
+                         lm_head_fp32=head) if ev.greedy else None
+    return sampled, greedy, eval_autocast_dtype(cfg)
 
 
 def episode_rollout(cfg, rewards, task, tokenizer):

@@ -310,6 +310,11 @@ class Trainer:
     def close(self) -> None:
         """Nothing to release in one process (several ranks: asyncrl.distributed.ranks.LeaderTrainer)."""
 
+    def master_weights(self) -> dict[str, torch.Tensor] | None:
+        """None: a checkpoint writes the model's own weights (several ranks: the shards, gathered by
+        asyncrl.distributed.ranks.LeaderTrainer)."""
+        return None
+
     def state_dict(self) -> dict:
         state = {"optimizer": self.parallel.optimizer_state(self.optimizer), "version": self.version,
                  "rng": self.rng.get_state(), "scheduler": self.scheduler.state_dict(),

@@ -19,7 +19,8 @@ memory says which one is published. There is one writer, the trainer, so nothing
 So a worker never sees half of one version and half of the next, the version it reads is the
 version of exactly the weights it copied, and a worker SIGKILLed mid-pull leaves nothing held:
 publishes go on and the next worker pulls the latest version. Memory: twice one flat copy of the
-weights.
+weights. A tied weight (a tied LM head: ``tie_word_embeddings``) is held and copied once, under
+its first name; a receiver that does not tie the pair itself gets the second name filled from it.
 
 The counter and the versions are 8-byte integers in shared memory (``multiprocessing`` values
 without a lock), each read and written in one access. The order of the accesses matters: on x86-64
@@ -30,10 +31,10 @@ weaker memory models too.
 for both). ``CudaIpcWeights`` keeps them in GPU memory and hands them to the worker processes
 through CUDA IPC (torch's multiprocessing pickles a CUDA tensor as an IPC handle): publish and pull
 are device-to-device copies, in the generation dtype, and the buffers cost twice the generation-dtype
-weights on the GPU (2 GB for a 0.5B model in bf16), beside the trainer's and the worker's own
-copies. GPU work is asynchronous and each process has its own CUDA context, so both sides wait for
-their copies to finish (``_wait``) before they touch the counter: the writer before it publishes
-the buffer, the reader before it re-reads the counter.
+weights on the GPU (1.8 GiB for Qwen2.5-0.5B in bf16, its tied head once), beside the trainer's and
+the worker's own copies. GPU work is asynchronous and each process has its own CUDA context, so
+both sides wait for their copies to finish (``_wait``) before they touch the counter: the writer
+before it publishes the buffer, the reader before it re-reads the counter.
 
 A LoRA (peft) trainer publishes its *merged* weights under the base model's names
 (:func:`asyncrl.policy.lora.export_state_dict`): workers hold the plain base model, and the
@@ -45,7 +46,7 @@ import ctypes
 import multiprocessing as mp
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -71,9 +72,37 @@ def _fence() -> None:
         pass
 
 
+def tied_names(state: dict[str, torch.Tensor]) -> dict[str, str]:
+    """{name: the earlier name it shares its tensor with} for tied weights (a tied LM head is the
+    embedding): the same memory, shape and strides. Channels send such a tensor once."""
+    first: dict[tuple, str] = {}
+    tied: dict[str, str] = {}
+    for name, tensor in state.items():
+        if tensor.numel() == 0 or tensor.is_meta:  # these may all report address 0
+            continue
+        key = (tensor.device, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tensor.stride())
+        if key in first:
+            tied[name] = first[key]
+        else:
+            first[key] = name
+    return tied
+
+
 def weight_layout(model: torch.nn.Module) -> list[tuple[str, torch.Size]]:
-    """(name, shape) of each published tensor, in the order a flat buffer holds them."""
-    return [(name, p.shape) for name, p in export_state_dict(model).items()]
+    """(name, shape) of each published tensor, in the order a flat buffer holds them; a tied
+    weight once, under its first name (:func:`tied_names`)."""
+    state = export_state_dict(model)
+    tied = tied_names(state)
+    return [(name, p.shape) for name, p in state.items() if name not in tied]
+
+
+@torch.no_grad()
+def fill_tied(state: dict[str, torch.Tensor], tied: dict[str, str]) -> None:
+    """After a pull into ``state`` (a receiver's state dict): each tied name copied from the name
+    it was sent under, unless the receiver ties them itself (then they are one tensor already)."""
+    for name, source in tied.items():
+        if name in state and state[name].data_ptr() != state[source].data_ptr():
+            state[name].copy_(state[source])
 
 
 def flat_views(flat: torch.Tensor, layout: list[tuple[str, torch.Size]]) -> list[tuple[str, torch.Tensor]]:
@@ -102,13 +131,14 @@ class HostSharedWeights:
     buffer_versions: ctypes.Array  # [2]: the version each buffer holds (-1: none yet)
     version: ctypes.c_longlong  # the latest published version, set after its buffer is published
     layout: list[tuple[str, torch.Size]]
+    tied: dict[str, str] = field(default_factory=dict)  # name -> the layout name it is tied to
     retries: int = 0
 
     @classmethod
     def create(cls, model: torch.nn.Module, ctx: mp.context.BaseContext) -> HostSharedWeights:
         layout = weight_layout(model)
         flat = torch.zeros(2, sum(s.numel() for _, s in layout), dtype=torch.float32).share_memory_()
-        return cls(flat, *_shared_counters(ctx), layout)
+        return cls(flat, *_shared_counters(ctx), layout, tied_names(export_state_dict(model)))
 
     def _views(self, buffer: int) -> list[tuple[str, torch.Tensor]]:
         return flat_views(self.flat[buffer], self.layout)
@@ -156,6 +186,7 @@ class HostSharedWeights:
             version = self.buffer_versions[published]
             _fence()
             if self.seq.value < 2 * (seen // 2) + 3:  # no later publish began writing this buffer
+                fill_tied(state, self.tied)
                 return int(version)
             self.retries += 1
             time.sleep(PULL_RETRY_SLEEP_S)
@@ -174,7 +205,7 @@ class CudaIpcWeights(HostSharedWeights):
             raise RuntimeError("the cuda weight channel needs a CUDA device")
         layout = weight_layout(model)
         flat = torch.zeros(2, sum(s.numel() for _, s in layout), dtype=dtype, device=device)
-        return cls(flat, *_shared_counters(ctx), layout)
+        return cls(flat, *_shared_counters(ctx), layout, tied_names(export_state_dict(model)))
 
     def _wait(self) -> None:
         torch.cuda.current_stream(self.flat.device).synchronize()

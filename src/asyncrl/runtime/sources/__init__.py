@@ -7,7 +7,10 @@ for the batch, e.g. to adapt the look-ahead window),
 ``take_dropped_groups()`` (group ids dropped unused since the last call, for the
 ledger), ``state_dict()`` (what a checkpoint needs to resume it: prompt cursor, RNGs, buffered and
 in-flight work; a source restores it from ``session.resume`` when it is built), ``wait_ready()``,
-``summary()``, ``n_generators``, and is a context manager that releases its workers. A new mode is one source plus one line in
+``summary()``, ``n_generators``, and is a context manager that releases its workers. Optionally
+``eval_engine()``: an engine in this process that evaluation may generate through (one with
+``with_sampling``, holding the newest weights), or None; a source without it (async: its engines are
+in other processes) leaves evaluation on the trainer's model. A new mode is one source plus one line in
 :data:`asyncrl.core.registries.MODES` (a ``ModeEntry``: its import path, and whether it has a look-ahead window).
 """
 

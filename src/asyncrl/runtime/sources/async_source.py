@@ -57,10 +57,13 @@ class Feeder:
 
 
 def cpu_plan(cfg: Config) -> tuple[int | None, list[int | None]]:
-    """(trainer CPU, worker CPUs): one core each when the machine has enough, else no pinning."""
+    """(trainer CPU, worker CPUs): one core each when the machine has enough, else no pinning.
+    No pinning with vLLM workers: their start-up compilation (torch.compile, CUDA graphs) runs on
+    many threads, which one core would serialize."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     n = cfg.async_.n_workers
-    if not cfg.async_.pin_cpus or cfg.async_.backend != "local" or len(cpus) < n + 1:
+    unpinned = not cfg.async_.pin_cpus or cfg.async_.backend != "local" or cfg.rollout.engine == "vllm"
+    if unpinned or len(cpus) < n + 1:
         return None, [None] * n
     return cpus[0], cpus[1:n + 1]
 

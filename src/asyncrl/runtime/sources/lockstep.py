@@ -4,6 +4,9 @@
 ``simulated`` generates with an older version — exactly version k − ``async.lag`` for step k, or
 one drawn uniformly from the last ``async.policy_buffer`` versions (VACO's buffer of past
 policies) — so staleness is exact and reproducible to the bit.
+
+Both hold their engine in this process, so evaluation may generate through it
+(:meth:`LockstepSource.eval_engine`) with the newest weights.
 """
 
 from __future__ import annotations
@@ -29,12 +32,17 @@ class CurrentPolicy:
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
+        self.version = 0  # the newest published version (the trained weights are always the newest)
 
     def select(self, version: int):
         return self.model, version
 
+    def newest(self):
+        """The newest weights and their version."""
+        return self.model, self.version
+
     def record(self, model: torch.nn.Module, version: int) -> None:
-        pass
+        self.version = version
 
     def state_dict(self) -> dict:
         return {}
@@ -75,6 +83,11 @@ class LaggedPolicies:
         self.snapshots[version] = {k: self._placed(v.detach()) for k, v in export_state_dict(model).items()}
         while len(self.snapshots) > self.depth:
             self.snapshots.popitem(last=False)
+
+    def newest(self):
+        """The newest snapshot and its version."""
+        version = next(reversed(self.snapshots))
+        return self.snapshots[version], version
 
     def select(self, version: int):
         if self.policy_buffer:
@@ -137,6 +150,18 @@ class LockstepSource:
         if out.stats is not None:
             self.metrics.update(out.stats.metrics())
         return out.batch
+
+    def eval_engine(self):
+        """The engine evaluation generates through, holding the newest weights (loaded now if it
+        holds another version: sync loads them before the next batch anyway, simulated reloads its
+        lagged version then); None for an engine that cannot generate with other sampling settings
+        (the transformers engine: evaluation generates with the trained model itself)."""
+        if not hasattr(self.engine, "with_sampling"):
+            return None
+        weights, version = self.policies.newest()
+        if version != self.engine.version:
+            self.engine.update_weights(weights, version)
+        return self.engine
 
     def publish(self, model: torch.nn.Module, version: int) -> None:
         t0 = time.perf_counter()

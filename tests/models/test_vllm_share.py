@@ -1,0 +1,117 @@
+"""vLLM's memory share on CUDA, sized from what the device has free once the worker's staging copy
+is there (``torch.cuda.mem_get_info`` monkeypatched) and from the KV cache generation needs. The
+staging copies are Qwen2.5-shaped models on the meta device: their sizes are real, no memory is."""
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from asyncrl.config import Config
+from asyncrl.core.loader import ConfigError
+from asyncrl.rollout import vllm_memory
+from asyncrl.runtime.worker import worker_engine_kwargs
+
+GIB = 2**30
+TOTAL = 80 * GIB
+SHAPES = {  # Qwen2.5's config.json: hidden, layers, heads, kv heads, MLP, vocabulary, tied, max positions
+    "tiny": (64, 2, 4, 2, 128, 256, True, 4096),
+    "1.5B": (1536, 28, 12, 2, 8960, 151936, True, 32768),
+    "7B": (3584, 28, 28, 4, 18944, 152064, False, 32768),
+    "32B": (5120, 64, 40, 8, 27648, 152064, False, 32768),
+}
+
+
+def staging_on_gpu(size: str = "tiny") -> torch.nn.Module:
+    hidden, layers, heads, kv, mlp, vocab, tied, positions = SHAPES[size]
+    config = Qwen2Config(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                         num_key_value_heads=kv, intermediate_size=mlp, vocab_size=vocab,
+                         tie_word_embeddings=tied, max_position_embeddings=positions)
+    with torch.device("meta"):
+        return Qwen2ForCausalLM(config).to(torch.bfloat16)
+
+
+def _bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def set_free(monkeypatch, free: int, total: int = TOTAL) -> list:
+    asked = []
+
+    def mem_get_info(device=None):
+        asked.append(device)
+        return free, total
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    return asked
+
+
+def plenty_free(monkeypatch) -> None:
+    set_free(monkeypatch, TOTAL - GIB)
+
+
+def _cfg(n_workers=1, backend="local", whole_gpu=False, channel="auto", **engine_kwargs) -> Config:
+    cfg = Config()
+    cfg.policy.device, cfg.rollout.engine, cfg.rollout.dtype = "cuda", "vllm", "bfloat16"
+    cfg.async_.backend, cfg.async_.n_workers, cfg.async_.weight_channel = backend, n_workers, channel
+    if whole_gpu:
+        cfg.async_.gpus_per_worker = 1.0
+    cfg.rollout.engine_kwargs = dict(engine_kwargs)
+    return cfg
+
+
+def test_dedicated_7b_share_leaves_room_for_the_staging_copy_and_the_receive_buffer(monkeypatch):
+    """The old 0.9 asked vLLM for 72 GiB of a GPU with 65 GiB free once the staging copy was there."""
+    staging = staging_on_gpu("7B")
+    weights = _bytes(staging)
+    free = TOTAL - weights - GIB // 2  # the staging copy and the worker's CUDA context
+    asked = set_free(monkeypatch, free)
+    cfg = _cfg(backend="ray", n_workers=2, whole_gpu=True, channel="collective")
+    share = worker_engine_kwargs(cfg, staging)["gpu_memory_utilization"]
+    assert asked == [torch.device("meta")]  # the staging copy's device
+    assert share * TOTAL + weights + vllm_memory.CONTEXT_HEADROOM_BYTES <= free  # + the receive buffer
+    assert share * TOTAL >= weights + vllm_memory.MARGIN_BYTES  # vLLM's own weights and more
+
+
+def test_1_5b_share_is_the_kv_need_not_the_colocated_0_35(monkeypatch):
+    """The KV cache of a step's rows × (longest prompt + completion), not 0.35 of the GPU."""
+    plenty_free(monkeypatch)
+    staging = staging_on_gpu("1.5B")
+    cfg = _cfg(n_workers=1)
+    cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt, cfg.rollout.max_new_tokens = 32, 8, 512
+    cfg.task.max_prompt_length = 256
+    share = worker_engine_kwargs(cfg, staging)["gpu_memory_utilization"]
+    kv = 2 * 28 * 2 * 128 * 2 * 256 * 768  # layers × kv heads × head_dim × bf16 × rows × positions
+    assert 256 * 768 > 32768  # more positions than vLLM's one longest sequence
+    assert share * TOTAL == pytest.approx(_bytes(staging) + kv + vllm_memory.MARGIN_BYTES)
+    old_kv = 0.35 * TOTAL - _bytes(staging) - vllm_memory.MARGIN_BYTES
+    assert old_kv > 4 * kv and share < 0.35 / 2  # the old share held over 4× the KV cache needed
+
+
+def test_max_num_seqs_and_max_model_len_size_the_kv_cache(monkeypatch):
+    plenty_free(monkeypatch)
+    staging = staging_on_gpu("1.5B")
+    share = worker_engine_kwargs(_cfg(max_num_seqs=16, max_model_len=1024), staging)["gpu_memory_utilization"]
+    kv = 2 * 28 * 2 * 128 * 2 * 16 * 1024
+    assert share * TOTAL == pytest.approx(_bytes(staging) + kv + vllm_memory.MARGIN_BYTES)
+
+
+def test_a_32b_staging_copy_leaves_no_room_for_vllm_one_line(monkeypatch):
+    staging = staging_on_gpu("32B")
+    set_free(monkeypatch, TOTAL - _bytes(staging) - GIB // 2)
+    with pytest.raises(ConfigError) as err:
+        worker_engine_kwargs(_cfg(backend="ray", n_workers=1, whole_gpu=True, channel="collective"), staging)
+    message = str(err.value)
+    assert "\n" not in message and "rollout.engine_kwargs" in message and "needs at least" in message
+
+
+def test_colocated_share_refused_when_the_trainer_left_too_little(monkeypatch):
+    """Beside the trainer the free memory decides too: 3 GiB free cannot hold a 1.5B engine."""
+    set_free(monkeypatch, 3 * GIB)
+    with pytest.raises(ConfigError, match="rollout.engine_kwargs: vLLM on meta needs at least"):
+        worker_engine_kwargs(_cfg(n_workers=1), staging_on_gpu("1.5B"))
+
+
+def test_users_memory_setting_is_passed_as_given(monkeypatch):
+    asked = set_free(monkeypatch, GIB)  # would be refused if it were computed
+    assert worker_engine_kwargs(_cfg(gpu_memory_utilization=0.6), staging_on_gpu()) == {"gpu_memory_utilization": 0.6}
+    assert asked == []
