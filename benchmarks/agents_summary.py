@@ -11,8 +11,8 @@ Usage: python benchmarks/agents_summary.py OUT_DIR [--compact RUN_NAME ...]
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 MARKER = "<!-- table: written by benchmarks/agents_summary.py -->"
@@ -58,8 +58,13 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    out_dir = Path(sys.argv[1])
-    if sys.argv[2:3] == ["--compact"]:
-        for name in sys.argv[3:]:
-            compact(out_dir / name)
-    main(out_dir)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path, help="the folder of the runs (agents_learning.sh's OUT_DIR)")
+    parser.add_argument("--compact", nargs="+", default=[], metavar="RUN_NAME",
+                        help="write these runs' steps.jsonl from their metrics.jsonl first")
+    args = parser.parse_args()
+    if not args.out_dir.is_dir():
+        parser.error(f"{args.out_dir}: no such folder")
+    for name in args.compact:
+        compact(args.out_dir / name)
+    main(args.out_dir)
