@@ -34,7 +34,6 @@ import json
 import shlex
 import subprocess
 import sys
-from dataclasses import replace
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_torchrun import ENV, _port, _rank_pids, base  # noqa: E402
+from test_torchrun import ENV, _gone_within, _port, base, rank_pids  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 from test_resume import steps_done, wait_for_step  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
-from resume_campaign import MARK, marked  # noqa: E402
+from resume_campaign import MARK  # noqa: E402
 
 from asyncrl.config import load_config  # noqa: E402
 from asyncrl.distributed.agreement import disagreement, flat_settings  # noqa: E402
@@ -187,21 +187,10 @@ def _stop_a_rank(tmp_path: Path, cache: str, victim: int, *extra: str, timeout_s
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**ENV, MARK: marker, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(SHUTDOWN_S)})
     wait_for_step(proc, run_dir / "metrics.jsonl", 2)
-    pids = _rank_pids(proc.pid)
+    pids = rank_pids(proc.pid)
     assert sorted(pids) == [0, 1], pids
     os.kill(pids[victim], signal.SIGSTOP)
     return proc, marker, run_dir
-
-
-def _left(marker: str, bound_s: float) -> set[int]:
-    """The launch's processes still alive after ``bound_s`` (then killed, so no test leaks them)."""
-    deadline = time.monotonic() + bound_s
-    while marked(marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = marked(marker)
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    return left
 
 
 @pytest.mark.slow
@@ -219,7 +208,7 @@ def test_a_stopped_rank_ends_the_job_within_the_bound(tmp_path, cache, victim):
                          f"trainer.fsdp.timeout_s={TIMEOUT_S} s (its heartbeat stopped: a stopped or frozen "
                          "process); the job ends"], err[-3000:]
     assert "Traceback" not in err and "ChildFailedError" not in err, err[-3000:]
-    assert _left(marker, 10) == set(), "a process outlived the job"
+    assert _gone_within(marker, 10) == set(), "a process outlived the job"
     assert not (run_dir / "summary.json").exists()
 
 
@@ -241,7 +230,7 @@ def test_sigterm_with_a_stopped_rank_ends_within_the_shutdown_timeout(tmp_path, 
                      f"timeout ({SHUTDOWN_S} s) and were killed (a stopped or hung rank); no checkpoint of this stop"], \
         err[-3000:]
     assert "Traceback" not in err, err[-3000:]
-    assert _left(marker, 10) == set(), "a process outlived the job"
+    assert _gone_within(marker, 10) == set(), "a process outlived the job"
     newest = (run_dir / "checkpoint").resolve()
     assert newest.name.startswith("step-") and not newest.name.endswith(".tmp")
     assert len(list((newest / "optimizer").glob("*.distcp"))) == 2

@@ -23,6 +23,7 @@ from test_e2e_train import TINY  # noqa: E402
 from test_resume import comparable, rows, steps_done, wait_for_step  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+from campaign_common import rank_pids  # noqa: E402
 from resume_campaign import MARK, alive, descendants, marked  # noqa: E402
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -109,20 +110,6 @@ def test_world_two_killed_resumes_at_world_one_and_two(tmp_path, cache):
         assert len(comparable(rows(tmp_path / "runs" / run / "metrics.jsonl"))) == steps + 1
 
 
-def _rank_pids(agent: int) -> dict[int, int]:
-    """{RANK: pid} of torchrun's ranks (read from each process's environment)."""
-    found = {}
-    for pid in descendants(agent):
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        ranks = [int(item[5:]) for item in env if item.startswith(b"RANK=")]
-        if ranks and b"-m\0asyncrl\0" in Path(f"/proc/{pid}/cmdline").read_bytes():
-            found[ranks[0]] = pid
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", [0, 1])
 def test_sigkill_of_a_rank_ends_the_job_in_one_line_and_leaves_no_process(tmp_path, cache, victim):
@@ -130,7 +117,7 @@ def test_sigkill_of_a_rank_ends_the_job_in_one_line_and_leaves_no_process(tmp_pa
     proc = subprocess.Popen(command(2, "train", *base(cache, "victim", 200)), cwd=tmp_path, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_step(proc, run_dir / "metrics.jsonl", 2)
-    pids = _rank_pids(proc.pid)
+    pids = rank_pids(proc.pid)
     assert sorted(pids) == [0, 1], pids
     os.kill(pids[victim], signal.SIGKILL)
     started = time.monotonic()
@@ -177,7 +164,7 @@ def test_sigkill_of_a_rank_in_an_async_run_leaves_no_worker(tmp_path, cache, vic
     marker = f"async-kill-{victim}-{backend}-{os.getpid()}"
     proc = _marked_launch(tmp_path, marker, *base(cache, "victim", 200), *ASYNC, f"async.backend={backend}")
     wait_for_step(proc, tmp_path / "runs" / "victim" / "metrics.jsonl", 2)
-    pids = _rank_pids(proc.pid)
+    pids = rank_pids(proc.pid)
     assert sorted(pids) == [0, 1], pids
     assert len(marked(marker)) >= 5, "expected torchrun, two ranks and two workers"
     os.kill(pids[victim], signal.SIGKILL)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import re
 import shutil
@@ -21,10 +20,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from cli_forks import shared_forks
 from test_bad_input import BASE, SMALL, _expand, check_one_line
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+from campaign_common import damage  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "errors.md"
@@ -176,14 +177,7 @@ def base_run(tmp_path_factory, model_dir):
 
 
 def _damage(run_dir: Path, how: str) -> None:
-    weights = run_dir / "checkpoints" / "step-000003" / "model.safetensors"
-    if how == "nan":
-        tensors = load_file(weights)
-        name = sorted(k for k, v in tensors.items() if v.is_floating_point())[0]
-        tensors[name].view(-1)[0] = math.nan
-        save_file(tensors, weights, metadata={"format": "pt"})
-    else:
-        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    damage(run_dir / "checkpoints" / "step-000003", how)
 
 
 def _env(tmp: Path) -> dict:
