@@ -4,8 +4,9 @@
 stdin, one JSON line each: ``{"args": [...], "cwd": DIR, "env": {...}, "prelude": CODE}``. For each
 it forks a child that changes to ``cwd``, updates its environment, runs ``prelude`` (a patch, or
 nothing) and then ``asyncrl.cli.main(args)``, exactly what ``python -m asyncrl.cli ARGS`` runs, with
-its stdout and stderr in files. The child's exit status, stdout and stderr come back on stdout as a
-JSON line. An exception escaping ``main`` prints its traceback and exits 1, as the interpreter does.
+its stdout and stderr in files, and ends as the interpreter does (``atexit`` handlers, then exit). The
+child's exit status, stdout and stderr come back on stdout as a JSON line. An exception escaping
+``main`` prints its traceback and exits 1, as the interpreter does.
 
 The server is single-threaded when it forks (the imports start no thread it keeps), so each child is
 a clean copy. Environment variables read at import time (HF_HUB_OFFLINE, TOKENIZERS_PARALLELISM)
@@ -46,6 +47,12 @@ def _child(request: dict, out: str, err: str) -> None:
     except BaseException:
         traceback.print_exc()
     finally:
+        # what the interpreter runs at exit: multiprocessing's finalizers unlink the run's semaphores,
+        # or its resource tracker reports them leaked on this child's stderr after the child is gone
+        try:
+            atexit._run_exitfuncs()
+        except BaseException:
+            traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

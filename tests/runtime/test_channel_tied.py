@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from asyncrl.runtime.channels import flat as flat_channel
-from asyncrl.runtime.channels import ray_store
 
 
 def _untied(model: torch.nn.Module) -> torch.nn.Module:
@@ -105,7 +104,16 @@ class _FakeStore:
 
 
 @pytest.fixture()
-def fake_ray(monkeypatch):
+def ray_store():
+    """The Ray channel's module, which imports ray (the ``ray`` extra): skipped where it is missing."""
+    pytest.importorskip("ray")
+    from asyncrl.runtime.channels import ray_store
+
+    return ray_store
+
+
+@pytest.fixture()
+def fake_ray(monkeypatch, ray_store):
     fake = _FakeRay()
     monkeypatch.setattr(ray_store, "ray", fake)
     monkeypatch.setattr(ray_store, "WeightStore", SimpleNamespace(remote=_FakeStore))
@@ -113,7 +121,8 @@ def fake_ray(monkeypatch):
 
 
 @pytest.mark.parametrize("sender_tied,receiver_tied", [(True, True), (True, False), (False, False)])
-def test_ray_publishes_the_generation_dtype_once_per_tensor(fake_ray, tied_model, sender_tied, receiver_tied):
+def test_ray_publishes_the_generation_dtype_once_per_tensor(fake_ray, ray_store, tied_model, sender_tied,
+                                                            receiver_tied):
     sender = _perturbed(tied_model if sender_tied else _untied(tied_model))
     channel = ray_store.open_ray(sender, dtype=torch.bfloat16, device="cpu", ctx=None)
     channel.publish(sender, 2)
@@ -128,7 +137,7 @@ def test_ray_publishes_the_generation_dtype_once_per_tensor(fake_ray, tied_model
     _assert_same(receiver, sender, torch.bfloat16)
 
 
-def test_ray_buffer_is_pinned_only_for_gpu_weights(monkeypatch):
+def test_ray_buffer_is_pinned_only_for_gpu_weights(monkeypatch, ray_store):
     asked = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     real_empty = torch.empty  # the pinned request is only recorded: this torch may have no CUDA
