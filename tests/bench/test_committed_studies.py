@@ -26,8 +26,9 @@ def test_the_studies_are_compact():
         pytest.skip("not a git checkout")
     files = [ROOT / line for line in tracked.stdout.splitlines()]
     assert len(files) <= 300
-    # about 16 MB on 2026-11-26, 7.6 MB of it the two largest studies' per-step tables (atlas, power)
-    assert sum(f.stat().st_size for f in files if f.exists()) <= 20 * 2**20
+    # about 16 MB on 2026-11-26, 7.6 MB of it the two largest studies' per-step tables (atlas, power);
+    # the pre-registered staleness study of 2026-11-27 (lr grid, 140 runs at K = 16) adds about 3.5 MB
+    assert sum(f.stat().st_size for f in files if f.exists()) <= 26 * 2**20
     assert not [f for f in files if "/runs/" in str(f)]
     assert {p.name for p in STUDIES} >= {"2026-11-25-atlas-full", "2026-11-25-a3po-stale", "2026-11-25-control"}
     for study in STUDIES:
