@@ -80,6 +80,16 @@ def test_readme_numbers_come_from_the_studies(rerendered):
         runs = json.loads((study / RESULTS_FILE).read_text())["runs"]
         configs = {(r["method"], json.dumps(r.get("params"), sort_keys=True)) for r in runs}
         assert (len(configs), len(runs)) == (109, 327) and "327 runs (109 configurations × 3 seeds)" in README
+    elif study.name == "2026-11-27-corrections-k16":  # the pre-registered family: gap, Holm p, MDE, verdict
+        text = " ".join(README.split())
+        for stat in summary["primary"]:
+            arm, ref = stat["comparison"].split(" - ")
+            holm = "< 0.001" if stat["p_holm"] < 0.001 else f"{stat['p_holm']:.3f}"
+            verdict = {"equivalent": "equivalent within 3 points"}.get(stat["verdict"], stat["verdict"])
+            cells = f"{_gap(stat)}{' vs sync' if ref == 'sync' else ''} | {holm} | {100 * stat['mde']:.1f} | "
+            assert cells in text and verdict in text.split(cells, 1)[1][:40], stat["comparison"]
+        for arm in ("sync", "a3po_floor", "vespo", "sapo"):
+            assert _pm(summary["methods"][arm]["final_eval_reward"]) in README, arm
     elif study.name == "2026-11-25-control":  # PPO-clip's and VACO's IQM at buffer 1 and 8
         agg = summary["aggregate"]
         for arm, (n1, n8) in {"ppo": ("0.26", "0.12"), "vaco": ("0.17", "0.21")}.items():
