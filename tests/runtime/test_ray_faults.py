@@ -129,6 +129,40 @@ def test_a_killed_raylet_is_one_line_and_exit_2(tmp_path, model_dir, short_tmpdi
     _assert_left_nothing(seen, short_tmpdir)
 
 
+def _actor_pid(proc: subprocess.Popen) -> int | None:
+    """The rollout actor's process (Ray names it ``ray::RolloutActor...``), or None."""
+    for member in psutil.Process(proc.pid).children(recursive=True):
+        try:
+            if (member.cmdline() or [""])[0].startswith("ray::RolloutActor"):
+                return member.pid
+        except psutil.Error:
+            continue
+    return None
+
+
+@pytest.mark.slow
+def test_a_ray_worker_killed_mid_run_leaves_nothing_on_stdout(tmp_path, model_dir, short_tmpdir):
+    """A rollout actor SIGKILLed mid-run (the run restarts it and trains on), then SIGTERM: Ray's
+    "worker died" notice, which its driver prints for the cluster, is no output of the run's."""
+    proc = _start(tmp_path, model_dir, short_tmpdir)
+    metrics = tmp_path / "out" / "fault" / "metrics.jsonl"
+    seen = _run_until_step(proc, metrics, 2)
+    os.kill(_actor_pid(proc), signal.SIGKILL)
+    done, deadline = _steps_done(metrics), time.monotonic() + 240
+    while _steps_done(metrics) < done + 2:  # restarted, and trained on
+        assert proc.poll() is None, f"run ended early: {proc.communicate()[1][-3000:]}"
+        assert time.monotonic() < deadline, "no step after the restart"
+        time.sleep(0.2)
+    time.sleep(2)  # the notice reaches the driver within moments of the death
+    _note(psutil.Process(proc.pid), seen)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=STOPPED_WITHIN_S)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "rollout worker 0 died (Ray: " in err and "stopped by SIGTERM after step" in err, err[-3000:]
+    assert out == "", out[-3000:]
+    _assert_left_nothing({pid: v for pid, v in seen.items() if pid != proc.pid}, short_tmpdir)
+
+
 WATCHED = """
 import os, signal, subprocess, sys, time
 from asyncrl.runtime.ray_local import RayletWatch
@@ -245,3 +279,28 @@ def test_the_private_cluster_gets_a_short_temp_folder_of_its_own(monkeypatch, tm
         monkeypatch.setattr(ray_backend, "shutdown", lambda: None)
         ray_backend.stop_private()
     assert not Path(folder).exists()
+
+
+def test_what_rays_driver_prints_for_the_cluster_goes_to_stderr(monkeypatch, capsys):
+    """Ray's driver prints the notices the cluster publishes (a dead worker's, from the raylet) on
+    stdout, and so the actors' stdout and what it flushes at disconnect: after ``init_ray`` each
+    lands on stderr (a joined cluster here; a private one gets the same)."""
+    from ray._private import worker
+
+    monkeypatch.setattr(worker, "print_worker_logs", worker.print_worker_logs)  # put back after the test
+    monkeypatch.setattr(ray_backend.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray_backend.ray, "init", lambda **kwargs: None)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.7:6379")
+    monkeypatch.setenv("RAY_COLOR_PREFIX", "0")
+    assert ray_backend.init_ray(1)
+    ray_backend.init_ray(1)  # a second run in the process: printed once all the same
+    notice = "A worker died or was killed while executing a task by an unexpected system error. (test 1)"
+    worker.print_to_stdstream({"lines": [notice], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    worker.print_to_stdstream({"lines": ["an actor's print (test 2)"], "pid": 4321, "ip": "127.0.0.1",
+                               "localhost": "127.0.0.1", "is_err": False, "actor_name": "RolloutActor"},
+                              ignore_prefix=False)
+    worker.print_worker_logs({"lines": ["flushed at disconnect (test 3)"], "pid": "raylet"}, sys.stdout)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [f"(raylet) {notice}", "(RolloutActor pid=4321) an actor's print (test 2)",
+                                "(raylet) flushed at disconnect (test 3)"]

@@ -72,12 +72,31 @@ def _on_loopback(address: str) -> bool:
     return is_loopback(address.removeprefix("ray://").rsplit(":", 1)[0])
 
 
+def _cluster_output_on_stderr() -> None:
+    """What Ray's driver prints for the cluster (the notices it publishes, such as a dead worker's
+    "(raylet) A worker died ...", which Ray prints on stdout; the actors' output) goes to stderr:
+    stdout is the run's own. ``print_worker_logs`` is where every such line is printed (the
+    error-notice thread, the actors' log thread, the batch flushed at disconnect). Where Ray's
+    internals differ from 2.60's, nothing changes."""
+    module = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(module, "print_worker_logs", None)
+    if original is None or getattr(original, "asyncrl_on_stderr", False):
+        return
+
+    def print_on_stderr(data, print_file, *args, **kwargs):
+        return original(data, sys.stderr if print_file is sys.stdout else print_file, *args, **kwargs)
+
+    print_on_stderr.asyncrl_on_stderr = True
+    module.print_worker_logs = print_on_stderr
+
+
 def init_ray(n_workers: int) -> bool:
     """Connect to ``RAY_ADDRESS`` (left as the user set it up), or start a private local cluster on
     loopback whose processes a reaper ends with the run, however it ends; True when this process
     started or joined Ray (and must shut it down)."""
     if ray.is_initialized():
         return False
+    _cluster_output_on_stderr()
     address = os.environ.get("RAY_ADDRESS")
     if address and _on_loopback(address):  # Ray would rewrite 127.0.0.1 into a routable address it cannot reach
         with _loopback_only(), stop_signals_kept():
