@@ -304,3 +304,30 @@ def test_what_rays_driver_prints_for_the_cluster_goes_to_stderr(monkeypatch, cap
     assert out == ""
     assert err.splitlines() == [f"(raylet) {notice}", "(RolloutActor pid=4321) an actor's print (test 2)",
                                 "(raylet) flushed at disconnect (test 3)"]
+
+
+def test_once_the_run_stops_its_cluster_the_driver_prints_nothing_of_it(monkeypatch, capsys):
+    """After the watch's ``stop`` (the run stops its cluster), nothing the cluster published is
+    printed, on any path: the notice thread's, and the repeats Ray held back and flushes when the
+    driver disconnects. A ``sleep`` stands in for the raylet."""
+    from ray._private import worker
+
+    original = worker.print_worker_logs
+    monkeypatch.setattr(worker, "print_worker_logs", original)  # put back after the test
+    monkeypatch.setenv("RAY_COLOR_PREFIX", "0")
+    raylet = subprocess.Popen(["sleep", "60"])
+    watch = ray_local.RayletWatch(raylet.pid, None)
+    try:
+        worker.print_worker_logs({"lines": ["an actor's line while the run trains"], "pid": 4321}, sys.stderr)
+        watch.stop()
+        worker.print_to_stdstream({"lines": ["A worker died (published while stopping)"], "pid": "raylet",
+                                   "is_err": False}, ignore_prefix=False)
+        worker.print_worker_logs({"lines": ["A worker died (a repeat flushed at disconnect)"], "pid": "raylet"},
+                                 sys.stdout)
+    finally:
+        watch.stop()  # before the stand-in ends: the watch would end this process
+        raylet.kill()
+        raylet.wait()
+    watch.unmuted()
+    assert worker.print_worker_logs is original
+    assert capsys.readouterr() == ("", "(pid=4321) an actor's line while the run trains\n")

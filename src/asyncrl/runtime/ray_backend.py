@@ -140,6 +140,8 @@ def stop_private() -> None:
     try:
         shutdown()
     finally:
+        if _raylet_watch is not None:
+            _raylet_watch.unmuted()  # the driver has disconnected: a later cluster's notices are printed
         stop_ray_reaper(_reaper)  # what Ray's shutdown left running is killed now
         if _temp_dir is not None:
             shutil.rmtree(_temp_dir, ignore_errors=True)

@@ -194,13 +194,14 @@ class RayletWatch:
 
 def _mute_published_errors_after(raylet: int, stopping: threading.Event):
     """From the raylet's death on, or once the run is ``stopping`` the cluster, the driver prints none
-    of the errors the cluster publishes to it (Ray's driver prints them from a thread of its own, which
-    may run before the watch's). Returns what undoes it. Where Ray's internals differ from 2.60's,
+    of what the cluster publishes to it (Ray's driver prints it from threads of its own, which may run
+    before the watch's, and flushes what it held back as repeats when it disconnects: every path ends
+    in ``print_worker_logs``). Returns what undoes it. Where Ray's internals differ from 2.60's,
     nothing is muted."""
     import ray
 
     module = getattr(getattr(ray, "_private", None), "worker", None)
-    original = getattr(module, "print_to_stdstream", None)
+    original = getattr(module, "print_worker_logs", None)
     if original is None:
         return lambda: None
 
@@ -213,9 +214,9 @@ def _mute_published_errors_after(raylet: int, stopping: threading.Event):
             return None
         return original(data, *args, **kwargs)
 
-    module.print_to_stdstream = print_unless_raylet_ended
+    module.print_worker_logs = print_unless_raylet_ended
 
     def unmute() -> None:
-        if module.print_to_stdstream is print_unless_raylet_ended:
-            module.print_to_stdstream = original
+        if module.print_worker_logs is print_unless_raylet_ended:
+            module.print_worker_logs = original
     return unmute
