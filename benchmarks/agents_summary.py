@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
+
+import yaml
 
 MARKER = "<!-- table: written by benchmarks/agents_summary.py -->"
 
@@ -33,6 +36,18 @@ def compact(run: Path) -> None:
     (run / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in step_records(run)))
 
 
+def lift_z(start: float, end: float, n: int) -> float:
+    """The lift over its standard error's upper bound: a reward in [0, 1] with mean m has variance at
+    most m(1 - m) (Bhatia-Davis), and each score is the mean over ``n`` eval problems (a problem's
+    samples averaged first, so its mean is one observation in [0, 1])."""
+    se = math.sqrt((start * (1 - start) + end * (1 - end)) / n)
+    return (end - start) / se if se > 0 else math.copysign(math.inf, end - start) if end != start else 0.0
+
+
+def eval_problems(run: Path) -> int:
+    return int(yaml.safe_load((run / "config.yaml").read_text())["eval"]["n_problems"])
+
+
 def row(run: Path) -> str:
     summary = json.loads((run / "summary.json").read_text())
     records = step_records(run)
@@ -42,16 +57,17 @@ def row(run: Path) -> str:
     stale = max((r.get("staleness_seq_max", 0) for r in steps), default=0)
     start, end = summary["initial_eval_reward"], summary["final_eval_reward"]
     history = ", ".join(f"{s}: {v:.3f}" for s, v in evals)
-    return (f"| {run.name} | {start:.3f} | {end:.3f} | {100 * (end - start):+.1f} | {turns:.2f} | {stale:.0f} | "
+    z = lift_z(start, end, eval_problems(run))
+    return (f"| {run.name} | {start:.3f} | {end:.3f} | {100 * (end - start):+.1f} | {z:+.2f} | {turns:.2f} | {stale:.0f} | "
             f"{summary['wall_time_s']:.0f} | {history} |")
 
 
 def main(out: Path) -> None:
     runs = sorted(p.parent for p in out.glob("*/summary.json"))
     lines = [MARKER, "",
-             "| run | eval before | eval after | lift (points) | turns per episode | max oldest-token staleness "
-             "| wall s | eval reward by step |",
-             "|---|---|---|---|---|---|---|---|", *map(row, runs), ""]
+             "| run | eval before | eval after | lift (points) | lift ÷ SE bound | turns per episode "
+             "| max oldest-token staleness | wall s | eval reward by step |",
+             "|---|---|---|---|---|---|---|---|---|", *map(row, runs), ""]
     readme = out / "README.md"
     head = readme.read_text().split(MARKER)[0] if readme.exists() else ""
     readme.write_text(head + "\n".join(lines))

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Reward lifts on environments from the ecosystem: a GEM game and two reasoning-gym tasks, each
+# trained on the embedded tiny model synchronously (sync GRPO) and asynchronously (A-3PO, the
+# defaults). What is run, measured and tested is written down in OUT_DIR/prereg.md before the runs.
+# Usage: benchmarks/ecosystem_lifts.sh OUT_DIR [run ...]   (runs: gem-guess rg-legs rg-family; default all)
+# Then:  python benchmarks/agents_summary.py OUT_DIR   (writes OUT_DIR/README.md's table)
+set -euo pipefail
+out=${1:?usage: ecosystem_lifts.sh OUT_DIR [run ...]}
+shift
+runs=${*:-gem-guess rg-legs rg-family}
+common=(trainer.steps=50 trainer.lr=5e-5 eval.every=25 eval.n_problems=200 run.seed=0)
+mkdir -p "$out"
+for run in $runs; do
+  case $run in
+    gem-guess) task=(task=gem env.name=gem:game:GuessTheNumber-v0-hard env.max_turns=7 env.turn_discount=0.8
+                     env.turn_tokens=12 env.episode_tokens=320 model.max_positions=512) ;;
+    rg-legs) task=(task=reasoning_gym task.rg_tasks=[leg_counting] task.rg_system_prompt=''
+                   'task.rg_configs={leg_counting: {min_animals: 1, max_animals: 2, max_instances: 3}}') ;;
+    rg-family) task=(task=reasoning_gym task.rg_tasks=[family_relationships] task.rg_system_prompt=''
+                     'task.rg_configs={family_relationships: {min_family_size: 4, max_family_size: 5}}') ;;
+    *) echo "ecosystem_lifts.sh: unknown run $run (gem-guess rg-legs rg-family)" >&2; exit 2 ;;
+  esac
+  for mode in sync async; do
+    case $mode in
+      sync) extra=(run.mode=sync trainer.prox=behav loss.name=ppo) ;;
+      async) extra=(run.mode=async) ;;
+    esac
+    name="$run-$mode"
+    [ -f "$out/$name/summary.json" ] && continue
+    echo "== $name" >&2
+    asyncrl train "${task[@]}" "${common[@]}" "${extra[@]}" run.out_dir="$out" run.name="$name" \
+      run.progress=false run.report_to=[] > "$out/$name.log" 2>&1
+  done
+done
