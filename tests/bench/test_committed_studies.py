@@ -28,7 +28,7 @@ def test_the_studies_are_compact():
     assert len(files) <= 360  # 301 with the K = 16 study; run directories would add hundreds
     # about 16 MB on 2026-11-26, 7.6 MB of it the two largest studies' per-step tables (atlas, power);
     # the pre-registered staleness study of 2026-11-27 (lr grid, 140 runs at K = 16) adds about 3.5 MB
-    # the agent suite's study of 2026-11-28 (25 multi-turn runs) adds about 0.8 MB
+    # the agent suite's study of 2026-11-28 (50 multi-turn runs) adds about 1.3 MB
     assert sum(f.stat().st_size for f in files if f.exists()) <= 27 * 2**20
     assert not [f for f in files if "/runs/" in str(f)]
     assert {p.name for p in STUDIES} >= {"2026-11-25-atlas-full", "2026-11-25-a3po-stale", "2026-11-25-control"}
