@@ -8,23 +8,13 @@
 #        LR=2e-4 benchmarks/agents_learning.sh OUT_DIR calculator     (another lr: names end -lr2e-4)
 # Then:  python benchmarks/agents_summary.py OUT_DIR   (writes OUT_DIR/README.md)
 set -euo pipefail
+source "$(dirname "$0")/train_modes.sh"
 out=${1:?usage: agents_learning.sh OUT_DIR [task ...]}
 shift
 tasks=${*:-calculator guess}
 steps=(); suffix=""
 if [ -n "${STEPS:-}" ]; then steps=(trainer.steps="$STEPS" eval.every=20); suffix="-$STEPS"; fi
 if [ -n "${LR:-}" ]; then steps+=(trainer.lr="$LR"); suffix="$suffix-lr$LR"; fi
-mkdir -p "$out"
 for task in $tasks; do
-  for mode in sync async; do
-    case $mode in
-      sync) extra=(run.mode=sync trainer.prox=behav loss.name=ppo) ;;
-      async) extra=(run.mode=async) ;;
-    esac
-    name="$task-$mode$suffix"
-    [ -f "$out/$name/summary.json" ] && continue
-    echo "== $name" >&2
-    asyncrl train --config "$task-agent" "${extra[@]}" "${steps[@]}" run.out_dir="$out" run.name="$name" \
-      run.progress=false run.report_to=[] > "$out/$name.log" 2>&1
-  done
+  train_modes "$out" "$task" "$suffix" --config "$task-agent" "${steps[@]}"
 done

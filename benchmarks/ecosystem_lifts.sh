@@ -6,11 +6,11 @@
 #        rg-legs1: the fallback that prereg.md's addendum adds
 # Then:  python benchmarks/agents_summary.py OUT_DIR   (writes OUT_DIR/README.md's table)
 set -euo pipefail
+source "$(dirname "$0")/train_modes.sh"
 out=${1:?usage: ecosystem_lifts.sh OUT_DIR [run ...]}
 shift
 runs=${*:-gem-guess rg-legs rg-family}
 common=(trainer.steps=50 trainer.lr=5e-5 eval.every=25 eval.n_problems=200 run.seed=0)
-mkdir -p "$out"
 for run in $runs; do
   case $run in
     gem-guess) task=(task=gem env.name=gem:game:GuessTheNumber-v0-hard env.max_turns=7 env.turn_discount=0.8
@@ -23,15 +23,5 @@ for run in $runs; do
                     'task.rg_configs={leg_counting: {min_animals: 1, max_animals: 1, min_instances: 1, max_instances: 2}}') ;;
     *) echo "ecosystem_lifts.sh: unknown run $run (gem-guess rg-legs rg-family rg-legs1)" >&2; exit 2 ;;
   esac
-  for mode in sync async; do
-    case $mode in
-      sync) extra=(run.mode=sync trainer.prox=behav loss.name=ppo) ;;
-      async) extra=(run.mode=async) ;;
-    esac
-    name="$run-$mode"
-    [ -f "$out/$name/summary.json" ] && continue
-    echo "== $name" >&2
-    asyncrl train "${task[@]}" "${common[@]}" "${extra[@]}" run.out_dir="$out" run.name="$name" \
-      run.progress=false run.report_to=[] > "$out/$name.log" 2>&1
-  done
+  train_modes "$out" "$run" "" "${task[@]}" "${common[@]}"
 done
