@@ -36,16 +36,26 @@ def compact(run: Path) -> None:
     (run / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in step_records(run)))
 
 
-def lift_z(start: float, end: float, n: int) -> float:
-    """The lift over its standard error's upper bound: a reward in [0, 1] with mean m has variance at
-    most m(1 - m) (Bhatia-Davis), and each score is the mean over ``n`` eval problems (a problem's
-    samples averaged first, so its mean is one observation in [0, 1])."""
-    se = math.sqrt((start * (1 - start) + end * (1 - end)) / n)
+def lift_z(start: float, end: float, n: int, low: float = 0.0, high: float = 1.0) -> float:
+    """The lift over its standard error's upper bound: a reward in [low, high] with mean m has
+    variance at most (high - m)(m - low) (Bhatia-Davis), and each score is the mean over ``n`` eval
+    problems (a problem's samples averaged first, so its mean is one observation in [low, high]).
+    GEM's games reward a malformed action with -0.1, so their episodes lie in [-0.1, 1]."""
+    se = math.sqrt(((high - start) * (start - low) + (high - end) * (end - low)) / n)
     return (end - start) / se if se > 0 else math.copysign(math.inf, end - start) if end != start else 0.0
 
 
 def eval_problems(run: Path) -> int:
     return int(yaml.safe_load((run / "config.yaml").read_text())["eval"]["n_problems"])
+
+
+GEM_LOW = -0.1  # GEM's LanguageGameReward.format_error_reward, its games' lowest reward
+
+
+def reward_bounds(run: Path) -> tuple[float, float]:
+    """The range an eval problem's reward can take: [-0.1, 1] for a GEM game, else [0, 1]."""
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    return (GEM_LOW, 1.0) if str(config.get("env", {}).get("name") or "").startswith("gem:") else (0.0, 1.0)
 
 
 def row(run: Path) -> str:
@@ -57,7 +67,7 @@ def row(run: Path) -> str:
     stale = max((r.get("staleness_seq_max", 0) for r in steps), default=0)
     start, end = summary["initial_eval_reward"], summary["final_eval_reward"]
     history = ", ".join(f"{s}: {v:.3f}" for s, v in evals)
-    z = lift_z(start, end, eval_problems(run))
+    z = lift_z(start, end, eval_problems(run), *reward_bounds(run))
     return (f"| {run.name} | {start:.3f} | {end:.3f} | {100 * (end - start):+.1f} | {z:+.2f} | {turns:.2f} | {stale:.0f} | "
             f"{summary['wall_time_s']:.0f} | {history} |")
 

@@ -34,6 +34,19 @@ def test_lift_z_by_hand():
     assert lift_z(0.3, 0.3, 50) == 0.0
     assert lift_z(0.0, 1.0, 10) == math.inf  # no variance left: any rise is certain
     assert lift_z(0.1, 0.2, 800) > lift_z(0.1, 0.2, 200)  # more problems, smaller SE
+    # a GEM game's rewards lie in [-0.1, 1]: 0.5 -> 0.6 over 200, SE bound sqrt((0.3 + 0.28) / 200)
+    assert lift_z(0.5, 0.6, 200, -0.1, 1.0) == pytest.approx(0.1 / math.sqrt(0.58 / 200), rel=1e-12)
+    assert lift_z(0.5, 0.6, 200, -0.1, 1.0) == pytest.approx(1.8570, abs=1e-4)
+
+
+def test_reward_bounds_by_task(tmp_path):
+    module = _summary_module()
+    gem, rg = tmp_path / "gem", tmp_path / "rg"
+    for run, env in ((gem, "gem:game:GuessTheNumber-v0-easy"), (rg, "")):
+        run.mkdir()
+        (run / "config.yaml").write_text(f"env:\n  name: '{env}'\neval:\n  n_problems: 200\n")
+    assert module.reward_bounds(gem) == (-0.1, 1.0)
+    assert module.reward_bounds(rg) == (0.0, 1.0)
 
 
 def _runs() -> list[str]:
@@ -60,7 +73,7 @@ def test_the_readme_verdict_is_the_criterions(config):
     for run in runs.values():
         summary = json.loads((run / "summary.json").read_text())
         zs.append(module.lift_z(summary["initial_eval_reward"], summary["final_eval_reward"],
-                                module.eval_problems(run)))
+                                module.eval_problems(run), *module.reward_bounds(run)))
     readme = (RESULTS / "README.md").read_text()
     verdict = "lifts" if min(zs) > BARS[config] else "does not lift"
     assert f"`{config}` {verdict}" in readme, (config, zs)
