@@ -25,7 +25,9 @@ def test_the_studies_are_compact():
     if tracked.returncode != 0:
         pytest.skip("not a git checkout")
     files = [ROOT / line for line in tracked.stdout.splitlines()]
-    assert len(files) <= 360  # 301 with the K = 16 study; run directories would add hundreds
+    # 301 with the K = 16 study; run directories would add hundreds. The short-warm-start lifts of
+    # 2026-11-28 add 26 (eight runs of config, summary and per-step table, the plan and the README)
+    assert len(files) <= 390
     # about 16 MB on 2026-11-26, 7.6 MB of it the two largest studies' per-step tables (atlas, power);
     # the pre-registered staleness study of 2026-11-27 (lr grid, 140 runs at K = 16) adds about 3.5 MB
     # the agent suite's study of 2026-11-28 (50 multi-turn runs) adds about 1.3 MB
