@@ -1,4 +1,4 @@
-"""What a GuessTheNumber policy's eval episodes are made of, from ``asyncrl eval --out DIR``'s
+"""What a GuessTheNumber-v0-easy (1..10) policy's eval episodes are made of, from ``asyncrl eval --out DIR``'s
 problems.jsonl: the share ending in a malformed action (GEM's -0.1, which ends the episode), won
 (reward 1), and, over the guesses after the first, the share inside the range the game's hints
 still leave (hint-following; a policy that ignores the hints still lands inside it by chance).

@@ -70,3 +70,28 @@ def test_the_readme_verdict_is_the_criterions(config):
     assert f"`{config}` {verdict}" in readme, (config, zs)
     for z in zs:
         assert f"{z:+.2f}" in readme, (config, z)
+
+
+def test_gem_episode_reader_by_hand(tmp_path):
+    module = _module("gem_guess_episodes")
+    hint = "\nuser: At turn {t}, you guessed {g}, and the target number is {d} than {g}.\nEnter your next guess.\nassistant: "
+    # 5 -> higher (range 6..10): 8 inside; 8 -> lower (6..7): 9 outside
+    episode = " \\boxed{5}" + hint.format(t=1, g=5, d="higher") + "\\boxed{8}" + hint.format(t=2, g=8, d="lower") + "\\boxed{9}"
+    assert module.guesses_in_range(episode) == (1, 2)
+    assert module.guesses_in_range(" \\boxed{5}") == (0, 0)
+    (tmp_path / "problems.jsonl").write_text(json.dumps(
+        {"completions": [episode, " \\boxed{5}boxed", " \\boxed{3}"], "rewards": [0.5, -0.1, 1.0]}) + "\n")
+    stats = module.summarize(tmp_path)
+    assert stats["malformed_end"] == pytest.approx(1 / 3) and stats["won"] == pytest.approx(1 / 3)
+    assert stats["later_guesses_in_hint_range"] == 0.5
+
+
+def test_spell_answer_reader_by_hand(tmp_path):
+    module = _module("spell_backward_answers")
+    rows = [{"answer": "tac", "completions": [" <answer>tac</answer>", " <answer>tx</answer>", " tac"],
+             "rewards": [1.0, 1 / 3, 0.0]}]
+    (tmp_path / "problems.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    stats = module.summarize(tmp_path)
+    assert stats["tagged"] == pytest.approx(2 / 3) and stats["exact"] == pytest.approx(1 / 3)
+    assert stats["first_letter_right"] == pytest.approx(2 / 3) and stats["distinct_answers"] == pytest.approx(2 / 3)
+    assert stats["mean_reward"] == pytest.approx(4 / 9)
