@@ -32,6 +32,8 @@ def test_best_constant_by_hand():
     # ties at 1/3 ("a"/"o", "c"/"d") go to the first letter in order; position 3: only "p"
     assert best(["tac", "god", "tsop"]) == "tacp"
     assert best(["ab"]) == "ab"
+    # credit is per letter of the word: "ab"'s letters earn 1/2 each, beating two five-letter words' 2/5
+    assert best(["ab", "xyzwv", "xyzwu"]) == "abzwu"
 
 
 def _committed() -> list[str]:
