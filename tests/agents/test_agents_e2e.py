@@ -63,9 +63,11 @@ def test_calculator_task_trains_end_to_end(tmp_path, cache):
 
 
 def test_async_k0_equals_sync_on_episodes(tmp_path, cache):
-    sync_dir, sync_rows = train(tmp_path, cache, "sync", *GUESS, "run.mode=sync", "trainer.steps=3")
+    # rounds: the lock-step order, so that both modes decode the same turns together (the default,
+    # ready, decodes in the order environments answer: the same episodes, sampled in another order)
+    sync_dir, sync_rows = train(tmp_path, cache, "sync", *GUESS, "run.mode=sync", "trainer.steps=3", "env.schedule=rounds")
     async_dir, async_rows = train(tmp_path, cache, "async", *GUESS, "run.mode=async", "async.max_staleness=0",
-                                  "trainer.steps=3")
+                                  "trainer.steps=3", "env.schedule=rounds")
     steps = [r for r in sync_rows if r["step"] > 0]
     assert sum(r["frac_zero_adv_groups"] < 1 for r in steps) >= 1, "no reward signal: the test is vacuous"
     a, b = weights(sync_dir), weights(async_dir)
@@ -158,7 +160,7 @@ def test_a_broken_environment_stops_the_run_with_one_line(tmp_path, cache, mode)
 
 
 def test_sigkill_mid_run_resumes_bitwise_on_episodes(tmp_path, cache):
-    args = [*GUESS, "run.mode=sync", "trainer.steps=5", "run.checkpoint_every=1"]
+    args = [*GUESS, "run.mode=sync", "trainer.steps=5", "run.checkpoint_every=1", "env.schedule=rounds"]
     train(tmp_path, cache, "whole", *args)
     proc = subprocess.Popen([sys.executable, "-m", "asyncrl.cli", "train", *args, "run.name=killed",
                              f"policy.cache_dir={cache}"], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
@@ -210,9 +212,9 @@ def test_sigkill_of_an_async_run_mid_episode_loses_and_repeats_no_episode(tmp_pa
 @pytest.mark.slow  # a Ray cluster's start-up; the local backend's K = 0 test above is in the default suite
 def test_ray_backend_plays_episodes_like_sync(tmp_path, cache):
     pytest.importorskip("ray")
-    sync_dir, _ = train(tmp_path, cache, "sync", *GUESS, "run.mode=sync", "trainer.steps=2")
+    sync_dir, _ = train(tmp_path, cache, "sync", *GUESS, "run.mode=sync", "trainer.steps=2", "env.schedule=rounds")
     ray_dir, records = train(tmp_path, cache, "ray", *GUESS, "run.mode=async", "async.backend=ray",
-                             "async.max_staleness=0", "trainer.steps=2")
+                             "async.max_staleness=0", "trainer.steps=2", "env.schedule=rounds")
     a, b = weights(sync_dir), weights(ray_dir)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert any("episode/turns_mean" in r for r in records)

@@ -10,7 +10,7 @@ from .episode_fakes import DROPS_THINK, LONE_NEWLINE, Countdown, ScriptedEngine,
 
 from asyncrl.agents.env import EnvError
 from asyncrl.agents.envs import FinalAnswer
-from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, episodes_to_generation
+from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling, episodes_to_generation
 from asyncrl.agents.render import ChatTurns, PlainTurns, PrefixBroken
 from asyncrl.agents.tools import ToolBox
 from asyncrl.agents.toolset import load_tools
@@ -24,7 +24,8 @@ LIMITS = EpisodeLimits(max_turns=4, turn_tokens=64, episode_tokens=400)
 
 
 def runner(tokenizer, turns, env=Countdown, tools=None, limits=LIMITS):
-    return EpisodeRunner(env, turns, tokenizer, limits, tools)
+    """Lock-step rounds: the scripted engine's k-th call answers the k-th round."""
+    return EpisodeRunner(env, turns, tokenizer, limits, tools, Scheduling(schedule="rounds"))
 
 
 def calculator_box():
@@ -166,11 +167,14 @@ class Hangs(Countdown):
     (Hangs, "step took longer than env.step_timeout_s=0.3 s"),
 ])
 def test_a_broken_environment_is_one_line_naming_it_and_the_row(tiny_policy, env, message):
+    """A broken contract (observation, reward) stops at first sight; a call that raises or hangs
+    stops once failures pass env.max_failure_frac (0 here: the first one)."""
     _, tok, _ = tiny_policy
     engine = ScriptedEngine(tok, [[" go"]])
     limits = EpisodeLimits(max_turns=2, turn_tokens=8, episode_tokens=100, step_timeout_s=0.3)
+    strict = Scheduling(retries=0, max_failure_frac=0.0)
     with pytest.raises(EnvError) as err:
-        runner(tok, PlainTurns(tok), env=env, limits=limits).run(engine, [PROBLEM], 1)
+        EpisodeRunner(env, PlainTurns(tok), tok, limits, scheduling=strict).run(engine, [PROBLEM], 1)
     text = str(err.value)
     assert "\n" not in text and message in text and env.__qualname__ in text and "uid=p0" in text
 

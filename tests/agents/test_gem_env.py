@@ -18,7 +18,7 @@ from .episode_fakes import LONE_NEWLINE, ScriptedEngine, chat_tokenizer
 
 from asyncrl.agents import ENVIRONMENTS
 from asyncrl.agents.env import build_env, env_reset, env_step
-from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner
+from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling
 from asyncrl.agents.render import make_turns
 from asyncrl.config import ConfigError, load_config
 from asyncrl.core.registries import resolve
@@ -104,7 +104,8 @@ def test_the_episode_runner_plays_a_group_from_one_start(gem, rows):
     tok = chat_tokenizer(LONE_NEWLINE)
     turns = make_turns(tok, None, ())
     limits = EpisodeLimits(max_turns=3, turn_tokens=64, episode_tokens=2000, step_timeout_s=10)
-    runner = EpisodeRunner(lambda: gem_env("game:Mastermind-v0-easy"), turns, tok, limits)
+    runner = EpisodeRunner(lambda: gem_env("game:Mastermind-v0-easy"), turns, tok, limits,
+                           scheduling=Scheduling(schedule="rounds"))  # the script's k-th call answers round k
     engine = ScriptedEngine(tok, [[" \\boxed{1 2}", " \\boxed{1 2}", " nothing"]] * 3)
     episodes = runner.run(engine, [rows[1]], 3)
     assert len({tuple(e.prompt_ids) for e in episodes}) == 1

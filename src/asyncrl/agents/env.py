@@ -10,10 +10,14 @@ plain or ``async def``. ``observation``: text (one message of the environment's 
 reward, combined with ``env.turn_discount``); ``done``: bool; ``info``: a dict reward functions
 receive. Optional attributes: ``stop`` (strings that end an assistant turn), ``role``.
 
-Every call is bounded (``env.step_timeout_s``) and checked: an environment that raises, hangs or
-returns the wrong thing stops the run with one line naming it and the row (:class:`EnvError`,
-exit 2), never a traceback. Bad input from the model is the environment's business (an error
-observation); bad output from the environment is a bug to fix, not a score to guess.
+Every call is bounded (``env.step_timeout_s``) and checked. The episode scheduler
+(:mod:`asyncrl.agents.calls`) runs the calls of many episodes at once and tells two kinds of
+failure apart: a call that raises or times out is a *run-time* failure (retried, then the episode
+fails and its group is dropped: remote environments time out now and then); a call that returns
+the wrong thing is a *broken contract*, which stops the run at first sight with one line naming
+the environment and the row (:class:`EnvError`, exit 2), never a traceback. Bad input from the
+model is the environment's business (an error observation); bad output from the environment is a
+bug to fix, not a score to guess.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from asyncrl.rewards.guard import Exited, TimedOut, call_guarded
 from asyncrl.tasks import Problem
 from asyncrl.tasks.chat import ROLES, as_dicts
 
-__all__ = ["EnvError", "StepResult", "build_env", "check_messages", "env_reset", "env_step", "row_of"]
+__all__ = ["EnvError", "StepResult", "build_env", "check_messages", "check_reset", "check_step", "env_reset",
+           "env_step", "first_line", "row_of"]
 
 
 class EnvError(ConfigError):
@@ -46,7 +51,7 @@ def _name(env: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
 
 
@@ -55,7 +60,7 @@ def build_env(factory: Callable, kwargs: dict) -> Any:
     try:
         return factory(**kwargs)
     except Exception as err:  # a user's constructor may raise anything
-        raise EnvError(factory, None, f"construction with env.kwargs={kwargs} raised {_first_line(err)}") from None
+        raise EnvError(factory, None, f"construction with env.kwargs={kwargs} raised {first_line(err)}") from None
 
 
 def row_of(problem: Problem) -> dict:
@@ -78,7 +83,7 @@ def _call(env: Any, problem: Problem, what: str, fn: Callable, timeout_s: float 
     except Exited as err:
         raise EnvError(env, problem, f"{what} {err}") from None
     except Exception as err:  # the environment's own bug
-        raise EnvError(env, problem, f"{what} raised {_first_line(err)}") from None
+        raise EnvError(env, problem, f"{what} raised {first_line(err)}") from None
 
 
 def check_messages(env: Any, problem: Problem, value: Any, what: str, role: str) -> list[dict]:
@@ -96,8 +101,12 @@ def check_messages(env: Any, problem: Problem, value: Any, what: str, role: str)
 
 
 def env_reset(env: Any, problem: Problem, timeout_s: float | None) -> list[dict]:
-    """The episode's first prompt as messages."""
-    out = _call(env, problem, "reset", env.reset, timeout_s, row_of(problem))
+    """The episode's first prompt as messages (one guarded call, in this thread)."""
+    return check_reset(env, problem, _call(env, problem, "reset", env.reset, timeout_s, row_of(problem)))
+
+
+def check_reset(env: Any, problem: Problem, out: Any) -> list[dict]:
+    """What ``reset`` returned, as the episode's first messages; EnvError for a broken contract."""
     return check_messages(env, problem, out, "reset's prompt", "user")
 
 
@@ -111,7 +120,12 @@ class StepResult:
 
 
 def env_step(env: Any, problem: Problem, action: str, timeout_s: float | None) -> StepResult:
-    out = _call(env, problem, "step", env.step, timeout_s, action)
+    """One guarded ``step``, in this thread, checked."""
+    return check_step(env, problem, _call(env, problem, "step", env.step, timeout_s, action))
+
+
+def check_step(env: Any, problem: Problem, out: Any) -> StepResult:
+    """What ``step`` returned, checked; EnvError for a broken contract."""
     if not isinstance(out, tuple) or len(out) != 4:
         raise EnvError(env, problem, f"step returned {type(out).__name__}; expected a tuple "
                                      "(observation, reward, done, info)")

@@ -1,5 +1,5 @@
-"""Run a batch of episodes turn by turn: every live episode's next turn in one engine call, then
-the tools or the environment, then the observation ids appended (docs/agents.md).
+"""Play a batch of episodes, each at its own pace: the engine decodes whichever episodes are ready,
+while the other episodes' environment and tool calls run (docs/agents.md, "The scheduler").
 
 The row an episode trains on is built from ids only (:mod:`asyncrl.agents.render`):
 
@@ -7,29 +7,40 @@ The row an episode trains on is built from ids only (:mod:`asyncrl.agents.render
     versions:    v, v, v+1 ...       | −1 ...          | v+1, v+2 ...
     trained:     yes                 | no (attended)   | yes
 
-Between turns the runner calls the engine's chunk hook (``between``), where an async worker pulls
-newer weights: the episode goes on with them, and its later tokens carry their version. A turn
-ends at eos, at one of the stop strings, or at ``env.turn_tokens``; an episode at ``done``,
-``env.max_turns`` assistant turns, ``env.episode_tokens`` tokens, or an observation the chat
-template cannot append (counted as a template break, ended rather than trained on rewritten ids).
+The scheduler's loop: every episode's ``reset`` is submitted to a :class:`~asyncrl.agents.calls.CallPool`
+at once; an episode whose prompt or observation is in joins the next engine call (``schedule=ready``:
+one call for all the episodes ready now, never waiting for the slowest; ``rounds``: one call once
+every live episode is ready, the lock-step order, reproducible to the bit); its turn's tool calls or
+``step`` go to the pool again, and so on. Between engine calls, and every second while it waits on
+calls, the runner calls the engine's chunk hook (``between``), where an async worker pulls newer
+weights and sends its heartbeat: the episode goes on with them, and its later tokens carry their
+version. A turn ends at eos, at one of the stop strings, or at ``env.turn_tokens``; an episode at
+``done``, ``env.max_turns`` assistant turns, ``env.episode_tokens`` tokens, an observation the chat
+template cannot append (a template break, ended rather than trained on rewritten ids), or a call
+that failed on its last try (``failed``: its group is dropped by the rollout).
 """
 
 from __future__ import annotations
 
 import time
 import warnings
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from asyncrl.agents.env import env_reset, env_step
+from asyncrl.agents.calls import CallPool, Failed
+from asyncrl.agents.env import EnvError, check_reset, check_step, row_of
 from asyncrl.agents.render import PrefixBroken
 from asyncrl.agents.tools import parse_tool_calls
 from asyncrl.tasks import Problem
 from asyncrl.types import Generation
 
-__all__ = ["Episode", "EpisodeLimits", "EpisodeRunner", "episodes_to_generation"]
+__all__ = ["Episode", "EpisodeLimits", "EpisodeRunner", "FailureWindow", "Scheduling", "episodes_to_generation"]
+
+SCHEDULES = ("ready", "rounds")
+HEARTBEAT_S = 1.0  # while waiting on calls, the chunk hook's cadence (an async worker's heartbeat)
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,37 @@ class EpisodeLimits:
     episode_tokens: int
     stop: tuple[str, ...] = ()
     step_timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """How episodes share the engine and the environment (``env.schedule``, ``env.concurrency``,
+    ``env.retries``, ``env.retry_backoff_s``, ``env.max_failure_frac``, ``env.failure_window``)."""
+
+    schedule: str = "ready"
+    concurrency: int = 256
+    retries: int = 2
+    backoff_s: float = 1.0
+    max_failure_frac: float = 0.25
+    failure_window: int = 100
+
+
+class FailureWindow:
+    """Failed episodes among the last ``size`` that ended. A run trains on while they stay at most
+    ``max_frac`` × ``size`` (one timed-out container in a thousand is not worth a three-day run);
+    past that the environment is broken rather than flaky: :class:`EnvError`, one line."""
+
+    def __init__(self, size: int, max_frac: float):
+        self.ended: deque[bool] = deque(maxlen=size)
+        self.size, self.max_frac = size, max_frac
+
+    def record(self, episode: "Episode") -> None:
+        self.ended.append(episode.end == "failed")
+        failed = sum(self.ended)
+        if episode.end == "failed" and failed > self.max_frac * self.size:
+            raise EnvError(episode.env, episode.problem,
+                           f"{failed} of the last {len(self.ended)} episodes failed, more than env.max_failure_frac="
+                           f"{self.max_frac:g} of env.failure_window={self.size}; the last: {episode.failure}")
 
 
 @dataclass
@@ -59,8 +101,10 @@ class Episode:
     info: dict = field(default_factory=dict)
     turns: int = 0
     n_prompt_messages: int = 0
-    end: str | None = None  # why it ended: done, max_turns, episode_tokens, template
-    env_time_s: float = 0.0
+    end: str | None = None  # why it ended: done, max_turns, episode_tokens, template, failed
+    failure: str = ""  # what failed: "step raised KeyError: 'board' (try 3 of 3)"
+    env_time_s: float = 0.0  # wall time its calls took, waiting included
+    asked_at: float = 0.0  # when its pending calls were submitted
 
     @property
     def completion_messages(self) -> list[dict]:
@@ -81,39 +125,115 @@ class Episode:
 
 class EpisodeRunner:
     """Plays episodes of ``env_factory`` environments with an engine. ``turns``: a
-    :class:`~asyncrl.agents.render.ChatTurns` or ``PlainTurns``; ``tools``: a ToolBox or None."""
+    :class:`~asyncrl.agents.render.ChatTurns` or ``PlainTurns``; ``tools``: a ToolBox or None;
+    ``scheduling``: how episodes share the engine and the environment."""
 
-    def __init__(self, env_factory, turns, tokenizer, limits: EpisodeLimits, tools=None):
+    def __init__(self, env_factory, turns, tokenizer, limits: EpisodeLimits, tools=None,
+                 scheduling: Scheduling | None = None):
         self.env_factory, self.turns, self.tokenizer = env_factory, turns, tokenizer
         self.limits, self.tools = limits, tools
+        self.scheduling = scheduling or Scheduling()
+        if self.scheduling.schedule not in SCHEDULES:
+            raise ValueError(f"schedule: {self.scheduling.schedule!r} is not one of {', '.join(SCHEDULES)}")
+        self.failures = FailureWindow(self.scheduling.failure_window, self.scheduling.max_failure_frac)
         self.template_warned = False
+        self.last_run: dict[str, float] = {}  # the scheduler's own numbers for the last run (stats)
 
     def start(self, problem: Problem) -> Episode:
-        env = self.env_factory()
-        t0 = time.perf_counter()
-        messages = env_reset(env, problem, self.limits.step_timeout_s)
-        episode = Episode(problem, env, self.turns.prompt_ids(messages), list(messages),
-                          n_prompt_messages=len(messages))
-        episode.env_time_s += time.perf_counter() - t0
-        return episode
+        """A new episode of ``problem`` in a new environment, its prompt not yet asked for."""
+        return Episode(problem, self.env_factory(), [], [])
 
-    def run(self, engine, problems: list[Problem], n: int, between=None) -> list[Episode]:
+    def run(self, engine, problems: list[Problem], n: int, between=None, on_group=None) -> list[Episode]:
         """``n`` episodes per problem (rows: problems × n, in order), each from its own environment
-        reset with the same row: every member of a group starts from the same state."""
+        reset with the same row: every member of a group starts from the same state. ``on_group``:
+        called with (group index, its episodes) as soon as the group's last member ends."""
         episodes = [self.start(p) for p in problems for _ in range(n)]
-        stops = tuple(dict.fromkeys([*self.limits.stop, *self._turn_end(),
-                                     *getattr(episodes[0].env, "stop", ())])) if episodes else ()
-        while live := [e for e in episodes if e.end is None]:
-            gen = engine.generate([e.prompt_ids + e.ids for e in live], between_chunks=between,
-                                  max_new_tokens=self.limits.turn_tokens, stop=stops)
-            for row, episode in enumerate(live):
-                self._sampled(episode, gen, row)
-            for episode in live:
-                if episode.end is None:
-                    self._respond(episode)
-            if between is not None and any(e.end is None for e in episodes):
-                between()  # newer weights, if any, for the next turn
+        if not episodes:
+            return episodes
+        sched, limits = self.scheduling, self.limits
+        pool = CallPool(sched.concurrency, sched.backoff_s)
+        stops = tuple(dict.fromkeys([*limits.stop, *self._turn_end(), *getattr(episodes[0].env, "stop", ())]))
+        live_in_group = [n] * len(problems)
+        tool_results: dict[int, list] = {}
+        ready: list[int] = []
+        clock = {"wait_s": 0.0, "decode_s": 0.0, "decodes": 0}
+        for i, episode in enumerate(episodes):
+            self._ask(pool, i, episode, "reset", episode.env.reset, row_of(episode.problem))
+
+        def ended(i: int) -> None:
+            self.failures.record(episodes[i])
+            live_in_group[i // n] -= 1
+            if on_group is not None and live_in_group[i // n] == 0:
+                on_group(i // n, episodes[(i // n) * n:(i // n + 1) * n])
+
+        last_hook = time.monotonic()
+        while any(left for left in live_in_group):
+            if ready and (sched.schedule == "ready" or not pool.pending):
+                t0 = time.perf_counter()
+                self._decode(engine, episodes, ready, between, stops)
+                clock["decode_s"] += time.perf_counter() - t0
+                clock["decodes"] += 1
+                for i in ready:
+                    if episodes[i].end is None:
+                        self._respond(pool, i, episodes[i], tool_results)
+                    if episodes[i].end is not None:
+                        ended(i)
+                ready = []
+                if between is not None and any(live_in_group):
+                    between()  # newer weights, if any, for the next turns
+                    last_hook = time.monotonic()
+                continue
+            t0 = time.perf_counter()
+            outcomes = pool.wait(timeout=None if between is None else HEARTBEAT_S)
+            clock["wait_s"] += time.perf_counter() - t0
+            if between is not None and time.monotonic() - last_hook >= HEARTBEAT_S:
+                between()  # the watchdog's heartbeat while environments are slow
+                last_hook = time.monotonic()
+            for (i, what, *index), outcome in outcomes:
+                episode = episodes[i]
+                if self._answered(episode, what, index, outcome, tool_results.get(i)):
+                    ready.append(i)
+                elif episode.end is not None:
+                    ended(i)
+        self.last_run = {"calls_in_flight_max": pool.max_in_flight, "call_retries": pool.retried,
+                         "env_wait_s": clock["wait_s"], "decode_s": clock["decode_s"], "decodes": clock["decodes"]}
         return episodes
+
+    def _ask(self, pool: CallPool, i: int, episode: Episode, what: str, fn, *args) -> None:
+        episode.asked_at = time.perf_counter()
+        pool.submit((i, what), fn, args, timeout_s=self.limits.step_timeout_s, retries=self.scheduling.retries,
+                    limit="env.step_timeout_s")
+
+    def _answered(self, episode: Episode, what: str, index: list, outcome, results: list | None) -> bool:
+        """Take one call's outcome; True when the episode is ready for its next turn."""
+        if isinstance(outcome, Failed):
+            episode.end, episode.failure = "failed", f"{what} {outcome.reason}"
+            episode.env_time_s += time.perf_counter() - episode.asked_at
+            return False
+        if what == "tool":
+            results[index[0]] = outcome
+            if any(r is None for r in results):
+                return False
+            return self._after_response(episode, self._tool_messages(episode, results))
+        if what == "reset":
+            episode.messages = check_reset(episode.env, episode.problem, outcome)
+            episode.n_prompt_messages = len(episode.messages)
+            episode.prompt_ids = self.turns.prompt_ids(episode.messages)
+            episode.env_time_s += time.perf_counter() - episode.asked_at
+            return True
+        result = check_step(episode.env, episode.problem, outcome)
+        episode.rewards.append(result.reward)
+        episode.info = result.info
+        if result.done:
+            episode.end = "done"
+        return self._after_response(episode, result.messages)
+
+    def _decode(self, engine, episodes: list[Episode], ready: list[int], between, stops: tuple) -> None:
+        batch = [episodes[i] for i in sorted(ready)]  # in row order: the sampler's draws go to the same rows
+        gen = engine.generate([e.prompt_ids + e.ids for e in batch], between_chunks=between,
+                              max_new_tokens=self.limits.turn_tokens, stop=stops)
+        for row, episode in enumerate(batch):
+            self._sampled(episode, gen, row)
 
     def _turn_end(self) -> list[str]:
         """The template's end-of-turn token as a stop string when it is not eos (which always stops)."""
@@ -133,36 +253,51 @@ class EpisodeRunner:
         if len(episode.ids) >= self.limits.episode_tokens:
             episode.end = "episode_tokens"
 
-    def _respond(self, episode: Episode) -> None:
-        """The tools' results when the turn calls tools, else the environment's step; then the
-        observation ids, unless the episode ends here."""
+    def _respond(self, pool: CallPool, i: int, episode: Episode, tool_results: dict[int, list]) -> None:
+        """Submit the turn's tool calls when it calls tools, else the environment's step."""
         text = episode.messages[-1]["content"]
-        t0 = time.perf_counter()
         calls = parse_tool_calls(text) if self.tools is not None else []
-        if calls:
-            observation = self._call_tools(episode, calls)
-        else:
-            result = env_step(episode.env, episode.problem, text, self.limits.step_timeout_s)
-            episode.rewards.append(result.reward)
-            episode.info = result.info
-            observation = result.messages
-            if result.done:
-                episode.end = "done"
-        episode.env_time_s += time.perf_counter() - t0
-        if episode.end is None and episode.turns >= self.limits.max_turns:
-            episode.end = "max_turns"
-        if episode.end is not None:
+        if not calls:
+            self._ask(pool, i, episode, "step", episode.env.step, text)
             return
-        self._observe(episode, observation)
+        calls = self._tool_calls_to_run(episode, calls)
+        if not calls:
+            episode.asked_at = time.perf_counter()
+            self._after_response(episode, [])
+            return
+        tool_results[i] = [None] * len(calls)
+        episode.asked_at = time.perf_counter()
+        owner = self._tool_owner(episode)
+        for k, call in enumerate(calls):  # several calls of one turn run at once; results keep their order
+            # the ToolBox bounds each call itself (env.tool_timeout_s) and never raises for the tool
+            pool.submit((i, "tool", k), self._call_tool, (call, owner))
 
-    def _call_tools(self, episode: Episode, calls: list) -> list[dict]:
+    def _call_tool(self, call, owner):
+        return call, self.tools.call(call, owner)
+
+    def _tool_calls_to_run(self, episode: Episode, calls: list) -> list:
+        return calls
+
+    def _tool_owner(self, episode: Episode):
+        return None
+
+    def _tool_messages(self, episode: Episode, results: list) -> list[dict]:
         messages = []
-        for call in calls:
-            result = self.tools.call(call)
+        for call, result in results:
             episode.tool_calls.append({"name": result.name, "arguments": getattr(call, "arguments", None),
                                        "content": result.content, "failed": result.failed, "reason": result.reason})
             messages.append({"role": "tool", "content": result.content})
         return messages
+
+    def _after_response(self, episode: Episode, observation: list[dict]) -> bool:
+        """The observation appended unless the episode ends here; True when it goes on."""
+        episode.env_time_s += time.perf_counter() - episode.asked_at
+        if episode.end is None and episode.turns >= self.limits.max_turns:
+            episode.end = "max_turns"
+        if episode.end is not None:
+            return False
+        self._observe(episode, observation)
+        return episode.end is None
 
     def _observe(self, episode: Episode, observation: list[dict]) -> None:
         try:

@@ -18,7 +18,7 @@ import torch
 
 from asyncrl.agents import ENVIRONMENTS
 from asyncrl.agents.env import build_env
-from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, episodes_to_generation
+from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling, episodes_to_generation
 from asyncrl.agents.render import make_turns
 from asyncrl.agents.stats import EpisodeStats
 from asyncrl.core.registries import resolve
@@ -53,32 +53,51 @@ class EpisodeRollout:
                                episode_tokens=env.episode_tokens,
                                stop=(*env.stop, *(TOOL_STOPS if self.tools else ())),
                                step_timeout_s=env.step_timeout_s)
+        scheduling = Scheduling(schedule=env.schedule, concurrency=env.concurrency, retries=env.retries,
+                                backoff_s=env.retry_backoff_s, max_failure_frac=env.max_failure_frac,
+                                failure_window=env.failure_window)
         runner = InstanceToolsRunner if env.factory else EpisodeRunner
-        self.runner = runner(make_env, turns, tokenizer, limits, self.tools)
+        self.runner = runner(make_env, turns, tokenizer, limits, self.tools, scheduling)
 
     def run(self, engine, problems: list[Problem], n: int, *, between_chunks=None,
-            first_group_id: int = 0) -> RolloutOut:
+            first_group_id: int = 0, keep_failed: bool = False) -> RolloutOut:
+        """The episodes as a scored batch. A group with a failed episode (a call that failed on its
+        last try) is left out and named in ``failed_groups``; with ``keep_failed`` (evaluation) its
+        rows stay, unscored, with reward 0."""
         episodes = self.runner.run(engine, problems, n, between_chunks)
-        gen = episodes_to_generation(episodes, self.tokenizer.pad_token_id)
-        rows = [e.problem for e in episodes]
+        failed = sorted({i // n for i, e in enumerate(episodes) if e.end == "failed"})
+        rows = [i for i, e in enumerate(episodes) if keep_failed or i // n not in failed]
+        scored = [i for i in rows if episodes[i].end != "failed"]
         env_returns = [sum(self.discount ** t * r for t, r in enumerate(e.rewards)) for e in episodes]
+        total = torch.zeros(len(episodes), dtype=torch.float32)
+        parts = failures = None
+        if scored:
+            scores = self._score([episodes[i] for i in scored], [env_returns[i] for i in scored])
+            total[scored] = torch.tensor([s + env_returns[i] for s, i in zip(scores.total, scored)])
+            if len(scored) == len(rows):
+                parts, failures = self.rewards.parts_tensor(scores), self.rewards.failed_tensor(scores)
+        kept = [episodes[i] for i in rows]
+        gen = episodes_to_generation(kept, self.tokenizer.pad_token_id)
+        fields = {f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)}
+        batch = Batch(**fields, rewards=total[rows], group_ids=group_ids_of(len(problems), n, first_group_id)[rows],
+                      advantages=torch.zeros(len(rows)), reward_parts=parts, reward_failed=failures)
+        stats = EpisodeStats()
+        stats.add_episodes(episodes, env_returns)
+        stats.add_scheduler(self.runner.last_run, failed_groups=len(failed))
+        if self.tools is not None:
+            stats.add_tool_counts(self.tools.take_counts())
+        texts = [self.tokenizer.decode(e.ids, skip_special_tokens=True) for e in kept]
+        return RolloutOut(batch, texts, stats, failed_groups=[first_group_id + g for g in failed])
+
+    def _score(self, episodes: list, env_returns: list[float]):
+        rows = [e.problem for e in episodes]
         texts = [self.tokenizer.decode(e.ids, skip_special_tokens=True) for e in episodes]
         finals = [e.completion_messages[-1]["content"] if e.completion_messages else "" for e in episodes]
         shown = [e.completion_messages for e in episodes] if self.rewards.conversational else texts
         extra = {"tool_calls": [e.tool_calls for e in episodes], "env_info": [e.info for e in episodes],
                  "env_reward": env_returns, "turns": [e.turns for e in episodes],
                  "environments": [getattr(e.env, "instance", e.env) for e in episodes]}
-        scores = self.rewards.score(finals, rows, shown=shown, extra=extra)
-        total = torch.tensor([s + r for s, r in zip(scores.total, env_returns)], dtype=torch.float32)
-        fields = {f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)}
-        batch = Batch(**fields, rewards=total, group_ids=group_ids_of(len(problems), n, first_group_id),
-                      advantages=torch.zeros_like(total), reward_parts=self.rewards.parts_tensor(scores),
-                      reward_failed=self.rewards.failed_tensor(scores))
-        stats = EpisodeStats()
-        stats.add_episodes(episodes, env_returns)
-        if self.tools is not None:
-            stats.add_tool_counts(self.tools.take_counts())
-        return RolloutOut(batch, texts, stats)
+        return self.rewards.score(finals, rows, shown=shown, extra=extra)
 
 
 class InstanceToolsRunner(EpisodeRunner):
@@ -87,16 +106,11 @@ class InstanceToolsRunner(EpisodeRunner):
     none after ``max_tool_calling_iterations`` rounds either, so ``get_reward`` sees the state the
     last answered call left, not one the model never saw the result of."""
 
-    def _call_tools(self, episode, calls: list) -> list[dict]:
-        if episode.turns >= self.limits.max_turns:
-            return []
-        messages = []
-        for call in calls:
-            result = self.tools.call(call, episode.env.instance)
-            episode.tool_calls.append({"name": result.name, "arguments": getattr(call, "arguments", None),
-                                       "content": result.content, "failed": result.failed, "reason": result.reason})
-            messages.append({"role": "tool", "content": result.content})
-        return messages
+    def _tool_calls_to_run(self, episode, calls: list) -> list:
+        return [] if episode.turns >= self.limits.max_turns else calls
+
+    def _tool_owner(self, episode):
+        return episode.env.instance
 
 
 def _factory_environment(cfg):

@@ -23,6 +23,21 @@ class EpisodeStats:
     tool_calls: Counter = field(default_factory=Counter)  # per tool name
     tool_failures: Counter = field(default_factory=Counter)
     tool_truncated: Counter = field(default_factory=Counter)
+    failed_groups: int = 0  # groups left out of training for a failed episode
+    call_retries: int = 0  # environment calls tried again after a failure
+    calls_in_flight_max: int = 0  # the most environment and tool calls running at once
+    env_wait_s: float = 0.0  # time the scheduler had nothing to decode: every live episode waited on a call
+    decode_s: float = 0.0  # time in the engine's calls
+    decodes: int = 0  # engine calls
+
+    def add_scheduler(self, run: dict, failed_groups: int) -> None:
+        """The scheduler's numbers for one run of episodes (``EpisodeRunner.last_run``)."""
+        self.failed_groups += failed_groups
+        self.call_retries += int(run.get("call_retries", 0))
+        self.calls_in_flight_max = max(self.calls_in_flight_max, int(run.get("calls_in_flight_max", 0)))
+        self.env_wait_s += run.get("env_wait_s", 0.0)
+        self.decode_s += run.get("decode_s", 0.0)
+        self.decodes += int(run.get("decodes", 0))
 
     def add_episodes(self, episodes, env_returns: list[float]) -> None:
         for e, ret in zip(episodes, env_returns):
@@ -48,6 +63,7 @@ class EpisodeStats:
         self.observed_tokens += other.observed_tokens
         self.env_time_s += other.env_time_s
         self.env_reward += other.env_reward
+        self.add_scheduler(vars(other), other.failed_groups)
         for mine, theirs in ((self.ends, other.ends), (self.tool_calls, other.tool_calls),
                              (self.tool_failures, other.tool_failures), (self.tool_truncated, other.tool_truncated)):
             mine.update(theirs)
@@ -66,7 +82,11 @@ class EpisodeStats:
                "episode/len_mean": tokens / n, "episode/len_p50": quantile(0.5), "episode/len_p90": quantile(0.9),
                "episode/len_max": float(lengths[-1]),
                "episode/masked_token_frac": self.observed_tokens / tokens if tokens else 0.0,
-               "episode/env_time_s": self.env_time_s, "episode/env_reward_mean": self.env_reward / n}
+               "episode/env_time_s": self.env_time_s, "episode/env_reward_mean": self.env_reward / n,
+               "episode/failed": self.ends.get("failed", 0), "episode/failed_groups": self.failed_groups,
+               "episode/call_retries": self.call_retries, "episode/calls_in_flight_max": self.calls_in_flight_max,
+               "episode/env_wait_s": self.env_wait_s, "episode/decode_s": self.decode_s,
+               "episode/decodes": self.decodes}
         out.update({f"episode/end_{reason}": count / n for reason, count in self.ends.items()})
         for name in sorted(set(self.tool_calls) | set(self.tool_failures)):
             out[f"tool/{name}/calls"] = self.tool_calls[name]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from asyncrl.agents import ENVIRONMENTS, NO_ENV
 from asyncrl.core.loader import setting
@@ -35,7 +35,16 @@ class EnvConfig:
     turn_discount: float = setting(1.0, "γ of the environment's per-turn rewards: Σ γ^(t-1) r_t")
     tool_timeout_s: float = setting(10.0, "seconds a tool call may take before it is an error observation")
     tool_max_chars: int = setting(2000, "a tool's result is cut to this many characters")
-    step_timeout_s: float = setting(60.0, "seconds an environment's reset or step may take (else an error)")
+    step_timeout_s: float = setting(60.0, "seconds an environment's reset or step may take (then it is retried)")
+    schedule: Literal["ready", "rounds"] = setting("ready", "ready: the engine decodes whichever episodes' environments have answered, "
+                                     "never waiting for the slowest; rounds: every live episode's turn in one "
+                                     "engine call (lock-step, reproducible to the bit)")
+    concurrency: int = setting(256, "environment and tool calls in flight at most, per rollout process")
+    retries: int = setting(2, "tries after a reset or step that raised or timed out, before its episode fails")
+    retry_backoff_s: float = setting(1.0, "seconds before the first retry; doubled for each next one")
+    max_failure_frac: float = setting(0.25, "the run stops once more than this share of the last "
+                                            "env.failure_window episodes failed (their groups are dropped)")
+    failure_window: int = setting(100, "episodes over which env.max_failure_frac is counted")
 
     @property
     def episodes(self) -> bool:
@@ -56,6 +65,16 @@ class EnvConfig:
             raise ValueError("episode_tokens: must be >= 1")
         if not 0 < self.turn_discount <= 1:
             raise ValueError("turn_discount: must be in (0, 1]")
+        if self.concurrency < 1:
+            raise ValueError("concurrency: must be >= 1")
+        if self.retries < 0:
+            raise ValueError("retries: must be >= 0")
+        if self.retry_backoff_s < 0:
+            raise ValueError("retry_backoff_s: must be >= 0")
+        if not 0 <= self.max_failure_frac <= 1:
+            raise ValueError("max_failure_frac: must be in [0, 1]")
+        if self.failure_window < 1:
+            raise ValueError("failure_window: must be >= 1")
         for key in ("tool_timeout_s", "step_timeout_s"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"{key}: must be > 0")

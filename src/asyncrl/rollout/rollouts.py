@@ -27,11 +27,14 @@ EPISODES = "asyncrl.agents.rollout:EpisodeRollout"
 @dataclass
 class RolloutOut:
     """A scored batch (rows: problems × n, in order), the text of each row after its prompt, and
-    the unit's episode statistics (None for single turns)."""
+    the unit's episode statistics (None for single turns). ``failed_groups``: ids of the groups
+    left out of the batch because an episode of theirs failed (an environment call that failed on
+    its last try), for the ledger."""
 
     batch: Batch
     texts: list[str]
     stats: object | None = field(default=None)
+    failed_groups: list[int] = field(default_factory=list)
 
 
 class SingleTurn:
@@ -40,7 +43,7 @@ class SingleTurn:
         self.chat_template, self.max_prompt_length = chat_template, max_prompt_length
 
     def run(self, engine, problems: list[Problem], n: int, *, between_chunks=None,
-            first_group_id: int = 0) -> RolloutOut:
+            first_group_id: int = 0, keep_failed: bool = False) -> RolloutOut:
         prompts = encode_problems(self.tokenizer, problems, n, self.chat_template, self.max_prompt_length)
         gen = engine.generate(prompts, between_chunks=between_chunks)
         batch = score(gen, problems, n, self.rewards, self.tokenizer, first_group_id=first_group_id)

@@ -138,6 +138,13 @@ class StalenessBuffer:
         self.started -= n_samples
         self.lost += n_samples
 
+    def mark_failed(self, group_ids: list[int], n_samples: int) -> None:
+        """Groups that were admitted and will never arrive (an episode of theirs failed): free
+        their capacity and name them for the ledger."""
+        self.started -= n_samples
+        self.lost += n_samples
+        self.dropped_groups += list(group_ids)
+
     def drop_stale(self, version: int, bound: int | None = None) -> int:
         """Remove groups with a token more than ``bound`` (default K) versions behind ``version``;
         returns the samples dropped. A hard sync passes ``bound=0``."""

@@ -229,9 +229,11 @@ class RolloutWorker:
         if self.on_progress is not None:
             self.on_progress()
         batch = out.batch
-        batch.group_ids = torch.tensor(unit.group_ids).repeat_interleave(unit.n)
+        ids = torch.tensor(unit.group_ids)
+        batch.group_ids = ids[batch.group_ids]  # the unit's groups (0, 1, ...) as the run's group ids
         return {"unit_id": unit.unit_id, "batch": batch, "gen_time_s": time.perf_counter() - started,
-                "weight_updates": updates, "weight_pull_s": self.pull_s, "episode_stats": out.stats}
+                "weight_updates": updates, "weight_pull_s": self.pull_s, "episode_stats": out.stats,
+                "failed_groups": [unit.group_ids[g] for g in out.failed_groups], "n": unit.n}
 
 
 def worker_main(spec: WorkerSpec, channel, work_q, result_q, stop) -> None:

@@ -113,7 +113,7 @@ def generate_and_score(engine: Engine, tokenizer, task: Task, problems: list[Pro
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
         if rollout is not None:
-            out = rollout.run(engine, chunk, 1)
+            out = rollout.run(engine, chunk, 1, keep_failed=True)
             texts += out.texts
             rewards += out.batch.rewards.tolist()
             continue

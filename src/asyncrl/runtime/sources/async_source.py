@@ -153,6 +153,9 @@ class AsyncSource:
                 self.episode_stats.merge(payload["episode_stats"])
             for group in _split_groups(batch, self.cfg.rollout.samples_per_prompt):
                 self.buffer.add(group)
+            failed = payload.get("failed_groups", [])
+            if failed:  # a failed episode's group: never trained, named in the ledger as dropped
+                self.buffer.mark_failed(failed, len(failed) * payload["n"])
 
     def _service(self, version: int, timeout: float) -> None:
         for unit in self.pool.restart_dead():

@@ -123,6 +123,8 @@ class LockstepSource:
         self.prompts = PromptStream(session.train_problems, ro.prompts_per_step, seed=cfg.run.seed)
         self.rollout = make_rollout(cfg, session.rewards, session.tokenizer)  # single turns or episodes
         self.metrics: dict[str, float] = {}
+        self.failed_groups: list[int] = []  # groups left out for a failed episode, for the ledger
+        self.extra_group_id = -ro.prompts_per_step  # first id of a batch played again after all its groups failed
         if session.resume is not None:
             self._restore(session.resume.source_state)
 
@@ -145,10 +147,19 @@ class LockstepSource:
         pulled = time.perf_counter()
         out = self.rollout.run(self.engine, problems, ro.samples_per_prompt,
                                first_group_id=(step - 1) * ro.prompts_per_step)
+        stats = out.stats
+        self.failed_groups += out.failed_groups
+        while len(out.batch) == 0:  # every group had a failed episode: play the next prompts (the
+            # failure window stops a run whose environment fails for good)
+            problems = self.prompts.next()
+            out = self.rollout.run(self.engine, problems, ro.samples_per_prompt, first_group_id=self.extra_group_id)
+            self.extra_group_id -= ro.prompts_per_step  # ids below 0: groups no step number accounts for
+            self.failed_groups += out.failed_groups
+            stats.merge(out.stats)
         self.metrics.update(gen_time_s=time.perf_counter() - pulled, weight_pull_s=pulled - t0,
                             gen_tokens=int(out.batch.completion_mask.sum()))
-        if out.stats is not None:
-            self.metrics.update(out.stats.metrics())
+        if stats is not None:
+            self.metrics.update(stats.metrics())
         return out.batch
 
     def eval_engine(self):
@@ -176,16 +187,19 @@ class LockstepSource:
         pass  # no look-ahead to adapt
 
     def take_dropped_groups(self) -> list[int]:
-        return []  # every generated group is trained on
+        """Groups generated and not trained on: those with a failed episode (every other one is)."""
+        out, self.failed_groups = self.failed_groups, []
+        return out
 
     def state_dict(self) -> dict:
         return {"prompts": self.prompts.state_dict(), "engine_rng": self.engine.rng_state(),
-                "policies": self.policies.state_dict()}
+                "policies": self.policies.state_dict(), "extra_group_id": self.extra_group_id}
 
     def _restore(self, state: dict) -> None:
         self.prompts.load_state_dict(state["prompts"])
         self.engine.set_rng_state(state["engine_rng"])
         self.policies.load_state_dict(state["policies"])
+        self.extra_group_id = int(state.get("extra_group_id", self.extra_group_id))
         self.engine.version = -1  # holds the resumed model's weights, not a known version: reload
 
     def summary(self) -> dict:
