@@ -81,4 +81,5 @@ ENVIRONMENTS: dict[str, str] = EnvRegistry({
     "guess": "asyncrl.agents.guess:GuessNumber",
     NameFamily("gem:"): "asyncrl.agents.gem:GAMES",  # any offline GEM game: env.name=gem:game:Sudoku-v0-easy
     "rg_retry": "asyncrl.agents.rg_retry:RetryEnv",  # a reasoning-gym row, retried with the scorer's feedback
+    "latency": "asyncrl.agents.latency:Latency",  # another environment with a remote one's lognormal delays
 })

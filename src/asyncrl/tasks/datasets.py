@@ -9,12 +9,14 @@ Splits: with ``eval_path`` (or ``eval_split`` of the same source) the eval probl
 there (and train problems whose question also appears in eval are dropped); without, a deterministic
 ``eval_fraction`` of the train file is held out by a SHA-1 of the whitespace-normalized
 question, so duplicates of a question land on the same side and train/eval never share a
-question. Rewards: :class:`asyncrl.tasks.math_reward.MathVerifier`.
+question; by a SHA-1 of the row's index when one prompt fills more than half the file (an
+environment's dataset, whose ``reset`` brings the problem). Rewards: :class:`asyncrl.tasks.math_reward.MathVerifier`.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 import itertools
 import math
 import os
@@ -340,8 +342,9 @@ class _DatasetTask:
             held_out = {key for key, *_ in evals}
             train = [row for row in train if row[0] not in held_out]
         else:
-            evals = [row for row in train if _held_out(row[0], cfg.eval_fraction)]
-            train = [row for row in train if not _held_out(row[0], cfg.eval_fraction)]
+            keys = _split_keys([row[0] for row in train])
+            evals = [row for row, key in zip(train, keys) if _held_out(key, cfg.eval_fraction)]
+            train = [row for row, key in zip(train, keys) if not _held_out(key, cfg.eval_fraction)]
         if cfg.max_train is not None:
             train = train[: cfg.max_train]
         if cfg.max_eval is not None:
@@ -390,6 +393,18 @@ class _Where(str):
 
     def __reduce__(self):  # a task pickles with its sources
         return _Where, (str(self), self.record)
+
+
+def _split_keys(questions: list[str]) -> list[str]:
+    """What the eval split hashes, per row: the question, so that duplicates of a question land on
+    one side; by row instead when one prompt covers more than half the rows. Such a prompt holds no
+    problem (TRL's ``environment_factory`` datasets repeat one system message and the environment's
+    ``reset`` brings the problem): by text, every row would land on one side."""
+    if questions:
+        top = max(Counter(questions).values())
+        if top > len(questions) / 2 and top > 1:
+            return [f"row {i}" for i in range(len(questions))]
+    return questions
 
 
 def _held_out(key: str, fraction: float) -> bool:
