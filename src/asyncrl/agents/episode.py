@@ -7,7 +7,7 @@ The row an episode trains on is built from ids only (:mod:`asyncrl.agents.render
     versions:    v, v, v+1 ...       | −1 ...          | v+1, v+2 ...
     trained:     yes                 | no (attended)   | yes
 
-The scheduler's loop: every episode's ``reset`` is submitted to a :class:`~asyncrl.agents.calls.CallPool`
+The scheduler's loop (:class:`~asyncrl.agents.play.Play`): every episode's ``reset`` is submitted to a :class:`~asyncrl.agents.calls.CallPool`
 at once; an episode whose prompt or observation is in joins the next engine call (``schedule=ready``:
 one call for all the episodes ready now, never waiting for the slowest; ``rounds``: one call once
 every live episode is ready, the lock-step order, reproducible to the bit); its turn's tool calls or
@@ -31,7 +31,8 @@ from typing import Any
 import torch
 
 from asyncrl.agents.calls import CallPool, Failed
-from asyncrl.agents.env import EnvError, check_reset, check_step, row_of
+from asyncrl.agents.env import EnvError, check_reset, check_step
+from asyncrl.agents.play import Play
 from asyncrl.agents.render import PrefixBroken
 from asyncrl.agents.tools import parse_tool_calls
 from asyncrl.tasks import Problem
@@ -40,7 +41,6 @@ from asyncrl.types import Generation
 __all__ = ["Episode", "EpisodeLimits", "EpisodeRunner", "FailureWindow", "Scheduling", "episodes_to_generation"]
 
 SCHEDULES = ("ready", "rounds")
-HEARTBEAT_S = 1.0  # while waiting on calls, the chunk hook's cadence (an async worker's heartbeat)
 
 
 @dataclass(frozen=True)
@@ -147,64 +147,26 @@ class EpisodeRunner:
         """``n`` episodes per problem (rows: problems × n, in order), each from its own environment
         reset with the same row: every member of a group starts from the same state. ``on_group``:
         called with (group index, its episodes) as soon as the group's last member ends."""
-        episodes = [self.start(p) for p in problems for _ in range(n)]
-        if not episodes:
-            return episodes
-        sched, limits = self.scheduling, self.limits
-        pool = CallPool(sched.concurrency, sched.backoff_s)
-        stops = tuple(dict.fromkeys([*limits.stop, *self._turn_end(), *getattr(episodes[0].env, "stop", ())]))
-        live_in_group = [n] * len(problems)
-        tool_results: dict[int, list] = {}
-        ready: list[int] = []
-        clock = {"wait_s": 0.0, "decode_s": 0.0, "decodes": 0}
-        for i, episode in enumerate(episodes):
-            self._ask(pool, i, episode, "reset", episode.env.reset, row_of(episode.problem))
-
-        def ended(i: int) -> None:
-            self.failures.record(episodes[i])
-            live_in_group[i // n] -= 1
-            if on_group is not None and live_in_group[i // n] == 0:
-                on_group(i // n, episodes[(i // n) * n:(i // n + 1) * n])
-
-        last_hook = time.monotonic()
-        while any(left for left in live_in_group):
-            if ready and (sched.schedule == "ready" or not pool.pending):
-                t0 = time.perf_counter()
-                self._decode(engine, episodes, ready, between, stops)
-                clock["decode_s"] += time.perf_counter() - t0
-                clock["decodes"] += 1
-                for i in ready:
-                    if episodes[i].end is None:
-                        self._respond(pool, i, episodes[i], tool_results)
-                    if episodes[i].end is not None:
-                        ended(i)
-                ready = []
-                if between is not None and any(live_in_group):
-                    between()  # newer weights, if any, for the next turns
-                    last_hook = time.monotonic()
-                continue
-            t0 = time.perf_counter()
-            outcomes = pool.wait(timeout=None if between is None else HEARTBEAT_S)
-            clock["wait_s"] += time.perf_counter() - t0
-            if between is not None and time.monotonic() - last_hook >= HEARTBEAT_S:
-                between()  # the watchdog's heartbeat while environments are slow
-                last_hook = time.monotonic()
-            for (i, what, *index), outcome in outcomes:
-                episode = episodes[i]
-                if self._answered(episode, what, index, outcome, tool_results.get(i)):
-                    ready.append(i)
-                elif episode.end is not None:
-                    ended(i)
-        self.last_run = {"calls_in_flight_max": pool.max_in_flight, "call_retries": pool.retried,
-                         "env_wait_s": clock["wait_s"], "decode_s": clock["decode_s"], "decodes": clock["decodes"]}
+        play = Play(self, engine, between)
+        episodes = play.add(problems, n)
+        while play.live:
+            for group in play.advance():
+                if on_group is not None:
+                    on_group(group.index, group.episodes)
+        self.last_run = play.take_clock()
         return episodes
 
-    def _ask(self, pool: CallPool, i: int, episode: Episode, what: str, fn, *args) -> None:
+    def stops_of(self, episode: Episode) -> tuple[str, ...]:
+        """The strings that end a turn: ``env.stop`` (and the tool stop), the template's end of turn,
+        the environment's own."""
+        return tuple(dict.fromkeys([*self.limits.stop, *self._turn_end(), *getattr(episode.env, "stop", ())]))
+
+    def ask(self, pool: CallPool, i: int, episode: Episode, what: str, fn, *args) -> None:
         episode.asked_at = time.perf_counter()
         pool.submit((i, what), fn, args, timeout_s=self.limits.step_timeout_s, retries=self.scheduling.retries,
                     limit="env.step_timeout_s")
 
-    def _answered(self, episode: Episode, what: str, index: list, outcome, results: list | None) -> bool:
+    def answered(self, episode: Episode, what: str, index: list, outcome, results: list | None) -> bool:
         """Take one call's outcome; True when the episode is ready for its next turn."""
         if isinstance(outcome, Failed):
             episode.end, episode.failure = "failed", f"{what} {outcome.reason}"
@@ -228,8 +190,8 @@ class EpisodeRunner:
             episode.end = "done"
         return self._after_response(episode, result.messages)
 
-    def _decode(self, engine, episodes: list[Episode], ready: list[int], between, stops: tuple) -> None:
-        batch = [episodes[i] for i in sorted(ready)]  # in row order: the sampler's draws go to the same rows
+    def decode(self, engine, batch: list[Episode], between, stops: tuple) -> None:
+        """The next turn of each episode of ``batch``, in one engine call."""
         gen = engine.generate([e.prompt_ids + e.ids for e in batch], between_chunks=between,
                               max_new_tokens=self.limits.turn_tokens, stop=stops)
         for row, episode in enumerate(batch):
@@ -253,12 +215,12 @@ class EpisodeRunner:
         if len(episode.ids) >= self.limits.episode_tokens:
             episode.end = "episode_tokens"
 
-    def _respond(self, pool: CallPool, i: int, episode: Episode, tool_results: dict[int, list]) -> None:
+    def respond(self, pool: CallPool, i: int, episode: Episode, tool_results: dict[int, list]) -> None:
         """Submit the turn's tool calls when it calls tools, else the environment's step."""
         text = episode.messages[-1]["content"]
         calls = parse_tool_calls(text) if self.tools is not None else []
         if not calls:
-            self._ask(pool, i, episode, "step", episode.env.step, text)
+            self.ask(pool, i, episode, "step", episode.env.step, text)
             return
         calls = self._tool_calls_to_run(episode, calls)
         if not calls:

@@ -65,6 +65,20 @@ class EpisodeRollout:
         last try) is left out and named in ``failed_groups``; with ``keep_failed`` (evaluation) its
         rows stay, unscored, with reward 0."""
         episodes = self.runner.run(engine, problems, n, between_chunks)
+        return self.finish(episodes, n, first_group_id, self.runner.last_run, keep_failed=keep_failed)
+
+    def play(self, engine, between_chunks=None):
+        """Episodes in flight for a caller that adds groups as they come and takes each one as it
+        ends (an async rollout worker): a :class:`~asyncrl.agents.play.Play`; score each finished
+        group with :meth:`finish`."""
+        from asyncrl.agents.play import Play
+
+        return Play(self.runner, engine, between_chunks)
+
+    def finish(self, episodes: list, n: int, first_group_id: int = 0, scheduler: dict | None = None, *,
+               keep_failed: bool = False) -> RolloutOut:
+        """``episodes`` (groups of ``n``, in order) scored into a batch, with their statistics and
+        ``scheduler``'s numbers (``Play.take_clock``)."""
         failed = sorted({i // n for i, e in enumerate(episodes) if e.end == "failed"})
         rows = [i for i, e in enumerate(episodes) if keep_failed or i // n not in failed]
         scored = [i for i in rows if episodes[i].end != "failed"]
@@ -79,11 +93,12 @@ class EpisodeRollout:
         kept = [episodes[i] for i in rows]
         gen = episodes_to_generation(kept, self.tokenizer.pad_token_id)
         fields = {f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)}
-        batch = Batch(**fields, rewards=total[rows], group_ids=group_ids_of(len(problems), n, first_group_id)[rows],
-                      advantages=torch.zeros(len(rows)), reward_parts=parts, reward_failed=failures)
+        group_ids = group_ids_of(len(episodes) // n, n, first_group_id)[rows]
+        batch = Batch(**fields, rewards=total[rows], group_ids=group_ids, advantages=torch.zeros(len(rows)),
+                      reward_parts=parts, reward_failed=failures)
         stats = EpisodeStats()
         stats.add_episodes(episodes, env_returns)
-        stats.add_scheduler(self.runner.last_run, failed_groups=len(failed))
+        stats.add_scheduler(scheduler or {}, failed_groups=len(failed))
         if self.tools is not None:
             stats.add_tool_counts(self.tools.take_counts())
         texts = [self.tokenizer.decode(e.ids, skip_special_tokens=True) for e in kept]

@@ -36,7 +36,7 @@ def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device | str = "c
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """→ (ids [B, L] long, attention_mask [B, L] long) on ``device``, sequences right-aligned.
     Built on the CPU and moved once (one host-to-device copy, not one per row)."""
-    width = max(len(s) for s in seqs)
+    width = max((len(s) for s in seqs), default=1)  # no rows (every group of a unit failed): [0, 1]
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for i, s in enumerate(seqs):

@@ -154,7 +154,7 @@ class WorkerPool:
             if kind == "ready":
                 self.ready.add(worker_id)
             elif kind == "result":
-                if self.inflight[worker_id].pop(payload["unit_id"], None) is None:
+                if not self._delivered(worker_id, payload):
                     continue
                 payload["batch"] = batch_from_numpy(payload["batch"])
             elif kind == "fatal":  # the worker hit bad input: the run stops with its one line, as its class
@@ -164,6 +164,22 @@ class WorkerPool:
             if kind != "alive":
                 kept.append((kind, worker_id, payload))
         return kept
+
+    def _delivered(self, worker_id: int, payload: dict) -> bool:
+        """Take a result off the unit in flight: the whole unit, or the groups it names
+        (``delivered``: a worker that sends each group as it ends), the rest staying in flight. False
+        for a unit no longer in flight (its worker was declared dead: its place was given back)."""
+        units = self.inflight[worker_id]
+        unit = units.get(payload["unit_id"])
+        if unit is None:
+            return False
+        sent = set(payload.get("delivered", unit.group_ids))
+        left = [(i, g) for i, g in zip(unit.problem_indices, unit.group_ids) if g not in sent]
+        if left:
+            units[unit.unit_id] = replace(unit, problem_indices=[i for i, _ in left], group_ids=[g for _, g in left])
+        else:
+            del units[unit.unit_id]
+        return True
 
     def kill_stuck(self) -> None:
         """The watchdog: SIGKILL every worker that holds work and has been silent too long (or,

@@ -246,7 +246,10 @@ def worker_main(spec: WorkerSpec, channel, work_q, result_q, stop) -> None:
         worker = RolloutWorker(spec, channel)
         worker.on_progress = Heartbeat(result_q, spec.worker_id, spec.config["async"]["worker_timeout_s"])
         result_q.put(("ready", spec.worker_id, None))
-        while not stop.is_set() and os.getppid() == parent:
+        running = lambda: not stop.is_set() and os.getppid() == parent  # noqa: E731
+        if hasattr(worker.rollout, "play"):  # episodes: in flight across units, each group sent as it ends
+            _serve_episodes(worker, work_q, result_q, running)
+        while running():
             try:
                 unit: WorkUnit = work_q.get(timeout=0.2)
             except queue.Empty:
@@ -259,3 +262,21 @@ def worker_main(spec: WorkerSpec, channel, work_q, result_q, stop) -> None:
     except Exception:  # report, then die: the pool restarts us
         result_q.put(("error", spec.worker_id, traceback.format_exc()))
         raise
+
+
+def _serve_episodes(worker: RolloutWorker, work_q, result_q, running) -> None:
+    """The loop of a worker that plays episodes (:mod:`asyncrl.runtime.episode_stream`): take every
+    unit admitted, advance the episodes, send each group that ended."""
+    from asyncrl.runtime.episode_stream import EpisodeStream
+
+    stream = EpisodeStream(worker)
+    while running():
+        while stream.accepts():
+            try:
+                unit = work_q.get_nowait() if stream.live else work_q.get(timeout=0.2)
+            except queue.Empty:
+                break
+            stream.add(unit)
+        for payload in stream.advance(timeout=0.05):
+            payload["batch"] = batch_to_numpy(payload["batch"])
+            result_q.put(("result", worker.spec.worker_id, payload))

@@ -1,0 +1,187 @@
+"""The episode scheduler end to end, as subprocesses: a 32-episode step has 16 or more environment
+calls in flight at once in sync and async (local; Ray in the slow suite); an environment failing
+one call in 20 trains on with its failures counted and its groups named in the ledger; one failing
+every call stops the run in one line; a group is handed to the trainer as soon as it ends, the
+groups still playing stay in flight (what a checkpoint re-issues)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from asyncrl.runtime.pool import WorkerPool
+from asyncrl.runtime.worker import WorkUnit
+
+from .test_agents_e2e import ENV, SMALL, rows
+
+PLUGIN = '''
+import json, os, threading
+from asyncrl.agents import ENVIRONMENTS
+
+ENVIRONMENTS["overlap"] = "overlap_env:Overlap"
+ENVIRONMENTS["flaky"] = "overlap_env:Flaky"
+
+_lock, _cond = threading.Lock(), threading.Condition()
+_state = {"now": 0, "peak": 0, "calls": 0}
+
+
+class Overlap:
+    """Each step waits (up to 3 s) until 16 steps are in flight; the peak goes to peak_file."""
+
+    def __init__(self, peak_file: str = "peak.json"):
+        self.peak_file = peak_file
+
+    def reset(self, row):
+        return row["prompt"]
+
+    def step(self, action):
+        with _cond:
+            _state["now"] += 1
+            if _state["now"] > _state["peak"]:
+                _state["peak"] = _state["now"]
+                with open(self.peak_file, "w") as f:
+                    json.dump({"peak": _state["peak"], "pid": os.getpid()}, f)
+            _cond.notify_all()
+            _cond.wait_for(lambda: _state["peak"] >= 16, timeout=3)
+            _state["now"] -= 1
+        return "again", 0.0, False, {}
+
+
+class Flaky:
+    """Every k-th step call of the process raises."""
+
+    def __init__(self, k: int = 20):
+        self.k = k
+
+    def reset(self, row):
+        return row["prompt"]
+
+    def step(self, action):
+        with _lock:
+            _state["calls"] += 1
+            fail = _state["calls"] % self.k == 0
+        if fail:
+            raise ConnectionError("container went away")
+        return "again", 0.0, False, {}
+'''
+BASE = [*[a for a in SMALL if not a.startswith("rollout.")], "task=arithmetic", "run.plugins=[overlap_env]",
+        "env.max_turns=2", "env.episode_tokens=120", "rollout.max_new_tokens=8", "trainer.steps=2"]
+
+
+def train(tmp_path: Path, cache: str, name: str, *args: str) -> subprocess.CompletedProcess:
+    (tmp_path / "overlap_env.py").write_text(PLUGIN)
+    return subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *BASE, *args, f"run.name={name}",
+                           f"policy.cache_dir={cache}"], cwd=tmp_path, env={**ENV, "PYTHONPATH": str(tmp_path)},
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", pytest.param("ray", marks=pytest.mark.slow)])
+def test_a_32_episode_step_has_16_or_more_calls_in_flight(tmp_path, cache, mode):
+    backend = ["run.mode=async", "async.backend=ray"] if mode == "ray" else [f"run.mode={mode}"]
+    proc = train(tmp_path, cache, mode, *backend, "env.name=overlap", "rollout.prompts_per_step=8",
+                 "rollout.samples_per_prompt=4", "env.kwargs={peak_file: " + str(tmp_path / "peak.json") + "}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "peak.json").read_text())["peak"] >= 16
+    records = [r for r in rows(tmp_path / "runs" / mode / "metrics.jsonl") if "episode/calls_in_flight_max" in r]
+    assert records and max(r["episode/calls_in_flight_max"] for r in records) >= 16
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_one_call_in_20_failing_trains_on_and_names_the_dropped_groups(tmp_path, cache, mode):
+    proc = train(tmp_path, cache, mode, f"run.mode={mode}", "env.name=flaky", "env.retries=0",
+                 "rollout.prompts_per_step=4", "rollout.samples_per_prompt=4", "trainer.steps=3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [r for r in rows(tmp_path / "runs" / mode / "metrics.jsonl") if r["step"] > 0]
+    assert sum(r.get("episode/failed", 0) for r in records) >= 1
+    ledger = rows(tmp_path / "runs" / mode / "ledger.jsonl")
+    dropped = [g for r in ledger for g in r["dropped"]]
+    trained = [g for r in ledger for g in r["consumed"]]
+    assert dropped and not set(dropped) & set(trained)
+    assert sum(r.get("episode/failed_groups", 0) for r in records) == len(dropped)
+
+
+def test_an_environment_failing_every_call_stops_in_one_line(tmp_path, cache):
+    proc = train(tmp_path, cache, "down", "run.mode=sync", "env.name=flaky", "env.kwargs={k: 1}",
+                 "env.retries=1", "env.retry_backoff_s=0")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in proc.stderr
+    assert "environment overlap_env.Flaky on row uid=" in lines[-1]
+    assert "episodes failed, more than env.max_failure_frac=0.25" in lines[-1]
+    assert lines[-1].endswith("step raised ConnectionError: container went away (try 2 of 2)")
+
+
+def test_a_units_groups_delivered_one_by_one_leave_the_rest_in_flight():
+    """What a worker that sends each group as it ends leaves in flight: the groups not yet sent,
+    which a checkpoint re-issues (the whole unit would train the sent ones twice)."""
+    pool = object.__new__(WorkerPool)
+    pool.inflight = {0: {5: WorkUnit(5, problem_indices=[10, 11, 12], group_ids=[40, 41, 42], n=4)}}
+    assert pool._delivered(0, {"unit_id": 5, "delivered": [41]})
+    assert pool.inflight_units() == [WorkUnit(5, problem_indices=[10, 12], group_ids=[40, 42], n=4)]
+    assert pool._delivered(0, {"unit_id": 5, "delivered": [40, 42]}) and pool.inflight_units() == []
+    assert not pool._delivered(0, {"unit_id": 5, "delivered": [40]})  # no longer in flight: dropped
+    pool.inflight = {0: {6: WorkUnit(6, [1], [7], 2)}}
+    assert pool._delivered(0, {"unit_id": 6}) and pool.n_inflight == 0  # a whole unit's result
+
+
+def test_an_async_worker_sends_a_group_before_its_units_slowest_episode_ends(tiny_policy):
+    """The worker's loop (asyncrl.runtime.episode_stream): the fast group's payload comes while the
+    slow group's environment is still waiting; the slow one's comes after it answers."""
+    import threading
+
+    from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner
+    from asyncrl.agents.render import PlainTurns
+    from asyncrl.rollout.rollouts import RolloutOut
+    from asyncrl.runtime.episode_stream import EpisodeStream
+    from asyncrl.tasks import Problem
+
+    from .test_scheduler import ReplyEngine
+
+    _, tok, _ = tiny_policy
+    released = threading.Event()
+
+    class FastOrSlow:
+        def reset(self, row):
+            self.slow = row["uid"] == "slow"
+            return row["prompt"]
+
+        def step(self, action):
+            if self.slow:
+                released.wait(10)
+            return "", 0.0, True, {}
+
+    class Rollout:
+        def __init__(self):
+            self.runner = EpisodeRunner(FastOrSlow, PlainTurns(tok), tok, EpisodeLimits(2, 8, 100))
+
+        def play(self, engine, between):
+            from asyncrl.agents.play import Play
+            return Play(self.runner, engine, between)
+
+        def finish(self, episodes, n, first_group_id, scheduler):
+            batch = type("B", (), {"group_ids": torch.zeros(len(episodes), dtype=torch.long)})()
+            return RolloutOut(batch, [], None, failed_groups=[])
+
+    class Worker:
+        spec = type("S", (), {"interruptible": False})()
+        on_progress = None
+        channel = type("C", (), {"latest": lambda self: 0})()
+        engine = ReplyEngine(tok)
+        problems = [Problem(uid=u, prompt="What is 1 + 1?", answer="2", solution="") for u in ("fast", "slow")]
+        rollout = Rollout()
+        pull_s = 0.0
+
+    stream = EpisodeStream(Worker())
+    stream.add(WorkUnit(3, problem_indices=[0, 1], group_ids=[20, 21], n=2))
+    sent = []
+    while not sent:
+        sent += stream.advance(0.05)
+    assert [p["delivered"] for p in sent] == [[20]] and stream.live == 2  # the slow group still plays
+    released.set()
+    while stream.live:
+        sent += stream.advance(0.05)
+    assert [p["delivered"] for p in sent] == [[20], [21]] and not stream.units
