@@ -168,7 +168,7 @@ CASES = [
     ("data-golds-never-score", ["train", lambda t, m: _gsm8k(t, [{"question": "q", "answer": "#### banana"}] * 3)],
      "data.jsonl:1: no gold answer in this file has a number"),
     ("eval-fraction-zero", ["train", "task.eval_fraction=0", lambda t, m: _gsm8k(t, [GOOD_ROW], with_eval=False)],
-     "task.eval_fraction: must be > 0"),
+     "has no eval problems (a file task: raise task.eval_fraction"),
     ("arithmetic-no-eval", ["train", "task.arithmetic.n_eval=0"], "task.arithmetic.n_eval: no eval problems"),
     ("task-path-arithmetic", ["train", "task=arithmetic", "task.path={tmp}/d.jsonl"],
      "task.path: the arithmetic task generates its problems and reads no file"),

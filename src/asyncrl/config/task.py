@@ -73,9 +73,10 @@ class TaskConfig(GemFields, ReasoningGymFields, DatasetFields, _TaskName):
         return (f"task.max_prompt_chars: {CHARS_PER_TOKEN} per token of task.max_prompt_length="
                 f"{self.max_prompt_length}")
 
-    def build(self):
+    def build(self, need_eval: bool = True):
         """The task, with its problems generated/loaded and their sizes checked (asyncrl.tasks.limits);
-        a bad dataset raises ConfigError."""
+        a bad dataset raises ConfigError. ``need_eval``: the run evaluates (``eval.n_problems`` > 0),
+        so an empty eval split is refused."""
         from asyncrl.tasks import build_task, check_registry
 
         try:
@@ -91,9 +92,10 @@ class TaskConfig(GemFields, ReasoningGymFields, DatasetFields, _TaskName):
             check_prompt_sizes(task, self.prompt_chars_bound, self._chars_bound_source())
         except ValueError as err:
             raise ConfigError("task.max_prompt_chars", str(err)) from None
-        if not task.problems("eval"):  # evaluation would divide by zero mid-run
+        if need_eval and not task.problems("eval"):  # evaluation would divide by zero mid-run
             raise ConfigError("task", f"task {self.name!r} has no eval problems (a file task: raise "
-                                      "task.eval_fraction or task.max_eval, or set task.eval_path)")
+                                      "task.eval_fraction or task.max_eval, or set task.eval_path; or "
+                                      "eval.n_problems=0 to train without evaluation)")
         return task
 
     def settings(self) -> Any:

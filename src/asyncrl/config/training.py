@@ -278,7 +278,7 @@ class EvalConfig:
     """Held-out evaluation: accuracy (mean reward) on ``n_problems`` eval-split problems."""
 
     every: int = setting(50, "steps between evals; 0 = only before and after training")
-    n_problems: int = setting(200, "eval-split problems scored")
+    n_problems: int = setting(200, "eval-split problems scored; 0 = no evaluation (the task needs no eval split)")
     samples: int = setting(4, "completions per problem: accuracy = mean reward over all of them")
     # 1.0 with one sample per problem is the "eval reward" of the A-3PO paper
     temperature: float = setting(1.0, "sampling temperature of evaluation; 0 = greedy")
@@ -304,8 +304,8 @@ class EvalConfig:
         if not self.pass_k or bad:
             raise ValueError(f"pass_k: each k must be in [1, {samples}] (the samples per problem"
                              f"{' at temperature 0' if self.temperature == 0 else ''}), got {self.pass_k}")
-        if self.n_problems < 1:
-            raise ValueError("n_problems: must be >= 1")
+        if self.n_problems < 0:
+            raise ValueError("n_problems: must be >= 0 (0: the run does not evaluate)")
         if self.samples < 1:
             raise ValueError("samples: must be >= 1")
         if self.temperature < 0:

@@ -41,7 +41,8 @@ class Evaluations:
         return None if ask is None else ask()
 
     def due(self, step: int) -> bool:
-        return due(step, self.session.cfg.eval.every, self.session.cfg.trainer.steps)
+        """Whether to evaluate after ``step`` (never without eval problems: eval.n_problems=0)."""
+        return bool(self.session.eval_problems) and due(step, self.session.cfg.eval.every, self.session.cfg.trainer.steps)
 
     def run_if_due(self, step: int, record: dict) -> None:
         """Evaluate after ``step`` if due, into the step's record."""
@@ -49,11 +50,14 @@ class Evaluations:
             self.run(step)
             record.update(self.last)
 
-    def run(self, step: int) -> float:
-        """Evaluate now; returns ``eval_reward``. Step 0 writes its own row, so that curves start
-        where the policy started."""
+    def run(self, step: int) -> float | None:
+        """Evaluate now; returns ``eval_reward`` (None for a run without evaluation: eval.n_problems=0).
+        Step 0 writes its own row, so that curves start where the policy started."""
         t0 = time.perf_counter()
         session = self.session
+        if not session.eval_problems:
+            self.last = {}
+            return None
         if step == 0 and session.cfg.eval.cache_initial:
             self.last = self._initial_cached()
         else:

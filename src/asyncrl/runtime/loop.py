@@ -114,7 +114,7 @@ def _before_first_step(cfg: Config, session: Session, source, evaluations: Evalu
         session.progress.phase("evaluating the starting policy")
         eval_acc = evaluations.run(0)  # on the CPU: overlaps with the workers' start-up
         session.progress.update(0, eval_acc=eval_acc, elapsed_s=session.elapsed_s())
-        if callbacks:
+        if callbacks and evaluations.last:
             callbacks.evaluated({"step": 0, **evaluations.last})
     else:
         session.progress.update(session.start_step, elapsed_s=session.elapsed_s())

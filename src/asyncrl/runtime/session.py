@@ -137,7 +137,7 @@ class RunStart:
         progress = TrainProgress(cfg.trainer.steps, f"{cfg.run.mode}/{cfg.loss.name}",
                                  enabled=cfg.run.progress, batch_size=cfg.rollout.batch_size, hold_phases=True)
         progress.phase("loading task")
-        task = cfg.task.build()
+        task = cfg.task.build(need_eval=cfg.eval.n_problems > 0)
         rewards = cfg.reward.build(task)  # resolved from the config's import paths, as workers do
         return cls(cfg, run_dir, lock, resume, kept_step, seen, progress, task, rewards)
 

@@ -181,7 +181,7 @@ class RolloutWorker:
                                      policy_dir=spec.policy_dir, seed=spec.seed, chunked=spec.interruptible)
         # the module the channel fills: the engine's own model, else a staging copy
         self.landing = getattr(self.engine, "model", None) or model
-        self.task = self.cfg.task.build()
+        self.task = self.cfg.task.build(need_eval=False)  # evaluation runs in the trainer
         self.rewards = self.cfg.reward.build(self.task)  # from the config's import paths, in this process
         self.rollout = make_rollout(self.cfg, self.rewards, self.tokenizer)  # single turns or episodes
         self.problems = self.task.problems("train")

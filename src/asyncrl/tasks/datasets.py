@@ -167,8 +167,6 @@ class _DatasetTask:
         """This task's settings out of the run config's ``task`` section (which holds the
         :class:`DatasetFields` keys), with the checks that need the task's name or the files.
         ValueError ``"field: message"``, the field relative to ``task.``."""
-        if keys.eval_path is None and keys.eval_fraction == 0:
-            raise ValueError("eval_fraction: must be > 0 when task.eval_path is not set (no eval problems)")
         if keys.path is None:
             raise ValueError(f"path: task {cls.name!r} reads a local file; set task.path=<jsonl|parquet|dir>")
         values = {f.name: getattr(keys, f.name) for f in fields(DatasetFields)}
