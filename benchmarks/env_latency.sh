@@ -1,35 +1,44 @@
 #!/usr/bin/env bash
-# Environments with a remote environment's latency: sync GRPO against async A-3PO on the guess game
-# (guess-agent preset) whose every reset and step answers after a lognormal delay (env.name=latency,
-# median MEDIAN_S, σ = 1), paired repeats in ABAB order (identical work times ±13 % apart on these
-# machines). Each run: 8 prompts × 4 samples, STEPS steps, 20 eval problems. Runs a summary at the end.
-#   benchmarks/env_latency.sh OUT_DIR "MEDIANS" REPEATS STEPS [extra overrides for both arms...]
-# e.g. benchmarks/env_latency.sh benchmarks/results/2026-12-05-env-latency "0.1 0.5" 3 6
+# Agents whose environments take time: sync GRPO against async A-3PO at staleness K = 2 and 4, on
+#   guess:      the guess game (guess-agent preset) whose every reset and step answers after a
+#               lognormal delay (env.name=latency, median MEDIAN s, σ = 1);
+#   calculator: the calculator agent (calculator-agent preset) whose calculator tool is an HTTP
+#               service on 127.0.0.1 answering after the same delays (benchmarks/remote_calculator.py).
+# Paired repeats in ABAB order (arms in order in odd repeats, reversed in even ones): identical work
+# times ±13 % apart on these machines, so only paired ratios are compared. Each run: 8 prompts ×
+# 4 samples a step, STEPS steps, no evaluation (eval.n_problems=0: only speed is measured here).
+#   benchmarks/env_latency.sh OUT_DIR guess|calculator "MEDIANS" REPEATS STEPS "ARMS" [overrides...]
+# e.g. benchmarks/env_latency.sh benchmarks/results/2026-12-05-env-latency guess "0.5" 3 6 "sync async2 async4"
 set -euo pipefail
-out=$1 medians=$2 repeats=$3 steps=$4
-shift 4
+out=$1 suite=$2 medians=$3 repeats=$4 steps=$5 arms=$6
+shift 6
+here="$(cd "$(dirname "$0")" && pwd)"
 mkdir -p "$out"
-run() {  # run NAME ARGS...
-  local name=$1
-  shift
+run() {  # run MEDIAN NAME ARGS...
+  local median=$1 name=$2
+  shift 2
   [ -f "$out/$name/summary.json" ] && return 0
   echo "== $name $(date -u +%H:%M:%S)" >&2
-  asyncrl train --config guess-agent env.name=latency "$@" rollout.prompts_per_step=8 \
-    rollout.samples_per_prompt=4 trainer.steps="$steps" eval.n_problems=20 eval.every=0 \
-    run.out_dir="$out" run.name="$name" run.progress=false "run.report_to=[]" > "$out/$name.log" 2>&1
+  local common=(rollout.prompts_per_step=8 rollout.samples_per_prompt=4 trainer.steps="$steps" eval.n_problems=0
+                run.out_dir="$out" run.name="$name" run.progress=false "run.report_to=[]")
+  case $suite in
+    guess) asyncrl train --config guess-agent env.name=latency \
+             "env.kwargs={inner: guess, median_s: $median, sigma: 1.0}" "${common[@]}" "$@" > "$out/$name.log" 2>&1 ;;
+    calculator) PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" python "$here/remote_calculator.py" \
+                  --median-s "$median" --sigma 1.0 -- asyncrl train --config calculator-agent \
+                  "env.tools=[remote_calculator:calculator]" "${common[@]}" "$@" > "$out/$name.log" 2>&1 ;;
+  esac
 }
 for median in $medians; do
-  kwargs="{inner: guess, median_s: $median, sigma: 1.0}"
-  for r in $(seq 1 "$repeats"); do  # ABAB: sync first in odd pairs, async first in even ones
-    arms=(sync async)
-    [ $((r % 2)) -eq 0 ] && arms=(async sync)
-    for arm in "${arms[@]}"; do
+  for r in $(seq 1 "$repeats"); do
+    order=($arms)
+    if [ $((r % 2)) -eq 0 ]; then order=($(printf '%s\n' "${order[@]}" | tac)); fi
+    for arm in "${order[@]}"; do
       case $arm in
-        sync) run "m$median-sync-r$r" "env.kwargs=$kwargs" run.mode=sync trainer.prox=behav loss.name=ppo "$@" ;;
-        async) run "m$median-async-r$r" "env.kwargs=$kwargs" run.mode=async async.max_staleness=2 \
-                 async.n_workers=2 "$@" ;;
+        sync) run "$median" "$suite-m$median-sync-r$r" run.mode=sync trainer.prox=behav loss.name=ppo "$@" ;;
+        async*) run "$median" "$suite-m$median-$arm-r$r" run.mode=async async.max_staleness="${arm#async}" "$@" ;;
       esac
     done
   done
 done
-python "$(dirname "$0")/env_latency_summary.py" "$out"
+python "$here/env_latency_summary.py" "$out"

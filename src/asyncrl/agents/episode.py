@@ -105,6 +105,8 @@ class Episode:
     failure: str = ""  # what failed: "step raised KeyError: 'board' (try 3 of 3)"
     env_time_s: float = 0.0  # wall time its calls took, waiting included
     asked_at: float = 0.0  # when its pending calls were submitted
+    started_at: float = field(default_factory=time.perf_counter)
+    duration_s: float = 0.0  # wall time from its start to its end (set when it ends)
 
     @property
     def completion_messages(self) -> list[dict]:

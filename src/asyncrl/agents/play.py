@@ -57,6 +57,7 @@ class Play:
         self.stops: tuple[str, ...] | None = None
         self.last_hook = time.monotonic()
         self.clock = {"env_wait_s": 0.0, "decode_s": 0.0, "decodes": 0}
+        self.in_flight_max = 0  # the most episodes in flight at once since the last take_clock
 
     @property
     def live(self) -> int:
@@ -78,6 +79,7 @@ class Play:
                 if self.stops is None:
                     self.stops = self.runner.stops_of(episode)
                 self.runner.ask(self.pool, number, episode, "reset", episode.env.reset, row_of(problem))
+        self.in_flight_max = max(self.in_flight_max, len(self.episodes))
         return started
 
     def advance(self, timeout: float | None = None) -> list[FinishedGroup]:
@@ -125,6 +127,7 @@ class Play:
 
     def _ended(self, number: int, finished: list[FinishedGroup]) -> None:
         episode = self.episodes.pop(number)
+        episode.duration_s = time.perf_counter() - episode.started_at
         self.tool_results.pop(number, None)
         self.runner.failures.record(episode)
         group = self.group_of.pop(number)
@@ -134,8 +137,10 @@ class Play:
 
     def take_clock(self) -> dict[str, float]:
         """The scheduler's numbers since the last take (``EpisodeStats.add_scheduler``)."""
-        out = {**self.clock, "calls_in_flight_max": self.pool.max_in_flight, "call_retries": self.pool.retried}
+        out = {**self.clock, "calls_in_flight_max": self.pool.max_in_flight, "call_retries": self.pool.retried,
+               "in_flight_max": self.in_flight_max}
         self.clock = {"env_wait_s": 0.0, "decode_s": 0.0, "decodes": 0}
+        self.in_flight_max = len(self.episodes)
         self.pool.max_in_flight = len(self.pool.running)
         self.pool.retried = 0
         return out

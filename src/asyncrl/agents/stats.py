@@ -29,6 +29,8 @@ class EpisodeStats:
     env_wait_s: float = 0.0  # time the scheduler had nothing to decode: every live episode waited on a call
     decode_s: float = 0.0  # time in the engine's calls
     decodes: int = 0  # engine calls
+    in_flight_max: int = 0  # the most episodes in flight at once
+    durations: list[float] = field(default_factory=list)  # seconds from each episode's start to its end
 
     def add_scheduler(self, run: dict, failed_groups: int) -> None:
         """The scheduler's numbers for one run of episodes (``EpisodeRunner.last_run``)."""
@@ -38,6 +40,7 @@ class EpisodeStats:
         self.env_wait_s += run.get("env_wait_s", 0.0)
         self.decode_s += run.get("decode_s", 0.0)
         self.decodes += int(run.get("decodes", 0))
+        self.in_flight_max = max(self.in_flight_max, int(run.get("in_flight_max", 0)))
 
     def add_episodes(self, episodes, env_returns: list[float]) -> None:
         for e, ret in zip(episodes, env_returns):
@@ -49,6 +52,7 @@ class EpisodeStats:
             self.env_time_s += e.env_time_s
             self.env_reward += ret
             self.ends[e.end] += 1
+            self.durations.append(e.duration_s)
 
     def add_tool_counts(self, counts: dict[str, dict[str, int]]) -> None:
         self.tool_calls.update(counts.get("calls", {}))
@@ -60,6 +64,7 @@ class EpisodeStats:
         self.turns += other.turns
         self.turns_max = max(self.turns_max, other.turns_max)
         self.lengths += other.lengths
+        self.durations += other.durations
         self.observed_tokens += other.observed_tokens
         self.env_time_s += other.env_time_s
         self.env_reward += other.env_reward
@@ -86,7 +91,9 @@ class EpisodeStats:
                "episode/failed": self.ends.get("failed", 0), "episode/failed_groups": self.failed_groups,
                "episode/call_retries": self.call_retries, "episode/calls_in_flight_max": self.calls_in_flight_max,
                "episode/env_wait_s": self.env_wait_s, "episode/decode_s": self.decode_s,
-               "episode/decodes": self.decodes}
+               "episode/decodes": self.decodes, "episode/in_flight_max": self.in_flight_max,
+               "episode/duration_mean_s": sum(self.durations) / len(self.durations) if self.durations else 0.0,
+               "episode/duration_max_s": max(self.durations, default=0.0)}
         out.update({f"episode/end_{reason}": count / n for reason, count in self.ends.items()})
         for name in sorted(set(self.tool_calls) | set(self.tool_failures)):
             out[f"tool/{name}/calls"] = self.tool_calls[name]
