@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Agents whose environments take time: sync GRPO against async A-3PO at staleness K = 2 and 4, on
+# Agents whose environments take time: sync GRPO against async A-3PO at staleness K = 2 and 4 (arms
+# async2, async4) and against sync GRPO in lock-step rounds (arm rounds: what the ready schedule costs
+# or saves), on
 #   guess:      the guess game (guess-agent preset) whose every reset and step answers after a
 #               lognormal delay (env.name=latency, median MEDIAN s, σ = 1);
 #   calculator: the calculator agent (calculator-agent preset) whose calculator tool is an HTTP
@@ -36,6 +38,8 @@ for median in $medians; do
     for arm in "${order[@]}"; do
       case $arm in
         sync) run "$median" "$suite-m$median-sync-r$r" run.mode=sync trainer.prox=behav loss.name=ppo "$@" ;;
+        rounds) run "$median" "$suite-m$median-rounds-r$r" run.mode=sync trainer.prox=behav loss.name=ppo \
+                  env.schedule=rounds "$@" ;;
         async*) run "$median" "$suite-m$median-$arm-r$r" run.mode=async async.max_staleness="${arm#async}" "$@" ;;
       esac
     done

@@ -46,7 +46,7 @@ def fmean(values) -> float:
 def main(out: Path) -> dict:
     runs: dict = {}
     for d in sorted(p for p in out.iterdir() if (p / "summary.json").exists()):
-        suite, median, arm, repeat = re.fullmatch(r"(\w+)-m([\d.]+)-(sync|async\d+)-r(\d+)", d.name).groups()
+        suite, median, arm, repeat = re.fullmatch(r"(\w+)-m([\d.]+)-(sync|rounds|async\d+)-r(\d+)", d.name).groups()
         runs.setdefault((suite, median), {}).setdefault(int(repeat), {})[arm] = run_numbers(d)
     summary = {}
     for (suite, median), repeats in sorted(runs.items(), key=lambda kv: (kv[0][0], float(kv[0][1]))):
