@@ -279,3 +279,45 @@ def test_the_pool_bounds_calls_in_flight_and_retries_with_backoff():
     pool.submit("y", lambda: exec("raise SystemExit(3)"), retries=0)
     (key, outcome), = pool.wait(WAIT_S)
     assert key == "y" and outcome == Failed("exited (SystemExit 3)")
+
+
+def test_method_tools_of_one_turn_run_in_order_on_their_instance(tok):
+    """A TRL environment class's methods share the episode's instance: the turn's calls run one
+    after another in the order written (plain tools of one turn run at once, above)."""
+    from asyncrl.agents.rollout import InstanceToolsRunner
+
+    class Counter:
+        def __init__(self):
+            self.seen, self.busy, self.overlapped = [], False, False
+
+        def add(self, step: int) -> int:
+            """Add to the counter.
+
+            Args:
+                step: how much to add
+            """
+            self.overlapped |= self.busy
+            self.busy = True
+            threading.Event().wait(0.05)  # long enough for a concurrent call to overlap
+            self.seen.append(step)
+            self.busy = False
+            return sum(self.seen)
+
+    class Env:  # what trl_env.wrap makes of a class: the instance, reset, step
+        def __init__(self):
+            self.instance = Counter()
+
+        def reset(self, row):
+            return row["prompt"]
+
+        def step(self, action):
+            return "", 0.0, True, {}
+
+    call = '<tool_call>{"name": "add", "arguments": {"step": %d}}</tool_call>'
+    engine = ReplyEngine(tok, reply=lambda text: " done" if "<tool_call>" in text else "".join(call % k for k in (1, 2, 3)))
+    box = ToolBox([Tool.from_method(Counter, "add")], timeout_s=30)
+    runner = InstanceToolsRunner(Env, PlainTurns(tok), tok, EpisodeLimits(3, 64, 400), box)
+    episodes = runner.run(engine, problems(2), 2)
+    for e in episodes:
+        assert e.env.instance.seen == [1, 2, 3] and not e.env.instance.overlapped
+        assert [c["content"] for c in e.tool_calls] == ["1", "3", "6"]

@@ -178,7 +178,7 @@ class EpisodeRunner:
             results[index[0]] = outcome
             if any(r is None for r in results):
                 return False
-            return self._after_response(episode, self._tool_messages(episode, results))
+            return self._after_response(episode, self._tool_messages(episode, [r for job in results for r in job]))
         if what == "reset":
             episode.messages = check_reset(episode.env, episode.problem, outcome)
             episode.n_prompt_messages = len(episode.messages)
@@ -217,27 +217,30 @@ class EpisodeRunner:
         if len(episode.ids) >= self.limits.episode_tokens:
             episode.end = "episode_tokens"
 
-    def respond(self, pool: CallPool, i: int, episode: Episode, tool_results: dict[int, list]) -> None:
-        """Submit the turn's tool calls when it calls tools, else the environment's step."""
+    def respond(self, pool: CallPool, i: int, episode: Episode, tool_results: dict[int, list]) -> bool:
+        """Submit the turn's tool calls when it calls tools, else the environment's step. True when
+        the episode needs no call and is ready for its next turn now."""
         text = episode.messages[-1]["content"]
         calls = parse_tool_calls(text) if self.tools is not None else []
         if not calls:
             self.ask(pool, i, episode, "step", episode.env.step, text)
-            return
+            return False
         calls = self._tool_calls_to_run(episode, calls)
-        if not calls:
-            episode.asked_at = time.perf_counter()
-            self._after_response(episode, [])
-            return
-        tool_results[i] = [None] * len(calls)
         episode.asked_at = time.perf_counter()
+        if not calls:
+            return self._after_response(episode, [])
         owner = self._tool_owner(episode)
-        for k, call in enumerate(calls):  # several calls of one turn run at once; results keep their order
-            # the ToolBox bounds each call itself (env.tool_timeout_s) and never raises for the tool
-            pool.submit((i, "tool", k), self._call_tool, (call, owner))
+        # the ToolBox bounds each call itself (env.tool_timeout_s) and never raises for the tool.
+        # Plain tools of one turn run at once; methods of the episode's own environment instance run
+        # one after another, as the model wrote them (they share the instance's state)
+        jobs = [calls] if owner is not None else [[call] for call in calls]
+        tool_results[i] = [None] * len(jobs)
+        for k, job in enumerate(jobs):
+            pool.submit((i, "tool", k), self._call_tools, (job, owner))
+        return False
 
-    def _call_tool(self, call, owner):
-        return call, self.tools.call(call, owner)
+    def _call_tools(self, calls: list, owner) -> list:
+        return [(call, self.tools.call(call, owner)) for call in calls]
 
     def _tool_calls_to_run(self, episode: Episode, calls: list) -> list:
         return calls

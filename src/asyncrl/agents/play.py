@@ -114,8 +114,8 @@ class Play:
         self.clock["decodes"] += 1
         for number in numbers:
             episode = self.episodes[number]
-            if episode.end is None:
-                self.runner.respond(self.pool, number, episode, self.tool_results)
+            if episode.end is None and self.runner.respond(self.pool, number, episode, self.tool_results):
+                self.ready.append(number)  # nothing to ask: its next turn comes in the next engine call
             if episode.end is not None:
                 self._ended(number, finished)
         if self.between is not None and self.episodes:
