@@ -185,3 +185,61 @@ def test_an_async_worker_sends_a_group_before_its_units_slowest_episode_ends(tin
     while stream.live:
         sent += stream.advance(0.05)
     assert [p["delivered"] for p in sent] == [[20], [21]] and not stream.units
+
+
+HANGS = '''
+import os, time
+from asyncrl.agents import ENVIRONMENTS
+from asyncrl.agents.guess import GuessNumber
+
+ENVIRONMENTS["hangs"] = "hang_env:Hangs"
+
+
+class Hangs(GuessNumber):
+    """The guess game, whose steps hang (ten minutes) once the run of $HANG_RUN_DIR finished step 1,
+    while the file HANG exists; the first to hang writes HUNG."""
+
+    def step(self, action):
+        metrics = os.path.join(os.environ.get("HANG_RUN_DIR", "-"), "metrics.jsonl")
+        if os.path.exists("HANG") and os.path.exists(metrics) and '"step": 1,' in open(metrics).read():
+            open("HUNG", "w").close()
+            time.sleep(600)
+        return super().step(action)
+'''
+
+
+def test_sigterm_while_sync_episodes_wait_on_a_hung_environment_stops_and_resumes_exactly(tmp_path, cache):
+    """The stop does not wait for the environment (a 600 s step, env.step_timeout_s=600: the test's
+    own 300 s limit would end first), and the abandoned batch is generated again on resume: the
+    weights equal an uninterrupted run's (rounds: lock-step, reproducible)."""
+    import signal
+    import time
+
+    from .test_agents_e2e import GUESS, weights
+
+    (tmp_path / "hang_env.py").write_text(HANGS)
+    run_dir = tmp_path / "runs" / "stopped"
+    env = {**ENV, "PYTHONPATH": str(tmp_path), "HANG_RUN_DIR": str(run_dir)}
+    args = [*GUESS, "run.mode=sync", "trainer.steps=3", "env.schedule=rounds", "run.plugins=[hang_env]",
+            "env.name=hangs", "env.step_timeout_s=600", f"policy.cache_dir={cache}"]
+    whole = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *args, "run.name=whole"], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=400)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    (tmp_path / "HANG").touch()
+    proc = subprocess.Popen([sys.executable, "-m", "asyncrl.cli", "train", *args, "run.name=stopped"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "HUNG").exists():  # step 2's episodes wait on a hung step
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "run too slow"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "stopped by SIGTERM after step 1" in err and "--resume" in err
+    (tmp_path / "HANG").unlink()
+    resumed = subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", "--resume", str(run_dir)], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=400)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = weights(tmp_path / "runs" / "whole"), weights(run_dir)
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -145,11 +145,12 @@ class EpisodeRunner:
         """A new episode of ``problem`` in a new environment, its prompt not yet asked for."""
         return Episode(problem, self.env_factory(), [], [])
 
-    def run(self, engine, problems: list[Problem], n: int, between=None, on_group=None) -> list[Episode]:
+    def run(self, engine, problems: list[Problem], n: int, between=None, on_group=None, check=None) -> list[Episode]:
         """``n`` episodes per problem (rows: problems × n, in order), each from its own environment
         reset with the same row: every member of a group starts from the same state. ``on_group``:
-        called with (group index, its episodes) as soon as the group's last member ends."""
-        play = Play(self, engine, between)
+        called with (group index, its episodes) as soon as the group's last member ends; ``check``:
+        called while waiting on calls, raises to abandon the episodes (a stop signal)."""
+        play = Play(self, engine, between, check)
         episodes = play.add(problems, n)
         while play.live:
             for group in play.advance():

@@ -43,10 +43,12 @@ class _Group:
 
 class Play:
     """Episodes of ``runner`` (an :class:`~asyncrl.agents.episode.EpisodeRunner`) in flight on
-    ``engine``; ``between``: the engine's chunk hook (newer weights, the heartbeat), or None."""
+    ``engine``; ``between``: the engine's chunk hook (newer weights, the heartbeat), or None;
+    ``check``: called at least every second while waiting on calls, to raise when the run must stop
+    (a stop signal need not wait for a hung environment)."""
 
-    def __init__(self, runner, engine, between=None):
-        self.runner, self.engine, self.between = runner, engine, between
+    def __init__(self, runner, engine, between=None, check=None):
+        self.runner, self.engine, self.between, self.check = runner, engine, between, check
         sched = runner.scheduling
         self.pool = CallPool(sched.concurrency, sched.backoff_s)
         self.episodes: dict[int, Any] = {}  # episode number -> Episode, while it is in flight
@@ -91,8 +93,10 @@ class Play:
             return finished
         if not self.pool.pending:
             return finished
+        if self.check is not None:
+            self.check()
         t0 = time.perf_counter()
-        wait = HEARTBEAT_S if self.between is not None else None
+        wait = HEARTBEAT_S if self.between is not None or self.check is not None else None
         outcomes = self.pool.wait(timeout=wait if timeout is None else min(timeout, wait or timeout))
         self.clock["env_wait_s"] += time.perf_counter() - t0
         if self.between is not None and time.monotonic() - self.last_hook >= HEARTBEAT_S:

@@ -60,11 +60,12 @@ class EpisodeRollout:
         self.runner = runner(make_env, turns, tokenizer, limits, self.tools, scheduling)
 
     def run(self, engine, problems: list[Problem], n: int, *, between_chunks=None,
-            first_group_id: int = 0, keep_failed: bool = False) -> RolloutOut:
+            first_group_id: int = 0, keep_failed: bool = False, stop_check=None) -> RolloutOut:
         """The episodes as a scored batch. A group with a failed episode (a call that failed on its
         last try) is left out and named in ``failed_groups``; with ``keep_failed`` (evaluation) its
-        rows stay, unscored, with reward 0."""
-        episodes = self.runner.run(engine, problems, n, between_chunks)
+        rows stay, unscored, with reward 0. ``stop_check``: raises, while episodes wait on their
+        environments, when the run must stop."""
+        episodes = self.runner.run(engine, problems, n, between_chunks, check=stop_check)
         return self.finish(episodes, n, first_group_id, self.runner.last_run, keep_failed=keep_failed)
 
     def play(self, engine, between_chunks=None):

@@ -43,7 +43,7 @@ class SingleTurn:
         self.chat_template, self.max_prompt_length = chat_template, max_prompt_length
 
     def run(self, engine, problems: list[Problem], n: int, *, between_chunks=None,
-            first_group_id: int = 0, keep_failed: bool = False) -> RolloutOut:
+            first_group_id: int = 0, keep_failed: bool = False, stop_check=None) -> RolloutOut:
         prompts = encode_problems(self.tokenizer, problems, n, self.chat_template, self.max_prompt_length)
         gen = engine.generate(prompts, between_chunks=between_chunks)
         batch = score(gen, problems, n, self.rewards, self.tokenizer, first_group_id=first_group_id)

@@ -24,6 +24,7 @@ from asyncrl.rollout import ENGINES, PromptStream
 from asyncrl.rollout.rollouts import make_rollout
 from asyncrl.runtime.engines import generation_dtype, rollout_engine
 from asyncrl.runtime.session import Session
+from asyncrl.runtime.signals import StopRequested
 from asyncrl.types import Batch
 
 
@@ -138,6 +139,19 @@ class LockstepSource:
         pass
 
     def next_batch(self, version: int, step: int) -> Batch:
+        """The step's batch. A stop signal while episodes wait on their environments abandons it and
+        puts the prompt stream and sampler back where the step began: the checkpoint of the last
+        finished step then resumes exactly (the batch is generated again)."""
+        before = (self.prompts.state_dict(), self.engine.rng_state(), self.extra_group_id, list(self.failed_groups))
+        try:
+            return self._next_batch(version, step)
+        except StopRequested:
+            prompts, rng, self.extra_group_id, self.failed_groups = before
+            self.prompts.load_state_dict(prompts)
+            self.engine.set_rng_state(rng)
+            raise
+
+    def _next_batch(self, version: int, step: int) -> Batch:
         ro = self.cfg.rollout
         problems = self.prompts.next()
         t0 = time.perf_counter()
@@ -146,13 +160,14 @@ class LockstepSource:
             self.engine.update_weights(weights, chosen)
         pulled = time.perf_counter()
         out = self.rollout.run(self.engine, problems, ro.samples_per_prompt,
-                               first_group_id=(step - 1) * ro.prompts_per_step)
+                               first_group_id=(step - 1) * ro.prompts_per_step, stop_check=self.session.stop.check)
         stats = out.stats
         self.failed_groups += out.failed_groups
         while len(out.batch) == 0:  # every group had a failed episode: play the next prompts (the
             # failure window stops a run whose environment fails for good)
             problems = self.prompts.next()
-            out = self.rollout.run(self.engine, problems, ro.samples_per_prompt, first_group_id=self.extra_group_id)
+            out = self.rollout.run(self.engine, problems, ro.samples_per_prompt, first_group_id=self.extra_group_id,
+                                   stop_check=self.session.stop.check)
             self.extra_group_id -= ro.prompts_per_step  # ids below 0: groups no step number accounts for
             self.failed_groups += out.failed_groups
             stats.merge(out.stats)
