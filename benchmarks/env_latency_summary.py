@@ -45,7 +45,7 @@ def fmean(values) -> float:
 
 def main(out: Path) -> dict:
     runs: dict = {}
-    for d in sorted(p for p in out.iterdir() if (p / "summary.json").exists()):
+    for d in sorted(p for p in out.iterdir() if (p / "summary.json").exists() and not p.name.startswith("scale-")):
         suite, median, arm, repeat = re.fullmatch(r"(\w+)-m([\d.]+)-(sync|rounds|async\d+)-r(\d+)", d.name).groups()
         runs.setdefault((suite, median), {}).setdefault(int(repeat), {})[arm] = run_numbers(d)
     summary = {}

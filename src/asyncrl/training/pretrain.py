@@ -236,11 +236,14 @@ def _build(cfg: Config, inputs: WarmStartInputs, source: WarmStartSource, out: P
         model, tokenizer, loss_value = train_warm_start(inputs, device, on_step)
         engine = eval_engine(model, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
                              temperature=cfg.eval.temperature)
-        with autocast_to(device, warm_start_autocast(device)):
-            accuracy = evaluate(engine, tokenizer, task, task.problems("eval")[: cfg.eval.n_problems],
-                                batch_size=cfg.eval.batch_size, samples=cfg.eval.samples,
-                                # episodes: as trained (the general warm start's arithmetic has none)
-                                rollout=None if source.general else episode_rollout(cfg, None, task, tokenizer))
+        problems = task.problems("eval")[: cfg.eval.n_problems]
+        accuracy = None  # a run without evaluation (eval.n_problems=0) does not score its warm start
+        if problems:
+            with autocast_to(device, warm_start_autocast(device)):
+                accuracy = evaluate(engine, tokenizer, task, problems, batch_size=cfg.eval.batch_size,
+                                    samples=cfg.eval.samples,
+                                    # episodes: as trained (the general warm start's arithmetic has none)
+                                    rollout=None if source.general else episode_rollout(cfg, None, task, tokenizer))
     finally:
         torch.set_num_threads(threads)
     summary = {
