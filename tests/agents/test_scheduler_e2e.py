@@ -5,7 +5,6 @@ every call stops the run in one line; a group is handed to the trainer as soon a
 groups still playing stay in flight (what a checkpoint re-issues)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -447,19 +447,26 @@ if __name__ == "__main__":
 '''
 
 
+def run_script(tmp_path: Path, model_dir, rows: list[dict], overrides: dict, modes=("sync", "async")):
+    """SCRIPT (the class and a tool defined in ``__main__``) run as a user runs it; its process."""
+    script = SCRIPT.replace('for mode in ("sync", "async")', f"for mode in {tuple(modes)!r}")
+    (tmp_path / "train_it.py").write_text(script.format(envs=textwrap.dedent(ENVS), model=str(model_dir),
+                                                        rows=json.dumps(rows), overrides=json.dumps(overrides)))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([sys.executable, "train_it.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 def test_a_trl_class_from_the_script_trains_by_the_api_in_sync_and_async_mode(tmp_path, model_dir):
     """The class and a tool are defined in the script (``__main__``): pickled into .inputs/ for the
     worker, and get_reward joins reward.funcs by itself (no reward function given), as TRL adds it."""
     import yaml
 
     overrides = {k: yaml.safe_load(v) for k, v in (p.split("=", 1) for p in SMALL)}
-    (tmp_path / "train_it.py").write_text(SCRIPT.format(envs=textwrap.dedent(ENVS), model=str(model_dir),
-                                                        rows=json.dumps(ROWS), overrides=json.dumps(overrides)))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run([sys.executable, "train_it.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=400)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_script(tmp_path, model_dir, ROWS, overrides)
     assert "SUMMARY 2 sync" in proc.stdout and "SUMMARY 2 async" in proc.stdout
     for mode in ("sync", "async"):
         _check(tmp_path / "runs" / mode, mode)
@@ -467,37 +474,3 @@ def test_a_trl_class_from_the_script_trains_by_the_api_in_sync_and_async_mode(tm
         assert saved["env"]["factory"].endswith(".pkl:CounterEnv")  # from __main__: pickled, read by every process
         assert saved["reward"]["funcs"] == [GET_REWARD] and saved["env"]["tools"][0].endswith(".pkl:add")
 
-
-SHARED = [{"prompt": [{"role": "system", "content": "Count with the tools."}], "target": str(3 + i % 2)}
-          for i in range(16)]  # TRL's scripts: one system message for every row; reset brings the problem
-
-
-@pytest.mark.parametrize("evaluation", ["split by row", "none"])
-def test_rows_that_share_one_prompt_train_through_the_api(tmp_path, model_dir, evaluation):
-    """A dataset whose rows share their prompt (TRL's environment_factory scripts): the eval split
-    goes by row (by prompt text every row would land on one side), or there is none to make."""
-    import yaml
-
-    overrides = {k: yaml.safe_load(v) for k, v in (p.split("=", 1) for p in SMALL)}
-    if evaluation == "none":
-        overrides.update({"eval.n_problems": 0, "task.eval_fraction": 0.0})
-    script = SCRIPT.replace('for mode in ("sync", "async")', 'for mode in ("sync",)')
-    (tmp_path / "train_it.py").write_text(script.format(envs=textwrap.dedent(ENVS), model=str(model_dir),
-                                                        rows=json.dumps(SHARED), overrides=json.dumps(overrides)))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run([sys.executable, "train_it.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=400)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "SUMMARY 2 sync" in proc.stdout
-    records = _metrics(tmp_path / "runs" / "sync")
-    evaluated = [r for r in records if "eval_reward" in r]
-    assert (len(evaluated) == 2) if evaluation == "split by row" else not evaluated
-
-
-def test_the_eval_split_goes_by_row_when_one_prompt_fills_most_of_the_file():
-    from asyncrl.tasks.datasets import _split_keys
-
-    assert _split_keys(["a", "b", "a"]) == ["row 0", "row 1", "row 2"]
-    assert _split_keys(["a", "b", "a", "c"]) == ["a", "b", "a", "c"]  # duplicates of a question: one side
-    assert _split_keys(["a"]) == ["a"] and _split_keys([]) == []

@@ -30,12 +30,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from asyncrl.agents.env import first_line
 from asyncrl.rewards.guard import Exited
 
-__all__ = ["CallPool", "Failed", "event_loop"]
+__all__ = ["CallPool", "CallTimedOut", "Failed", "await_bounded", "event_loop"]
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,8 @@ class Failed:
     reason: str
 
 
-class _TimedOut(Exception):
-    pass
+class CallTimedOut(Exception):
+    """A call ran past its limit (told apart from a ``TimeoutError`` the call raises itself)."""
 
 
 _loop_lock = threading.Lock()
@@ -72,7 +73,7 @@ def _reason(err: BaseException) -> str:
         return str(err)
     if not isinstance(err, Exception):  # SystemExit, KeyboardInterrupt raised by the call itself
         return str(Exited(err))
-    return f"raised {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}".rstrip(": ")
+    return f"raised {first_line(err)}".rstrip(": ")
 
 
 def is_async(fn: Callable) -> bool:
@@ -90,15 +91,20 @@ async def _guarded(fn: Callable, args: tuple):
         raise Exited(err) from None
 
 
-async def _bounded(fn: Callable, args: tuple, timeout_s: float | None):
-    """``await fn(*args)``, cancelled after ``timeout_s`` (told apart from a TimeoutError of its own)."""
-    task = asyncio.ensure_future(_guarded(fn, args))
+async def await_bounded(awaitable, timeout_s: float | None):
+    """``await awaitable``, cancelled after ``timeout_s`` (:class:`CallTimedOut`): a coroutine that
+    cooperates (awaits) is stopped for real, unlike a plain call in a thread."""
+    task = asyncio.ensure_future(awaitable)
     done, _ = await asyncio.wait({task}, timeout=timeout_s)
     if not done:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        raise _TimedOut()
+        raise CallTimedOut()
     return task.result()
+
+
+def _bounded(fn: Callable, args: tuple, timeout_s: float | None):
+    return await_bounded(_guarded(fn, args), timeout_s)
 
 
 def _in_thread(fn: Callable, args: tuple, timeout_s: float | None, future: concurrent.futures.Future) -> None:
@@ -128,7 +134,6 @@ class _Call:
     tries: int = 0
     deadline: float = float("inf")
     future: concurrent.futures.Future | None = None
-    errors: list[str] = field(default_factory=list)
 
 
 class CallPool:
@@ -210,7 +215,7 @@ class CallPool:
                 if err is None:
                     out.append((call.key, future.result()))
                     continue
-                reason = _took_too_long(call) if isinstance(err, _TimedOut) else _reason(err)
+                reason = _took_too_long(call) if isinstance(err, CallTimedOut) else _reason(err)
             elif now >= call.deadline:  # a plain call past its limit: abandoned in its daemon thread
                 del self.running[future]
                 reason = _took_too_long(call)
@@ -222,7 +227,6 @@ class CallPool:
         return out
 
     def _retry_or_fail(self, call: _Call, reason: str) -> Failed | None:
-        call.errors.append(reason)
         if call.tries > call.retries:
             self.failed += 1
             tries = f" (try {call.tries} of {call.tries})" if call.tries > 1 else ""

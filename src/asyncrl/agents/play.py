@@ -96,8 +96,9 @@ class Play:
         if self.check is not None:
             self.check()
         t0 = time.perf_counter()
-        wait = HEARTBEAT_S if self.between is not None or self.check is not None else None
-        outcomes = self.pool.wait(timeout=wait if timeout is None else min(timeout, wait or timeout))
+        hooked = self.between is not None or self.check is not None  # each needs a call every HEARTBEAT_S
+        limits = [t for t in (timeout, HEARTBEAT_S if hooked else None) if t is not None]
+        outcomes = self.pool.wait(timeout=min(limits) if limits else None)
         self.clock["env_wait_s"] += time.perf_counter() - t0
         if self.between is not None and time.monotonic() - self.last_hook >= HEARTBEAT_S:
             self._hook()  # the watchdog's heartbeat while environments are slow

@@ -28,6 +28,8 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from asyncrl.agents.calls import CallTimedOut, await_bounded
+
 __all__ = ["MalformedCall", "Tool", "ToolBox", "ToolCall", "ToolResult", "parse_tool_calls"]
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
@@ -177,22 +179,6 @@ class ToolResult:
     truncated: bool = False
 
 
-class _TimedOut(Exception):
-    """The tool ran past its limit (told apart from a ``TimeoutError`` the tool raises itself)."""
-
-
-async def _await_bounded(awaitable, timeout_s: float | None):
-    """``await awaitable``, cancelled after ``timeout_s``: an ``async def`` tool that cooperates
-    (awaits) is stopped for real, unlike a sync one."""
-    task = asyncio.ensure_future(awaitable)
-    done, _ = await asyncio.wait({task}, timeout=timeout_s)
-    if not done:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise _TimedOut()
-    return task.result()
-
-
 def _to_text(value: object) -> str:
     if isinstance(value, str):
         return value
@@ -211,7 +197,7 @@ def _run(fn: Callable, arguments: dict, timeout_s: float | None, future: concurr
         if inspect.isawaitable(value):
             # a fresh loop in this thread: the caller may be inside a running loop of its own (an
             # async episode runner), where asyncio.run would refuse, or in a thread without one
-            value = asyncio.run(_await_bounded(value, timeout_s))
+            value = asyncio.run(await_bounded(value, timeout_s))
         future.set_result((_to_text(value), None))
     except BaseException as err:  # noqa: BLE001 - everything the tool does is reported, not raised
         future.set_result((None, err))
@@ -220,7 +206,7 @@ def _run(fn: Callable, arguments: dict, timeout_s: float | None, future: concurr
 def _call_in_thread(fn: Callable, arguments: dict,
                     timeout_s: float | None) -> tuple[str | None, BaseException | None]:
     """``fn(**arguments)`` in a thread of its own: ``(text, None)``, or ``(None, what it raised)``;
-    :class:`_TimedOut` past ``timeout_s``.
+    :class:`CallTimedOut` past ``timeout_s``.
 
     On a timeout the thread is abandoned, still running: a Python thread cannot be killed. A tool
     that must really stop should do its work in a subprocess it can kill (the ``python`` tool does).
@@ -238,9 +224,9 @@ def _call_in_thread(fn: Callable, arguments: dict,
     try:
         text, err = future.result(timeout=None if timeout_s is None else timeout_s + grace)
     except concurrent.futures.TimeoutError:
-        raise _TimedOut() from None
-    if isinstance(err, _TimedOut):  # an async tool, cancelled in its thread
-        raise _TimedOut()
+        raise CallTimedOut() from None
+    if isinstance(err, CallTimedOut):  # an async tool, cancelled in its thread
+        raise CallTimedOut()
     return text, err
 
 
@@ -309,7 +295,7 @@ class ToolBox:
         timeout_s = tool.timeout_s if tool.timeout_s is not None else self.timeout_s
         try:
             content, err = _call_in_thread(function, arguments, timeout_s)
-        except _TimedOut:
+        except CallTimedOut:
             return ToolResult(tool.name, f"error: {tool.name} timed out after {timeout_s:g} s", True, "timeout")
         if err is not None:  # the tool's own, from its thread: sys.exit and KeyboardInterrupt too
             try:
