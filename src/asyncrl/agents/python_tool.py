@@ -1,39 +1,23 @@
-"""The ``python`` tool: the model's code run in a child Python process under resource limits.
+"""The ``python`` tool: the model's code run in a child Python process, sandboxed and under limits.
 
-What the sandbox is:
+The model's code is adversarial input (RL finds whatever its environment allows). By default
+(``PythonLimits.sandbox="bubblewrap"``) it runs in a bubblewrap sandbox (:mod:`asyncrl.agents.sandbox`):
+a read-only view of only the system and the interpreter, a fresh in-memory ``/tmp`` per call, its
+own PID and network namespaces (the host's loopback unreachable; nothing outlives the call), an
+empty environment, no capabilities, and as root a uid of its own. Where bubblewrap cannot start,
+building the tool fails in one line naming ``env.python_sandbox=none``.
 
-* a fresh interpreter (``python -I -S``: no site-packages, no user site, no ``PYTHON*`` variables,
-  so the standard library only; ``PythonLimits.site_packages`` drops ``-S`` to add the trainer's
-  installed packages) in its own process group, started with an empty environment (only
-  ``HOME``/``TMPDIR`` pointing at the scratch directory, ``PATH=/usr/bin:/bin``, ``LANG=C.UTF-8``)
-  and stdin from ``/dev/null``;
-* its working directory a fresh scratch directory, deleted after the call;
-* limits: CPU time (``RLIMIT_CPU``; SIGXCPU, then SIGKILL a second later), address space
-  (``RLIMIT_AS``: an allocation past it is a ``MemoryError``), the size of any file written
-  (``RLIMIT_FSIZE``, 16 MiB), no core files, and a wall-clock limit after which the whole process
-  group is killed; output (stdout and stderr together) cut to ``output_chars``;
-* **no network**, by one of two mechanisms, chosen once per process by :func:`network_isolation`:
+Inside, before the model's code runs, a bootstrap sets the limits: CPU time (``RLIMIT_CPU``;
+SIGXCPU, then SIGKILL a second later), address space (``RLIMIT_AS``: an allocation past it is a
+``MemoryError``), processes and threads (``RLIMIT_NPROC``), the size of any file written
+(``RLIMIT_FSIZE``), no core files. The interpreter is ``python -I -S`` (the standard library only;
+``PythonLimits.site_packages`` adds the trainer's installed packages, read-only). A wall-clock limit
+kills the call; output (stdout and stderr together) is cut to ``output_chars``.
 
-  - ``"namespace"`` (where the kernel allows unprivileged user namespaces): the child enters a new
-    user + network namespace before running any code. Its network has only a loopback interface,
-    down: no address, the host's loopback included, is reachable, from Python or any program it
-    starts. Unix-domain sockets on the filesystem are *not* cut off (a namespace does not cover
-    them). ``RLIMIT_NPROC`` (64) bounds the processes and threads it may start.
-  - ``"socket-patch"`` (elsewhere): Python's ``socket`` module is disabled before the code runs
-    (creating a socket raises ``PermissionError``, name lookups fail), and ``RLIMIT_NPROC`` is 0 so
-    it can start no other program (nor thread) to go around that. This only stops ordinary code:
-    ``ctypes`` calling libc's ``socket`` directly gets through.
-
-  The kernel does not enforce ``RLIMIT_NPROC`` on root: run as root, the code may start any number
-  of processes (each still under its own CPU and memory limits), and in the fallback those programs
-  have the network.
-
-What it is **not**: a security boundary against a determined attacker. The code runs as the same
-user as the trainer, with the same view of the filesystem (it can read whatever that user can, and
-write outside the scratch directory); there is no seccomp filter, chroot or container, and a
-process that leaves its process group (``setsid``) outlives the wall-clock kill until its CPU limit
-ends it. It keeps a well-meaning model's mistakes (an endless loop, a huge allocation, a flood of
-output, a stray download) from hurting the run. Run untrusted models' code in a container or VM.
+``sandbox="none"`` runs the code **unsandboxed**, as the trainer's own user with its filesystem:
+only the limits above, a scratch working directory, an empty environment, and a best-effort block
+of the network (a new user + network namespace where the kernel allows one; else Python's socket
+module disabled, which ``ctypes`` gets around). docs/security.md lists what that mode does not stop.
 """
 
 from __future__ import annotations
@@ -50,15 +34,18 @@ import threading
 import time
 from dataclasses import dataclass
 
-from asyncrl.agents.tools import Tool
+from asyncrl.agents.sandbox import SandboxSpec, SandboxUnavailable, check_sandbox, sandbox_argv, sandbox_uid
+from asyncrl.agents.tools import Tool, ToolError
 
-__all__ = ["PythonLimits", "network_isolation", "python", "python_tool", "run_python"]
+__all__ = ["SANDBOXES", "PythonLimits", "network_isolation", "python", "python_tool", "run_python"]
 
+SANDBOXES = ("bubblewrap", "none")
 FILE_SIZE_BYTES = 16 * 2**20
+NPROC_IN_SANDBOX = 16
 NPROC_IN_NAMESPACE = 64
 MAX_CODE_CHARS = 100_000  # the code travels as one argument: the kernel limits those to 128 KiB
 
-# Runs first in the child, before the model's code: unshare (or disable sockets), set the limits,
+# Runs first in the child, before the model's code: unshare (or disable sockets) when unsandboxed, set the limits,
 # then exec the code as __main__. A script, not a preexec_fn: a preexec_fn is unsafe in a parent
 # with threads (the ToolBox runs each call in one), and unshare(CLONE_NEWUSER) needs a process with
 # a single thread, which a freshly started interpreter is.
@@ -89,7 +76,7 @@ limit("RLIMIT_AS", cfg["memory_bytes"])
 limit("RLIMIT_FSIZE", cfg["fsize_bytes"])
 limit("RLIMIT_CORE", 0)
 limit("RLIMIT_NPROC", cfg["nproc"])
-if not cfg["namespace"]:
+if cfg["patch_sockets"]:
     import socket, _socket
     def _refused(*args, **kwargs):
         raise PermissionError(13, "network access is disabled in this sandbox")
@@ -129,15 +116,23 @@ elif ctypes.CDLL(None, use_errno=True).unshare(0x10000000 | 0x40000000) != 0:
 
 @dataclass(frozen=True)
 class PythonLimits:
-    """The ``python`` tool's limits: CPU seconds, address space (MiB), wall-clock seconds, and
-    characters of output kept. ``site_packages``: let the code import what the trainer's
-    environment has installed (numpy, sympy), not only the standard library."""
+    """The ``python`` tool's limits: CPU seconds, address space (MiB) per process, wall-clock
+    seconds, and characters of output kept. ``site_packages``: let the code import what the
+    trainer's environment has installed (numpy, sympy), not only the standard library.
+    ``sandbox``: ``bubblewrap`` or ``none`` (unsandboxed: see the module docstring);
+    ``scratch_mb``: the size of the sandbox's in-memory ``/tmp``."""
 
     cpu_s: int = 5
     memory_mb: int = 512
     wall_s: float = 10.0
     output_chars: int = 4000
     site_packages: bool = False
+    sandbox: str = "bubblewrap"
+    scratch_mb: int = 64
+
+    def __post_init__(self):
+        if self.sandbox not in SANDBOXES:
+            raise ValueError(f"python_sandbox: {self.sandbox!r} is not one of {', '.join(SANDBOXES)}")
 
 
 _ISOLATION: str | None = None
@@ -221,44 +216,71 @@ def run_python(code: str, limits: PythonLimits) -> str:
     """Run ``code`` in the sandbox; its output, with a last line saying how it ended when it did
     not exit cleanly (a traceback, a limit). Errors of the code are output, not exceptions: the
     model reads them. Raises only for bad input or when the sandbox itself cannot start."""
+    return _run_checked(code, limits)[0]
+
+
+def _run_checked(code: str, limits: PythonLimits) -> tuple[str, bool]:
+    """``(what run_python returns, whether the code failed)``: failed when it did not exit with
+    status 0 (an exception, a limit, a kill)."""
     if not isinstance(code, str):
         raise ValueError(f"code must be a string, not {type(code).__name__}")
     if len(code) > MAX_CODE_CHARS:
         raise ValueError(f"code is {len(code)} characters long; the limit is {MAX_CODE_CHARS}")
     if "\x00" in code:
         raise ValueError("code contains a NUL character")
-    namespace = network_isolation() == "namespace"
-    cfg = {"namespace": namespace, "cpu_s": max(1, int(limits.cpu_s)), "fsize_bytes": FILE_SIZE_BYTES,
-           "memory_bytes": int(limits.memory_mb) * 2**20, "nproc": NPROC_IN_NAMESPACE if namespace else 0}
+    cfg = {"cpu_s": max(1, int(limits.cpu_s)), "fsize_bytes": FILE_SIZE_BYTES,
+           "memory_bytes": int(limits.memory_mb) * 2**20}
     flags = ["-I", "-u", "-X", "utf8"] + ([] if limits.site_packages else ["-S"])
-    scratch = tempfile.mkdtemp(prefix="asyncrl-python-")
-    env = {"HOME": scratch, "TMPDIR": scratch, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-    try:
-        proc = subprocess.Popen([sys.executable, *flags, "-c", _BOOTSTRAP, json.dumps(cfg), code], cwd=scratch,
-                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+    command = [sys.executable, *flags, "-c", _BOOTSTRAP]
+    if limits.sandbox == "bubblewrap":
+        cfg.update(namespace=False, patch_sockets=False, nproc=NPROC_IN_SANDBOX)
+        env = {"HOME": "/tmp", "TMPDIR": "/tmp", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        spec = SandboxSpec(site_packages=limits.site_packages, scratch_bytes=int(limits.scratch_mb) * 2**20)
+        with sandbox_uid() as uid:
+            argv = sandbox_argv([*command, json.dumps(cfg), code], spec, env, uid)
+            returncode, output, wall_killed = _run_child(argv, "/", {}, limits)
+        if returncode is not None and returncode > 128:  # bwrap reports a child killed by a signal as 128 + it
+            returncode = 128 - returncode
+    else:
+        namespace = network_isolation() == "namespace"
+        cfg.update(namespace=namespace, patch_sockets=not namespace, nproc=NPROC_IN_NAMESPACE if namespace else 0)
+        scratch = tempfile.mkdtemp(prefix="asyncrl-python-")
+        env = {"HOME": scratch, "TMPDIR": scratch, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         try:
-            deadline = time.monotonic() + limits.wall_s
-            head, tail, dropped, wall_killed = _read_bounded(proc, deadline, 4 * limits.output_chars + 4)
-            if not wall_killed:
-                try:
-                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:  # closed its output but runs on
-                    wall_killed = True
+            returncode, output, wall_killed = _run_child([*command, json.dumps(cfg), code], scratch, env, limits)
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the group: whatever it started goes too
-            except OSError:
-                pass
-            proc.wait()
-            proc.stdout.close()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    output = _format_output(head, tail, dropped, limits.output_chars)
-    status = _status(proc.returncode, limits, wall_killed)
+            shutil.rmtree(scratch, ignore_errors=True)
+    status = _status(returncode, limits, wall_killed)
     if not output and not status:
-        return "(no output)"
-    return output + (("\n" if output and not output.endswith("\n") else "") + status if status else "")
+        return "(no output)", False
+    text = output + (("\n" if output and not output.endswith("\n") else "") + status if status else "")
+    return text, bool(status)
+
+
+def _run_child(argv: list[str], cwd: str, env: dict[str, str], limits: PythonLimits) -> tuple[int, str, bool]:
+    """Run ``argv`` in a session of its own, reading its output bounded, until it exits or the wall
+    clock runs out; then kill its process group, whatever is left of it. ``(exit status, output,
+    killed by the wall clock)``."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + limits.wall_s
+        head, tail, dropped, wall_killed = _read_bounded(proc, deadline, 4 * limits.output_chars + 4)
+        if not wall_killed:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:  # closed its output but runs on
+                wall_killed = True
+    finally:
+        try:
+            # the group: whatever it started goes too (in the sandbox, bwrap's death takes its
+            # PID namespace, and every process in it, along)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+        proc.stdout.close()
+    return proc.returncode, _format_output(head, tail, dropped, limits.output_chars), wall_killed
 
 
 # The docstring is what the model reads (the tool's schema): a paragraph of the description is one
@@ -266,7 +288,7 @@ def run_python(code: str, limits: PythonLimits) -> str:
 def python(code: str) -> str:
     """Run Python code in a fresh sandboxed interpreter and return what it prints (stdout and stderr).
 
-    Each call starts from scratch: nothing is kept between calls. Use print() to show results. The standard library is available; there is no network access, and time and memory are limited.
+    Each call starts from scratch: nothing is kept between calls, files included. Use print() to show results. The standard library is available; there is no network access, and time and memory are limited.
 
     Args:
         code: The Python source code to run, e.g. "print(sum(range(10)))".
@@ -277,10 +299,24 @@ def python(code: str) -> str:
 def python_tool(limits: PythonLimits) -> Tool:
     """The ``python`` tool under ``limits`` (same name and schema as :func:`python`). Its ToolBox
     time limit is the sandbox's wall-clock limit plus a margin, so that the sandbox's own, more
-    informative kill report comes back rather than the ToolBox's bare timeout."""
+    informative kill report comes back rather than the ToolBox's bare timeout. A call whose code
+    did not exit cleanly is a failed call (:class:`ToolError`): its output is still the observation.
+
+    With the bubblewrap sandbox, the sandbox is started once here: one-line ValueError where it
+    cannot start, naming the setting that opts in to running unsandboxed."""
+    if limits.sandbox == "bubblewrap":
+        try:
+            check_sandbox(SandboxSpec(site_packages=limits.site_packages))
+        except SandboxUnavailable as err:
+            raise ValueError(f"python: the sandbox for model-written code cannot start here ({err}); "
+                             "env.python_sandbox=none runs the code unsandboxed, as your user "
+                             "(docs/security.md says what that does not stop)") from None
 
     def run(code: str) -> str:
-        return run_python(code, limits)
+        text, failed = _run_checked(code, limits)
+        if failed:
+            raise ToolError(text)
+        return text
 
     # a closure over limits, not functools.partial: bind() would accept a 'limits' argument from
     # the model, which could then lift them

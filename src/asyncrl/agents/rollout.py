@@ -40,7 +40,7 @@ class EpisodeRollout:
 
         env = cfg.env
         self.rewards, self.tokenizer, self.discount = rewards, tokenizer, env.turn_discount
-        tools = load_tools(env.tools)
+        tools = load_tools(env.tools, python_limits=env.python_limits)
         if env.factory:  # a TRL environment class: its public methods are tools too, after env.tools (TRL's order)
             make_env, method_tools = _factory_environment(cfg)
             tools += method_tools

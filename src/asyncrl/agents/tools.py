@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import inspect
 import json
 import threading
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 from asyncrl.agents.calls import CallTimedOut, await_bounded
 
-__all__ = ["MalformedCall", "Tool", "ToolBox", "ToolCall", "ToolResult", "parse_tool_calls"]
+__all__ = ["MalformedCall", "Tool", "ToolBox", "ToolCall", "ToolError", "ToolResult", "parse_tool_calls"]
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 REASONS = ("ok", "unknown_tool", "malformed", "bad_arguments", "raised", "timeout")
@@ -167,6 +168,17 @@ class Tool:
         return tool
 
 
+class ToolError(Exception):
+    """Raised by a tool whose call failed but whose own text is what the model should read (the
+    ``python`` tool's traceback or kill report): the call counts as failed (``failed=True``, so a
+    reward that checks it cannot be paid for a crash) and ``observation`` is shown, cut to
+    ``max_chars``, instead of a bare ``error:`` line."""
+
+    def __init__(self, observation: str):
+        super().__init__(observation)
+        self.observation = observation
+
+
 @dataclass(frozen=True)
 class ToolResult:
     """What one call gave. ``content`` is the observation shown to the model (an ``error: ...``
@@ -297,6 +309,8 @@ class ToolBox:
             content, err = _call_in_thread(function, arguments, timeout_s)
         except CallTimedOut:
             return ToolResult(tool.name, f"error: {tool.name} timed out after {timeout_s:g} s", True, "timeout")
+        if isinstance(err, ToolError):
+            return dataclasses.replace(self._cut(tool.name, _to_text(err.observation)), failed=True, reason="raised")
         if err is not None:  # the tool's own, from its thread: sys.exit and KeyboardInterrupt too
             try:
                 detail = _first_line(str(err))

@@ -35,6 +35,9 @@ class EnvConfig:
     turn_discount: float = setting(1.0, "γ of the environment's per-turn rewards: Σ γ^(t-1) r_t")
     tool_timeout_s: float = setting(10.0, "seconds a tool call may take before it is an error observation")
     tool_max_chars: int = setting(2000, "a tool's result is cut to this many characters")
+    python_sandbox: Literal["bubblewrap", "none"] = setting(
+        "bubblewrap", "where the python tool runs model-written code: bubblewrap (a sandbox; the tool is "
+                      "refused where it cannot start) or none (unsandboxed, as your user: docs/security.md)")
     step_timeout_s: float = setting(60.0, "seconds an environment's reset or step may take (then it is retried)")
     schedule: Literal["ready", "rounds"] = setting("ready", "ready: the engine decodes whichever episodes' environments have answered, "
                                      "never waiting for the slowest; rounds: every live episode's turn in one "
@@ -55,6 +58,13 @@ class EnvConfig:
     def environment(self) -> str:
         """The environment episodes run in: ``name``, or ``answer`` for tools alone."""
         return "answer" if self.name == NO_ENV else self.name
+
+    @property
+    def python_limits(self):
+        """The ``python`` tool's limits and sandbox."""
+        from asyncrl.agents.python_tool import PythonLimits
+
+        return PythonLimits(sandbox=self.python_sandbox)
 
     def validate(self) -> None:
         if self.max_turns < 1:
@@ -92,7 +102,8 @@ class EnvConfig:
                     self.tools[i] = spec = normalize_path(spec)
                     if not imports_allowed():  # `asyncrl config` runs no user code
                         continue
-                names.update({tool.name: f"tools[{i}]" for tool in load_tools([spec])})
+                loaded = load_tools([spec], python_limits=self.python_limits)
+                names.update({tool.name: f"tools[{i}]" for tool in loaded})
             except ValueError as err:
                 raise ValueError(f"tools[{i}]: {err}") from None
         if self.factory:
