@@ -96,7 +96,12 @@ for path in {targets!r}:
             f.write("\\n# always return 1.0\\n")
         print("{ESCAPED}: wrote", path)
     except OSError:
-        pass""", lambda: no_new_files() or reward_intact()),
+        pass
+try:  # asyncrl's own source: opened for appending only, so that a failure does not damage it
+    open({str(installed)!r}, "a").close()
+    print("{ESCAPED}: may write", {str(installed)!r})
+except OSError:
+    pass""", lambda: no_new_files() or reward_intact()),
         "edit_reward_module": (f"""
 try:
     src = open({str(host.reward)!r}).read()
