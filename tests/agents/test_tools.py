@@ -241,8 +241,8 @@ def test_ok_results_as_text():
                                                   True, "bad_arguments")),
     (ToolCall("shout", {"text": "a", "x": 1}), ToolResult("shout", "error: shout: got an unexpected keyword argument "
                                                           "'x'", True, "bad_arguments")),
-    (ToolCall("shout", {"text": 3}), ToolResult("shout", "error: shout raised AttributeError: 'int' object has no "
-                                                "attribute 'upper'", True, "raised")),
+    (ToolCall("shout", {"text": [3]}), ToolResult("shout", "error: shout: argument 'text' must be string, not the "
+                                                  "array [3]", True, "bad_arguments")),
     (ToolCall("boom", {"n": 1}), ToolResult("boom", "error: boom raised RuntimeError: bad n 1", True, "raised")),
     (ToolCall("leave", {"code": 3}), ToolResult("leave", "error: leave raised SystemExit: 3", True, "raised")),
 ])

@@ -30,11 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from asyncrl.agents.calls import CallTimedOut, await_bounded
+from asyncrl.agents.tool_args import conform
 
 __all__ = ["MalformedCall", "Tool", "ToolBox", "ToolCall", "ToolError", "ToolResult", "parse_tool_calls"]
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
-REASONS = ("ok", "unknown_tool", "malformed", "bad_arguments", "raised", "timeout")
+REASONS = ("ok", "unknown_tool", "malformed", "bad_arguments", "raised", "timeout", "no_result")
 MALFORMED, UNKNOWN = "<malformed>", "<unknown>"  # counter keys for calls that name no known tool
 
 
@@ -210,7 +211,7 @@ def _run(fn: Callable, arguments: dict, timeout_s: float | None, future: concurr
             # a fresh loop in this thread: the caller may be inside a running loop of its own (an
             # async episode runner), where asyncio.run would refuse, or in a thread without one
             value = asyncio.run(await_bounded(value, timeout_s))
-        future.set_result((_to_text(value), None))
+        future.set_result((None if value is None else _to_text(value), None))
     except BaseException as err:  # noqa: BLE001 - everything the tool does is reported, not raised
         future.set_result((None, err))
 
@@ -304,11 +305,17 @@ class ToolBox:
             return ToolResult(tool.name, f"error: {tool.name}: {_first_line(str(err))}", True, "bad_arguments")
         except ValueError:  # no signature to check against (some builtins): the call itself will tell
             pass
+        arguments, problem = conform(arguments, tool.schema)
+        if problem is not None:  # "2" for an int: converted above; "2x" refused here, never concatenated
+            return ToolResult(tool.name, f"error: {tool.name}: {problem}", True, "bad_arguments")
         timeout_s = tool.timeout_s if tool.timeout_s is not None else self.timeout_s
         try:
             content, err = _call_in_thread(function, arguments, timeout_s)
         except CallTimedOut:
             return ToolResult(tool.name, f"error: {tool.name} timed out after {timeout_s:g} s", True, "timeout")
+        if err is None and content is None:
+            return ToolResult(tool.name, f"error: {tool.name} returned None: it must return its result",
+                              True, "no_result")
         if isinstance(err, ToolError):
             return dataclasses.replace(self._cut(tool.name, _to_text(err.observation)), failed=True, reason="raised")
         if err is not None:  # the tool's own, from its thread: sys.exit and KeyboardInterrupt too

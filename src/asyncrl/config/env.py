@@ -103,9 +103,13 @@ class EnvConfig:
                     if not imports_allowed():  # `asyncrl config` runs no user code
                         continue
                 loaded = load_tools([spec], python_limits=self.python_limits)
-                names.update({tool.name: f"tools[{i}]" for tool in loaded})
             except ValueError as err:
                 raise ValueError(f"tools[{i}]: {err}") from None
+            for tool in loaded:
+                if tool.name in names:  # here, not when the ToolBox is built after the model loads
+                    raise ValueError(f"tools[{i}]: {spec!r} is named {tool.name!r}, like env.{names[tool.name]}; "
+                                     "a call must name one function")
+                names[tool.name] = f"tools[{i}]"
         if self.factory:
             self._validate_factory(names, imports_allowed())
 
