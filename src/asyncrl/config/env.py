@@ -137,3 +137,13 @@ class EnvConfig:
             if tool.name in names:
                 raise ValueError(f"factory: {self.factory}.{tool.name} has the name of the tool of "
                                  f"env.{names[tool.name]}; a call must name one function")
+
+
+def check_episode_budget(env: EnvConfig, max_new_tokens: int) -> None:
+    """An episode's budget holds at least one whole turn: smaller, every episode would be cut in its
+    first turn and train on a fragment."""
+    turn = env.turn_tokens or max_new_tokens
+    if env.episodes and env.episode_tokens < turn:
+        where = f"env.turn_tokens={env.turn_tokens}" if env.turn_tokens else f"rollout.max_new_tokens={max_new_tokens}"
+        raise ValueError(f"env.episode_tokens: {env.episode_tokens} is less than one turn ({where}); every episode "
+                         "would be cut in its first turn: raise it, or lower the turn's limit")

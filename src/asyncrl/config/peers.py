@@ -31,7 +31,8 @@ PEER_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
         ('`num_iterations`',
          'not offered, because each batch is used once'),
         ('`max_completion_length`',
-         '`rollout.max_new_tokens`'),
+         '`rollout.max_new_tokens` for one completion; in agent episodes `env.episode_tokens`, the whole '
+         'multi-turn completion as TRL counts it (each turn: `env.turn_tokens`)'),
         ('`temperature`, `top_p`, `top_k`',
          '`rollout.temperature`, `rollout.top_p`, `rollout.top_k`'),
         ('`beta`',

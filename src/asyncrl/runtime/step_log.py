@@ -5,6 +5,8 @@ line. The files are the session's; a checkpoint flushes them."""
 
 from __future__ import annotations
 
+import sys
+
 from asyncrl.runtime.record import clipped_frac
 from asyncrl.runtime.session import Session
 from asyncrl.runtime.timing import StepTimer
@@ -14,6 +16,7 @@ from asyncrl.types import Batch
 class StepLog:
     def __init__(self, session: Session):
         self.session = session
+        self._warned_cut = False
 
     def write(self, step: int, record: dict, batch: Batch, source, timer: StepTimer) -> None:
         """``record``: the step's record; gets the run's clock, each reward function's mean raw
@@ -36,3 +39,14 @@ class StepLog:
                 session.progress.show(table)
         session.ledger.write(step, batch.group_ids.unique().tolist(), source.take_dropped_groups())
         session.progress.step(step, record, ess_warning="ess_warning" in record)
+        self._warn_cut_episodes(step, record)
+
+    def _warn_cut_episodes(self, step: int, record: dict) -> None:
+        """Once per run: episodes ended by ``env.episode_tokens`` (counted every step in
+        ``episode/end_episode_tokens``) train on what they had, cut; say so where it is seen."""
+        cut = record.get("episode/end_episode_tokens", 0.0)
+        if cut > 0 and not self._warned_cut:
+            self._warned_cut = True
+            budget = self.session.cfg.env.episode_tokens
+            print(f"asyncrl: warning: step {step}: {cut:.0%} of episodes ran out of env.episode_tokens={budget} "
+                  "and were cut (episode/end_episode_tokens); raise it if they need more room", file=sys.stderr)
