@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from asyncrl.config import Config
+from asyncrl.core.loader import ConfigError
 from asyncrl.config.threads import thread_plan
 from asyncrl.distributed.agreement import agree
 from asyncrl.distributed.liveness import Peers
@@ -122,6 +123,31 @@ def _before_first_step(cfg: Config, session: Session, source, evaluations: Evalu
         source.wait_ready()
 
 
+class _BatchFailed(Exception):
+    """An environment past its failure policy, or a reward function or environment breaking its
+    contract, while a step's batch was being made: nothing of that step was trained, so the last
+    finished step can be checkpointed like a stop signal's."""
+
+    def __init__(self, error: ConfigError):
+        super().__init__(str(error))
+        self.error = error
+
+    def told(self, done: int, saved) -> ConfigError:
+        """The same error (its type kept, for the API's ``except EnvError``), its one line saying
+        where the run stopped and how it continues."""
+        where = (f"stopped after step {done}, checkpointed in {saved}: --resume continues from it" if saved
+                 else f"stopped after step {done}, with no new checkpoint")
+        self.error.args = (f"{self.error} ({where})",)
+        return self.error
+
+
+def _generate(source, version: int, step: int):
+    try:
+        return source.next_batch(version, step)
+    except ConfigError as err:
+        raise _BatchFailed(err) from err
+
+
 def _stop(cfg: Config, session: Session, trainer, source, checkpoints: Checkpoints, done: int):
     """A run stopped after step ``done`` (a stop signal, a callback's error): its checkpoint (unless
     ``run.checkpoint_on_signal`` is off), then the trainer and the session closed. Returns the
@@ -157,7 +183,7 @@ def _lead(cfg: Config, world: World, callbacks: RunCallbacks, peers: Peers | Non
                 timer.new_step()
                 version = trainer.version
                 with timer("generate"):
-                    batch = source.next_batch(version, step)
+                    batch = _generate(source, version, step)
                 with timer("train"):
                     stats = trainer.step(batch)
                 source.observe(stats, wait_frac=timer.waited() / timer.elapsed())  # async: paces the workers
@@ -185,6 +211,9 @@ def _lead(cfg: Config, world: World, callbacks: RunCallbacks, peers: Peers | Non
             if isinstance(stop, CallbackError):
                 raise stop.after(done, saved) from None
             raise Interrupted(stop.signum, done, saved) from None
+        except _BatchFailed as failed:  # the last finished step is intact: keep it, then say so
+            saved = _stop(cfg, session, trainer, source, checkpoints, done)
+            raise failed.told(done, saved) from None
         trainer.close()
         extra = {**totals.summary(done), **ess.summary(), **source.summary(),
                  "stopped_early": done < cfg.trainer.steps, "threads": threads.as_dict()}

@@ -15,6 +15,7 @@ import torch
 from asyncrl.agents.stats import EpisodeStats
 from asyncrl.runtime.buffer import Group, StalenessBuffer, concat_groups
 from asyncrl.config import Config
+from asyncrl.core.loader import ConfigError
 from asyncrl.rollout import PromptStream
 from asyncrl.runtime.backends import open_backend
 from asyncrl.runtime.session import Session
@@ -83,6 +84,7 @@ def _split_groups(batch: Batch, n: int) -> list[Group]:
 class AsyncSource:
     def __init__(self, cfg: Config, session: Session):
         self.cfg, self.session = cfg, session
+        self.fatal: ConfigError | None = None  # a worker's, kept by publish for the next batch
         self.n_generators = cfg.async_.n_workers
         session.progress.phase(f"starting {self.n_generators} rollout worker{'s' if self.n_generators > 1 else ''}")
         self.pool, self.channel = open_backend(cfg, worker_specs(cfg, session.policy_dir), session.model)
@@ -170,6 +172,8 @@ class AsyncSource:
 
     def next_batch(self, version: int, step: int) -> Batch:
         """Block until a batch of fresh groups is ready (servicing workers meanwhile)."""
+        if self.fatal is not None:
+            raise self.fatal
         every = self.cfg.async_.hard_sync_every
         bound = 0 if every and step % every == 0 else None
         self.dropped_before = self.buffer.dropped
@@ -191,7 +195,12 @@ class AsyncSource:
         t0 = time.perf_counter()
         self.channel.publish(model, version)
         self.metrics["weight_publish_s"] = time.perf_counter() - t0
-        self._service(version, 0.0)
+        try:
+            self._service(version, 0.0)
+        except ConfigError as err:
+            # a worker's fatal error (an environment past its failure policy): raised by the next
+            # batch, so that the step just trained is written down and can be checkpointed first
+            self.fatal = err
 
     def step_metrics(self) -> dict[str, float]:
         out = {"gen_time_s": 0.0, "gen_tokens": 0, "weight_pull_s": 0.0, "weight_updates_midgen": 0,

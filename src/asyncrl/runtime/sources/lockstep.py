@@ -25,6 +25,7 @@ from asyncrl.rollout.rollouts import make_rollout
 from asyncrl.runtime.engines import generation_dtype, rollout_engine
 from asyncrl.runtime.session import Session
 from asyncrl.runtime.signals import StopRequested
+from asyncrl.core.loader import ConfigError
 from asyncrl.types import Batch
 
 
@@ -139,13 +140,14 @@ class LockstepSource:
         pass
 
     def next_batch(self, version: int, step: int) -> Batch:
-        """The step's batch. A stop signal while episodes wait on their environments abandons it and
-        puts the prompt stream and sampler back where the step began: the checkpoint of the last
-        finished step then resumes exactly (the batch is generated again)."""
+        """The step's batch. A stop signal while episodes wait on their environments, or an
+        environment error that ends the run, abandons it and puts the prompt stream and sampler back
+        where the step began: the checkpoint of the last finished step then resumes exactly (the
+        batch is generated again)."""
         before = (self.prompts.state_dict(), self.engine.rng_state(), self.extra_group_id, list(self.failed_groups))
         try:
             return self._next_batch(version, step)
-        except StopRequested:
+        except (StopRequested, ConfigError):  # a stop, or an environment past its failure policy
             prompts, rng, self.extra_group_id, self.failed_groups = before
             self.prompts.load_state_dict(prompts)
             self.engine.set_rng_state(rng)
