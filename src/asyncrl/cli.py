@@ -332,7 +332,32 @@ def main(argv: list[str] | None = None) -> int:
 
         with paths_only():  # printing a config runs no user code: reward modules are not imported
             return guarded(lambda: _print_config(_config(args)))
-    return guarded(lambda: COMMANDS[args.command](_quiet_hub(_config(args))))
+    return _past_stray_threads(guarded(lambda: COMMANDS[args.command](_quiet_hub(_config(args)))))
+
+
+def _past_stray_threads(code: int, grace_s: float = 2.0) -> int:
+    """``code``, once the run's own threads are gone. A thread that an environment, tool or reward
+    started without ``daemon=True`` would keep the interpreter from exiting after the summary,
+    forever if it never ends: after a short grace it is named in a warning and left behind (the
+    exit functions run first, so trackers and logs are flushed as on a normal exit)."""
+    import atexit
+    import threading
+    import time
+
+    deadline = time.monotonic() + grace_s
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    stray = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if not stray:
+        return code
+    names = ", ".join(sorted({t.name for t in stray}))
+    print(f"asyncrl: warning: {len(stray)} non-daemon thread{'s' if len(stray) > 1 else ''} started by the run's "
+          f"code still running ({names[:200]}); exiting without them", file=sys.stderr)
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _launch(args) -> int:

@@ -1,6 +1,7 @@
-"""A run ended by its environment keeps its last finished step: the failure policy's stop
-checkpoints that step first, the one-line error says so, and ``--resume`` continues from it to the
-end (issue: 5 finished steps were lost, and resume refused)."""
+"""How an agent run ends. One ended by its environment keeps its last finished step: the failure
+policy's stop checkpoints that step first, the one-line error says so, and ``--resume`` continues
+from it to the end (5 finished steps used to be lost, and resume refused). One whose environment
+left a non-daemon thread running exits when training ends, with a warning naming the thread."""
 
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import os, threading
 from asyncrl.agents import ENVIRONMENTS
 
 ENVIRONMENTS["breaks"] = "breaking_env:Breaks"
+ENVIRONMENTS["lingers"] = "breaking_env:Lingers"
 _lock, _calls = threading.Lock(), [0]
 
 
@@ -33,6 +35,14 @@ class Breaks:
         if broken:
             raise ConnectionError("the sandbox service went away")
         return "again", 0.0, False, {}
+
+
+class Lingers(Breaks):
+    """Starts a thread that never ends when it is built (a client's keep-alive), daemon=False."""
+
+    def __init__(self):
+        if not any(t.name == "env-keepalive" for t in threading.enumerate()):
+            threading.Thread(target=threading.Event().wait, name="env-keepalive", daemon=False).start()
 '''
 ARGS = [*[a for a in SMALL if not a.startswith("rollout.")], "task=arithmetic", "run.plugins=[breaking_env]",
         "env.name=breaks", "env.max_turns=2", "env.episode_tokens=120", "rollout.max_new_tokens=8",
@@ -54,8 +64,11 @@ def _train(tmp_path: Path, break_after: int, *args: str, break_at_step: int = 0)
             flag.touch()
             break
         time.sleep(0.05)
-    out, err = proc.communicate(timeout=600)
-    flag.unlink(missing_ok=True)
+    try:
+        out, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()  # no-op once it exited; a hung run does not outlive the test
+        flag.unlink(missing_ok=True)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
@@ -78,3 +91,12 @@ def test_a_run_ended_by_its_environment_resumes_from_its_last_finished_step(tmp_
     second = _train(tmp_path, 10**6, "--resume", str(run))
     assert second.returncode == 0, second.stderr[-3000:]
     assert [r["step"] for r in rows(run / "metrics.jsonl") if r["step"] > 0] == [1, 2, 3]
+
+
+def test_a_thread_the_environment_forgot_does_not_keep_the_run_alive(tmp_path, cache):
+    args = [a if a != "env.name=breaks" else "env.name=lingers" for a in ARGS]
+    done = _train(tmp_path, 10**6, *args, "run.mode=sync", "trainer.steps=1", f"policy.cache_dir={cache}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ("asyncrl: warning: 1 non-daemon thread started by the run's code still running (env-keepalive); "
+            "exiting without them") in done.stderr
+    assert (tmp_path / "runs" / "breaks" / "summary.json").exists()
