@@ -76,3 +76,10 @@ def test_wheel_contains_the_presets(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"asyncrl/config/presets/{n}.yaml" for n in preset_names()} <= names
     assert "asyncrl/config/presets/__init__.py" in names
+
+
+def test_async_names_the_defaults_as_sync_names_the_baseline():
+    from asyncrl.config import load_config
+
+    assert load_config("async").to_dict() == load_config(None).to_dict()
+    assert load_config("sync").run.mode == "sync"
