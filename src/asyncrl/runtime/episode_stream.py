@@ -20,6 +20,8 @@ import time
 
 import torch
 
+from asyncrl.runtime.memory import rss_mb
+
 __all__ = ["EpisodeStream"]
 
 
@@ -77,7 +79,7 @@ class EpisodeStream:
             payloads.append({"unit_id": unit.unit_id, "batch": out.batch, "gen_time_s": now - self.last_sent,
                              "weight_updates": self.updates, "weight_pull_s": self.worker.pull_s,
                              "episode_stats": out.stats, "n": unit.n, "delivered": [group_id],
-                             "failed_groups": [group_id] if out.failed_groups else []})
+                             "failed_groups": [group_id] if out.failed_groups else [], "rss_mb": rss_mb()})
             self.last_sent, self.updates, self.worker.pull_s = now, 0, 0.0
             entry[1] -= 1
             if entry[1] == 0:

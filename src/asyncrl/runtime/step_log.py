@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+from asyncrl.runtime.memory import GrowthWatch, rss_mb
 from asyncrl.runtime.record import clipped_frac
 from asyncrl.runtime.session import Session
 from asyncrl.runtime.timing import StepTimer
@@ -17,6 +18,7 @@ class StepLog:
     def __init__(self, session: Session):
         self.session = session
         self._warned_cut = False
+        self.memory = GrowthWatch()
 
     def write(self, step: int, record: dict, batch: Batch, source, timer: StepTimer) -> None:
         """``record``: the step's record; gets the run's clock, each reward function's mean raw
@@ -30,6 +32,7 @@ class StepLog:
         if session.rewards is not None:
             record.update(session.rewards.metrics(batch.reward_parts, batch.reward_failed))
         record.update(timer.record())
+        record["memory/trainer_rss_mb"] = rss_mb()
         session.metrics.write(step, record)
         if session.completions.due(step):
             names = session.rewards.names if session.rewards is not None else ()
@@ -40,6 +43,11 @@ class StepLog:
         session.ledger.write(step, batch.group_ids.unique().tolist(), source.take_dropped_groups())
         session.progress.step(step, record, ess_warning="ess_warning" in record)
         self._warn_cut_episodes(step, record)
+        for name in ("memory/trainer_rss_mb", "memory/worker_rss_mb"):
+            if name in record:
+                warning = self.memory.observe(step, name, record[name])
+                if warning is not None:
+                    print(warning, file=sys.stderr)
 
     def _warn_cut_episodes(self, step: int, record: dict) -> None:
         """Once per run: episodes ended by ``env.episode_tokens`` (counted every step in

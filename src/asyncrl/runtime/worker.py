@@ -37,6 +37,7 @@ from asyncrl.core.finite import BadTensor, first_bad_tensor
 from asyncrl.core.errors import as_payload
 from asyncrl.core.loader import ConfigError
 from asyncrl.types import batch_to_numpy
+from asyncrl.runtime.memory import rss_mb
 
 
 @dataclass
@@ -233,7 +234,7 @@ class RolloutWorker:
         batch.group_ids = ids[batch.group_ids]  # the unit's groups (0, 1, ...) as the run's group ids
         return {"unit_id": unit.unit_id, "batch": batch, "gen_time_s": time.perf_counter() - started,
                 "weight_updates": updates, "weight_pull_s": self.pull_s, "episode_stats": out.stats,
-                "failed_groups": [unit.group_ids[g] for g in out.failed_groups], "n": unit.n}
+                "failed_groups": [unit.group_ids[g] for g in out.failed_groups], "n": unit.n, "rss_mb": rss_mb()}
 
 
 def worker_main(spec: WorkerSpec, channel, work_q, result_q, stop) -> None:

@@ -151,6 +151,9 @@ class AsyncSource:
             self._add("weight_pull_s", payload["weight_pull_s"])
             self._add("weight_updates_midgen", payload["weight_updates"])
             self._add("gen_tokens", int(batch.completion_mask.sum()))
+            if "rss_mb" in payload:  # the largest worker's, this step
+                self.metrics["memory/worker_rss_mb"] = max(self.metrics.get("memory/worker_rss_mb", 0.0),
+                                                           payload["rss_mb"])
             if payload.get("episode_stats") is not None:
                 self.episode_stats.merge(payload["episode_stats"])
             for group in _split_groups(batch, self.cfg.rollout.samples_per_prompt):
