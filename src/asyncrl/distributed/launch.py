@@ -4,8 +4,10 @@ this machine, with the job's end said as asyncrl says it.
 Under a plain ``torchrun``, a rank that ends with its one line and exit status 2 is followed by the
 agent's own report: a Python traceback of ``ChildFailedError``, a summary of every rank, and exit
 status 1, whatever the ranks' statuses were. torchrun offers no way to change that from inside a
-rank. Here the same agent (``torch.distributed.run``, with a c10d rendezvous on 127.0.0.1) runs in
-this process instead, and:
+rank. Here the same agent (``torch.distributed.run``) runs in this process instead, and:
+- its one store, which the ranks share, listens on 127.0.0.1 only (torchrun's own rendezvous would
+  listen on every interface: asyncrl.distributed.loopback_rendezvous), and the ranks' gloo and
+  NCCL sockets on the loopback interface (asyncrl.distributed.listeners);
 - its log lines and its report are not printed: the ranks say what went wrong, once;
 - the exit status is the job's: that of the first rank (by rank) that exited on its own with an
   error (2 for a configuration error, 1 for a lost rank), else 128 + the signal that ended a rank;
@@ -45,8 +47,12 @@ def launch(nproc: int, command: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    args = parse_args(["--nproc-per-node", str(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
-                       "--rdzv-id", uuid.uuid4().hex, "--local-addr", "127.0.0.1", "-m", "asyncrl", *command])
+    from asyncrl.distributed import loopback_rendezvous
+
+    loopback_rendezvous.register()
+    # the endpoint is not used: given none, torchrun would warn that --master-addr is ignored
+    args = parse_args(["--nproc-per-node", str(nproc), "--rdzv-backend", loopback_rendezvous.BACKEND,
+                       "--rdzv-endpoint", "127.0.0.1:0", "--rdzv-id", uuid.uuid4().hex, "-m", "asyncrl", *command])
     with _agent_quiet() as killed, tempfile.TemporaryDirectory(prefix="asyncrl-launch-") as folder:
         said = Path(folder) / "said"
         os.environ[SAID_ENV] = str(said)  # the ranks inherit it

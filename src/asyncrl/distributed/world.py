@@ -9,7 +9,9 @@ each minibatch (asyncrl.distributed.follower).
 The process group is gloo on the CPU and NCCL on CUDA, where each rank takes the GPU of its
 ``LOCAL_RANK``. Its timeout, ``trainer.fsdp.timeout_s``, bounds a collective that a rank does not
 join; the long waits outside collectives (the others wait while rank 0 evaluates or writes a
-checkpoint) are bounded by heartbeats instead (asyncrl.distributed.liveness).
+checkpoint) are bounded by heartbeats instead (asyncrl.distributed.liveness). On one machine
+gloo and NCCL listen on the loopback interface; a job across machines says where they listen, in
+one line of rank 0 (asyncrl.distributed.listeners).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 
 from asyncrl.core.errors import AsyncRLError
 from asyncrl.core.loader import ConfigError
+from asyncrl.distributed.listeners import bind_collectives, notice
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -84,6 +87,9 @@ def init_world(world: World, device: str, timeout_s: float) -> None:
             err.every_rank = False
             raise err
         torch.cuda.set_device(world.local_rank)
+    bind_collectives()
+    if world.leader and (line := notice()):
+        print(line, file=sys.stderr, flush=True)
     torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s))
 
 
