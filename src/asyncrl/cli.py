@@ -390,10 +390,12 @@ def _export(args) -> int:
     from asyncrl.training.export import export_run
 
     try:
-        out, step = export_run(args.run_dir, args.out)
+        out, step, skipped = export_run(args.run_dir, args.out)
     except ValueError as err:
         print(f"asyncrl: {err}", file=sys.stderr)
         return 2
+    for path in skipped:  # links and special files are never copied into a folder meant for upload
+        print(f"asyncrl: export skipped {path}: only regular files are copied", file=sys.stderr)
     print(json.dumps({"export": str(out), "step": step}))
     return 0
 

@@ -3,21 +3,28 @@ folder, hub files only from local disk, YAML without object construction, an HTM
 escapes. A new call site that breaks one of these fails here, naming the file and line."""
 
 import ast
+import functools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "asyncrl"
 
 
-def _calls(name: str):
-    """(file, line, call) for every call of an attribute or function named ``name`` in src/."""
+@functools.lru_cache(maxsize=1)
+def _all_calls() -> list[tuple[str, str, ast.Call]]:
+    """(called name, file:line, call) for every call in src/, parsed once."""
+    found = []
     for path in sorted(SRC.rglob("*.py")):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        for node in ast.walk(tree):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Call):
                 func = node.func
                 called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-                if called == name:
-                    yield f"{path.relative_to(SRC)}:{node.lineno}", node
+                found.append((called, f"{path.relative_to(SRC)}:{node.lineno}", node))
+    return found
+
+
+def _calls(name: str):
+    """(file:line, call) for every call of an attribute or function named ``name`` in src/."""
+    return [(where, node) for called, where, node in _all_calls() if called == name]
 
 
 def _keyword(call: ast.Call, name: str):

@@ -19,7 +19,7 @@ import os
 import socket
 from pathlib import Path
 
-from asyncrl.runtime.addresses import is_loopback
+from asyncrl.core.addresses import is_loopback
 
 IFF_LOOPBACK = 0x8  # from <linux/if.h>
 IFNAME_ENVS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")

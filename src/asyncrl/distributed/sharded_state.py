@@ -14,7 +14,9 @@ sharded model keeps the policy's parameter order), so the two formats name the s
 Loading checks what each rank read (its own shard) for values the state cannot hold (NaN, inf, a
 negative second moment: :mod:`asyncrl.core.finite`), one line naming the folder, before the optimizer
 takes it: a resume has checked every tensor whole on rank 0 already, but the ESS rollback and the
-other ranks read the files again. What the checkpoint fits (its ``fingerprint.json``,
+other ranks read the files again. Every read goes through :func:`asyncrl.distributed.dcp_reader.safe_reader`:
+DCP's ``.metadata`` is a pickle, read with an allow-list so that a crafted checkpoint cannot run code.
+What the checkpoint fits (its ``fingerprint.json``,
 :mod:`asyncrl.training.fingerprint`) is written and checked by rank 0 with the rest of the folder.
 
 Why the optimizer and not the weights: rank 0 gathers the whole weights after every step anyway (the
@@ -66,10 +68,11 @@ def is_sharded(entry: dict) -> bool:
 
 def tensor_names(folder: Path) -> dict[str, tuple[torch.Size, torch.dtype]]:
     """{``state.<index>.<name>``: (size, dtype)} of every tensor in a shards folder (its metadata)."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    metadata = dcp.FileSystemReader(str(folder)).read_metadata()
+    from asyncrl.distributed.dcp_reader import read_metadata_file
+
+    metadata = read_metadata_file(folder / ".metadata")
     return {key: (meta.size, meta.properties.dtype) for key, meta in metadata.state_dict_metadata.items()
             if isinstance(meta, TensorStorageMetadata)}
 
@@ -78,10 +81,12 @@ def read_tensor(folder: Path, key: str, size: torch.Size, dtype: torch.dtype) ->
     """One whole tensor of a shards folder, read in this process alone (checks, world 1)."""
     import torch.distributed.checkpoint as dcp
 
+    from asyncrl.distributed.dcp_reader import safe_reader
+
     index, name = _split(key)
     out = torch.empty(size, dtype=dtype)
     with _first_cause():
-        dcp.load({"state": {index: {name: out}}}, storage_reader=dcp.FileSystemReader(str(folder)), no_dist=True)
+        dcp.load({"state": {index: {name: out}}}, storage_reader=safe_reader(folder), no_dist=True)
     return out
 
 
@@ -91,6 +96,8 @@ def load_shards(optimizer: torch.optim.Optimizer, entry: dict, distributed: bool
     are DTensors), else whole tensors in this process."""
     import torch.distributed.checkpoint as dcp
 
+    from asyncrl.distributed.dcp_reader import safe_reader
+
     folder = Path(entry["sharded"])
     params = [p for group in optimizer.param_groups for p in group["params"]]
     tensors: dict[str, dict[str, Tensor]] = {}
@@ -98,7 +105,7 @@ def load_shards(optimizer: torch.optim.Optimizer, entry: dict, distributed: bool
         index, name = _split(key)
         tensors.setdefault(index, {})[name] = _empty_like_param(size, dtype, params[int(index)])
     with _first_cause():
-        dcp.load({"state": tensors}, storage_reader=dcp.FileSystemReader(str(folder)), no_dist=not distributed)
+        dcp.load({"state": tensors}, storage_reader=safe_reader(folder), no_dist=not distributed)
     found = first_bad_in(tensors, "state")
     if found:
         raise BadTensor(f"optimizer shards {folder} hold a value the optimizer state cannot hold ({found}); "

@@ -9,7 +9,8 @@ import math
 from asyncrl.runtime.session import Session
 from asyncrl.stability.monitor import EssMonitor
 from asyncrl.config import ConfigError
-from asyncrl.training.checkpoint import DamagedCheckpoint, NonFiniteCheckpoint, check_checkpoint, step_dirs
+from asyncrl.training.checkpoint import (DamagedCheckpoint, NonFiniteCheckpoint, UnsafeCheckpoint,
+                                       check_checkpoint, step_dirs)
 
 
 class EssCheck:
@@ -46,7 +47,7 @@ class EssCheck:
         ckpt_step, path = older[-1]
         try:  # every tensor read and checked before the trainer takes any (as a resume does)
             trainer_state, _ = check_checkpoint(path)
-        except (DamagedCheckpoint, NonFiniteCheckpoint) as err:
+        except (DamagedCheckpoint, NonFiniteCheckpoint, UnsafeCheckpoint) as err:
             raise ConfigError("trainer.ess_warning",
                               f"ESS rollback: checkpoint {path} cannot be loaded ({err})") from None
         self.session.model.load_state_dict(load_file(path / "model.safetensors"), strict=False)

@@ -30,7 +30,7 @@ from pathlib import Path
 import ray
 
 from asyncrl.core.loader import ConfigError
-from asyncrl.runtime.addresses import is_loopback
+from asyncrl.core.addresses import is_loopback
 from asyncrl.runtime.pool import report_restart, reseeded
 from asyncrl.runtime.ray_local import RayletWatch, new_temp_dir, shutdown, stop_signals_kept
 from asyncrl.runtime.session import run_dir_of

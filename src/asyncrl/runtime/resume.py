@@ -7,7 +7,13 @@ anything else would make the resumed run a different experiment and is refused w
 
 Every file of the checkpoint is read before it is trusted: a damaged one (torn, truncated, a file
 missing) is set aside with a one-line warning and the next older one is used; one whose weights or
-optimizer state hold NaN or inf (or a negative second moment) is refused in one line.
+optimizer state hold NaN or inf (or a negative second moment) is refused in one line, as is one
+whose optimizer shards' metadata names anything a checkpoint's metadata does not hold
+(:mod:`asyncrl.distributed.dcp_reader`: a crafted pickle is never unpickled).
+
+Files that :func:`asyncrl.train` wrote under ``.inputs/`` and the saved configuration names (pickled
+functions among them) are checked against the content hash in their names before the configuration
+is loaded (:mod:`asyncrl.runtime.saved_inputs`).
 
 A checkpoint must also fit the run (:func:`check_fits`): its ``fingerprint.json`` (architecture,
 tokenizer, loss, LoRA: :mod:`asyncrl.training.fingerprint`) against the run's configuration and
@@ -25,12 +31,14 @@ from asyncrl.training.checkpoint import (
     CHECKPOINTS,
     DamagedCheckpoint,
     NonFiniteCheckpoint,
+    UnsafeCheckpoint,
     check_checkpoint,
     set_aside,
     step_dirs,
 )
 from asyncrl.config import Config, ConfigError, load_config
 from asyncrl.core.loader import parse_override
+from asyncrl.runtime.saved_inputs import check_saved_inputs
 from asyncrl.training.fingerprint import difference, folder_fingerprint, read_fingerprint
 from asyncrl.training.lr_schedule import check_schedule
 
@@ -137,6 +145,8 @@ def _intact_checkpoint(run_dir: Path) -> tuple[Path, dict, dict, list[tuple[Path
         except NonFiniteCheckpoint as err:
             raise ConfigError("--resume", f"checkpoint {checkpoint} holds {err.what} ({err}); "
                                           "refusing to resume from it") from None
+        except UnsafeCheckpoint as err:  # crafted, not torn: refused like non-finite weights, not skipped
+            raise ConfigError("--resume", f"refusing to resume from checkpoint {checkpoint}: {err}") from None
         except DamagedCheckpoint as err:
             damaged.append((checkpoint, str(err)))
             continue
@@ -185,5 +195,6 @@ def resume_config(run_dir: str | Path, overrides: list[str]) -> Config:
         key = ".".join(parse_override(text)[0])
         if not _mutable(key):
             raise ConfigError(key, f"cannot change on resume; only {', '.join(MUTABLE)} may")
+    check_saved_inputs(run_dir / "config.yaml")  # before loading it imports and unpickles what it names
     return load_config(run_dir / "config.yaml", [*overrides, f"run.out_dir={run_dir.parent}",
                                                   f"run.name={run_dir.name}", "run.resume=must"])

@@ -20,7 +20,9 @@ new checkpoint complete or no trace of it beside the previous ones. Old checkpoi
 away before they are deleted, so a half-deleted folder is never mistaken for a checkpoint.
 
 Loading: both ``.pt`` files load with ``torch.load(weights_only=True)`` (tensors, numbers,
-strings, lists, dicts, tuples only; no arbitrary pickle), the weights from safetensors.
+strings, lists, dicts, tuples only; no arbitrary pickle), the weights from safetensors, the
+optimizer's shards through :mod:`asyncrl.distributed.dcp_reader` (DCP's ``.metadata`` pickle read
+with an allow-list; anything else is :class:`UnsafeCheckpoint`, refused, never set aside).
 :func:`check_checkpoint` reads every file of a folder before a resume trusts it: a torn or
 truncated file is :class:`DamagedCheckpoint` (an older checkpoint can stand in), a NaN or inf in
 the weights or the optimizer state, or a negative Adam second moment (finite, but NaN weights after
@@ -55,6 +57,7 @@ import torch
 
 from asyncrl.core.disk import disk_full, file_size_limit, file_too_large, free_bytes, is_disk_full, is_file_size_limit
 from asyncrl.core.finite import NEGATIVE_MOMENT, first_bad_in, first_bad_in_safetensors, first_bad_value
+from asyncrl.distributed.dcp_reader import UnsafeCheckpoint
 from asyncrl.training.fingerprint import FINGERPRINT
 
 CHECKPOINTS = "checkpoints"
@@ -293,6 +296,8 @@ def _non_finite_shards(folder: Path) -> str | None:
             found = first_bad_value(f"{folder.name}/{key}", read_tensor(folder, key, size, dtype))
             if found:
                 return found
+    except UnsafeCheckpoint:
+        raise  # refused, not damaged: no older checkpoint should quietly stand in for a crafted one
     except Exception as err:  # noqa: BLE001 (DCP's error for a missing or torn file varies)
         raise DamagedCheckpoint(f"{folder.name}/: {_first_line(err)}") from None
     return None
@@ -300,7 +305,8 @@ def _non_finite_shards(folder: Path) -> str | None:
 
 def check_checkpoint(checkpoint: Path) -> tuple[dict, dict]:
     """Read every file of ``checkpoint``; return its (trainer state, run state). Raises
-    :class:`DamagedCheckpoint` (missing or unreadable file) or :class:`NonFiniteCheckpoint`."""
+    :class:`DamagedCheckpoint` (missing or unreadable file), :class:`NonFiniteCheckpoint`, or
+    :class:`UnsafeCheckpoint` (optimizer shards whose metadata would run code if unpickled)."""
     for name in ("config.json", TRAINER_STATE, RUN_STATE):
         if not (checkpoint / name).is_file():
             raise DamagedCheckpoint(f"no {name}")

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import torch
 
 from asyncrl.policy.lora import export_state_dict
-from asyncrl.runtime.addresses import is_loopback
+from asyncrl.core.addresses import is_loopback
 from asyncrl.runtime.channels.flat import fill_tied, flat_views, tied_names, weight_layout
 
 ADDR_ENV = "ASYNCRL_CHANNEL_ADDR"
