@@ -179,7 +179,7 @@ def test_sigkill_mid_run_resumes_bitwise_on_episodes(tmp_path, cache):
     a, b = weights(tmp_path / "runs" / "whole"), weights(run_dir)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert rows(run_dir / "ledger.jsonl") == rows(tmp_path / "runs" / "whole" / "ledger.jsonl")
-    timing = ("_s", "per_s", "util")
+    timing = ("_s", "per_s", "util", "_mb")  # wall clock and memory: per run
     strip = [{k: v for k, v in r.items() if not any(k.endswith(t) for t in timing)}
              for r in rows(run_dir / "metrics.jsonl")]
     assert strip == [{k: v for k, v in r.items() if not any(k.endswith(t) for t in timing)}

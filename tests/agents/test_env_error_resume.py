@@ -72,7 +72,7 @@ def _train(tmp_path: Path, break_after: int, *args: str, break_at_step: int = 0)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["sync", pytest.param("async", marks=pytest.mark.slow)])
 def test_a_run_ended_by_its_environment_resumes_from_its_last_finished_step(tmp_path, cache, mode):
     # sync: 4 episodes of 2 turns a step, so step 1 makes 8 step calls at most and the 9th fails in step 2
     sync = mode == "sync"

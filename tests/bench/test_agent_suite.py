@@ -194,6 +194,8 @@ AGENT_TINY = [o for o in BENCH_TINY if not o.startswith(("pretrain.steps=", "pre
     "pretrain.steps=20", "pretrain.batch_size=16", "env.episode_tokens=96", "eval.n_problems=4"]
 
 
+# the whole agent suite at its quick size (minutes): before a release, `make test-all`
+@pytest.mark.slow
 def test_agent_quick_runs_and_reports(tmp_path, cache):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = run_cli(["bench", "agent", "--quick", "--out", "out", *AGENT_TINY, f"policy.cache_dir={cache}"],

@@ -61,6 +61,8 @@ def test_a3po_quick_runs_reports_and_resumes(tmp_path, cache):
     assert {p: p.stat().st_mtime for p in stamps} == stamps
 
 
+# the atlas suite's quick subset (minutes): `make test-all`
+@pytest.mark.slow
 def test_atlas_quick_subset(tmp_path, cache):
     """Two cells at a time (subprocesses; the first to need the warm start builds it, the other waits)."""
     proc = bench(tmp_path, cache, "atlas", "--quick", "--methods", "decoupled,m2po", "--ks", "0,2",

@@ -25,7 +25,7 @@ from cli_forks import run_cli, CliForks  # noqa: E402  (tests/, on the path besi
 
 BASE = [*TINY, "trainer.lr=0.0002", "eval.every=3", "run.checkpoint_every=1"]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
-TIMING = ("_s", "per_s", "util")  # wall-clock figures differ between any two runs
+TIMING = ("_s", "per_s", "util", "_mb")  # wall-clock figures and memory differ between any two runs
 
 
 def cli(tmp_path: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:

@@ -9,6 +9,7 @@ import copy
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,10 +60,21 @@ def _metadata(run_dir: Path) -> Path:
     return found[0]
 
 
+@pytest.fixture(scope="module")
+def genuine_run(tmp_path_factory, tiny_policy) -> Path:
+    """One sharded run built for the module; tests that change it change a copy (:func:`_copy`)."""
+    return _sharded_run(tmp_path_factory.mktemp("genuine"), tiny_policy)
+
+
+def _copy(run_dir: Path, tmp_path: Path) -> Path:
+    """The run at ``tmp_path/runs/r`` (its paths are relative to the run, so a copy loads as it)."""
+    return Path(shutil.copytree(run_dir, tmp_path / "runs" / "r", symlinks=True))
+
+
 @pytest.fixture
-def crafted_run(tmp_path, tiny_policy):
+def crafted_run(genuine_run, tmp_path):
     """(run directory, marker): the checkpoint's .metadata replaced by a pickle that makes the marker."""
-    run_dir = _sharded_run(tmp_path, tiny_policy)
+    run_dir = _copy(genuine_run, tmp_path)
     marker = tmp_path / "MARKER"
     _metadata(run_dir).write_bytes(pickle.dumps(_CreatesMarker(marker)))
     return run_dir, marker
@@ -124,13 +136,13 @@ def test_every_reader_of_the_shards_refuses_it(crafted_run):
     assert not marker.exists()
 
 
-def test_a_shard_path_outside_the_folder_is_refused(tmp_path, tiny_policy):
+def test_a_shard_path_outside_the_folder_is_refused(genuine_run, tmp_path):
     """Metadata built only of allowed classes, but naming a shard file by a path that leaves its
     folder: a load would read that file into the optimizer's state."""
     from asyncrl.distributed.dcp_reader import UnsafeCheckpoint, read_metadata_file
     from asyncrl.training.checkpoint import latest_checkpoint
 
-    run_dir = _sharded_run(tmp_path, tiny_policy)
+    run_dir = _copy(genuine_run, tmp_path)
     path = _metadata(run_dir)
     metadata = read_metadata_file(path)
     for info in metadata.storage_data.values():
@@ -144,11 +156,11 @@ def test_a_shard_path_outside_the_folder_is_refused(tmp_path, tiny_policy):
         check_checkpoint(latest_checkpoint(run_dir))
 
 
-def test_genuine_shards_still_read_back(tmp_path, tiny_policy):
+def test_genuine_shards_still_read_back(genuine_run):
     from asyncrl.distributed.sharded_state import read_tensor, tensor_names
     from asyncrl.training.checkpoint import check_checkpoint, latest_checkpoint
 
-    checkpoint = latest_checkpoint(_sharded_run(tmp_path, tiny_policy))
+    checkpoint = latest_checkpoint(genuine_run)
     names = tensor_names(checkpoint / SHARDS)
     assert names and all(key.startswith("state.") for key in names)
     key, (size, dtype) = sorted(names.items())[0]

@@ -3,6 +3,7 @@ their names before loading the configuration (which imports reward functions and
 ``.inputs/*.pkl``): a pickle changed after asyncrl wrote it is refused in one line naming the key
 and the file, and never unpickled."""
 
+import importlib
 import os
 import pickle
 import subprocess
@@ -69,6 +70,24 @@ def test_a_tampered_pickle_is_refused_before_it_is_unpickled(tmp_path):
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     assert "reward.funcs" in lines[0] and str(pickled) in lines[0], lines[0]
     assert "does not match the content hash" in lines[0], lines[0]
+
+
+def test_an_auto_resume_checks_the_saved_inputs_too(tmp_path, monkeypatch):
+    """``run.resume=auto`` compares the run's configuration with the saved one, which it loads
+    without ``--resume``'s path: the same check comes first there."""
+    from asyncrl.config import load_config
+    from asyncrl.runtime.resume import check_compatible
+
+    resolve = importlib.import_module("asyncrl.rewards.resolve")  # the module; the package exports a function
+
+    run_dir = _saved_run(tmp_path)
+    marker = tmp_path / "MARKER"
+    _only("reward-*.pkl", tmp_path).write_bytes(pickle.dumps(_CreatesMarker(marker)))
+    monkeypatch.setattr(resolve, "_UNPICKLED", {})  # building the run loaded the genuine pickle here
+    cfg = load_config(overrides=[f"run.out_dir={run_dir.parent}", "run.name=r", "run.resume=auto"])
+    with pytest.raises(ConfigError, match=r"reward\.funcs.*does not match the content hash"):
+        check_compatible(cfg, run_dir)
+    assert not marker.exists(), "the tampered pickle was unpickled"
 
 
 def test_a_tampered_dataset_and_an_unhashed_name_are_refused(tmp_path):

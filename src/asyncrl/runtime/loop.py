@@ -135,9 +135,9 @@ class _BatchFailed(Exception):
     def told(self, done: int, saved) -> ConfigError:
         """The same error (its type kept, for the API's ``except EnvError``), its one line saying
         where the run stopped and how it continues."""
-        where = (f"stopped after step {done}, checkpointed in {saved}: --resume continues from it" if saved
-                 else f"stopped after step {done}, with no new checkpoint")
-        self.error.args = (f"{self.error} ({where})",)
+        if saved:  # else there is nothing new to resume from: the line stays as the error said it
+            self.error.args = (f"{self.error} (stopped after step {done}, checkpointed in {saved}: "
+                               "--resume continues from it)",)
         return self.error
 
 

@@ -96,6 +96,8 @@ def check_compatible(cfg: Config, run_dir: Path) -> None:
     saved_path = run_dir / "config.yaml"
     if not saved_path.is_file():
         raise ConfigError("run.resume", f"cannot read the saved configuration {saved_path}: no such file")
+    # Loading it imports and unpickles what it names: run.resume=auto comes here without resume_config
+    check_saved_inputs(saved_path)
     # Loaded, not read raw: a key added to asyncrl after the run was saved compares at its default.
     saved = _flatten(load_config(saved_path).to_dict())
     now = _flatten(cfg.to_dict())
