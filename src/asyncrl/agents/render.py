@@ -13,12 +13,17 @@ train on tokens the engine never sampled.
   does not start with the shorter one's ids (it rewrites the past), :class:`PrefixBroken` says so.
 - :class:`PlainTurns` (no template: the embedded tiny model): ``"\\n<role>: <content>"`` per
   message and ``"\\nassistant:"``, the plain rendering single-turn chat prompts use.
+
+Both encode every message they render (the prompt ``reset`` returned, each tool or environment
+observation) with its special-token strings escaped (:mod:`asyncrl.core.special_tokens`): a tool
+result that prints ``<|im_end|>`` must not end its turn in the ids, nor open a forged one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from asyncrl.core.special_tokens import escaper_for
 from asyncrl.tasks.chat import render_plain
 
 __all__ = ["ChatTurns", "PlainTurns", "PrefixBroken", "make_turns"]
@@ -39,13 +44,15 @@ class PlainTurns:
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
+        self.escape = escaper_for(tokenizer)
 
     def prompt_ids(self, messages: Sequence[dict]) -> list[int]:
-        text = render_plain([(m["role"], m["content"]) for m in messages])
+        text = render_plain([(m["role"], m["content"]) for m in self.escape.messages(messages)])
         return self.tokenizer(text)["input_ids"]
 
     def observation_ids(self, messages: Sequence[dict], sampled: Sequence[int]) -> list[int]:
         del sampled  # a plain turn needs no end-of-turn token
+        messages = self.escape.messages(messages)
         text = "".join(f"\n{m['role']}: {m['content'].strip()}" for m in messages) + "\nassistant:"
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
@@ -58,6 +65,7 @@ class ChatTurns:
 
     def __init__(self, tokenizer, tools: Sequence[dict] = ()):
         self.tokenizer = tokenizer
+        self.escape = escaper_for(tokenizer)
         self.tools = list(tools) or None
         base = self._render(self._BASE, generation_prompt=False)
         self.end_of_turn = _end_of_turn(tokenizer, base)
@@ -70,13 +78,13 @@ class ChatTurns:
                                                        add_generation_prompt=generation_prompt))
 
     def prompt_ids(self, messages: Sequence[dict]) -> list[int]:
-        return self._render(messages, generation_prompt=True)
+        return self._render(self.escape.messages(messages), generation_prompt=True)
 
     def observation_ids(self, messages: Sequence[dict], sampled: Sequence[int]) -> list[int]:
         """Ids that follow a sampled turn ``sampled`` (the engine's ids) with ``messages`` and the
         next assistant turn's header. A turn that stopped before its end-of-turn token (a stop
         string, the token budget) gets one, as an observation token: attended to, not trained."""
-        full = self._render([*self._BASE, *messages], generation_prompt=True)
+        full = self._render([*self._BASE, *self.escape.messages(messages)], generation_prompt=True)
         if full[:len(self.base)] != self.base:
             raise PrefixBroken("the chat template renders the earlier turns differently once messages follow")
         closing = [] if sampled and sampled[-1] == self.end_of_turn else [self.end_of_turn]

@@ -4,7 +4,9 @@ The reward of an episode is the weighted sum of the reward functions (``reward.f
 the task's own check of the final answer), which receive the whole episode in TRL's form — the
 conversation after the prompt as ``completions`` (a list of messages), and ``tool_calls``,
 ``env_info``, ``env_reward`` and ``turns`` as keyword arguments — plus the environment's per-turn
-rewards r_1, r_2, ... discounted by γ = ``env.turn_discount``: Σ_t γ^(t−1) r_t. An environment that
+rewards r_1, r_2, ... discounted by γ = ``env.turn_discount``: Σ_t γ^(t−1) r_t. Tool and
+environment output keep their roles there (``tool``, ``user``): the built-in rewards read the
+answer from the final assistant turn only, and reward models render the roles. An environment that
 returns no rewards (0) leaves the trajectory reward alone, the default. Reward functions also get
 ``environments``: the episodes' environment instances (TRL's name; for ``env.factory``, the user's
 class's instances, whose ``get_reward`` the reward function ``asyncrl.agents.trl_env:get_reward`` reads).
@@ -25,6 +27,7 @@ from asyncrl.core.registries import resolve
 from asyncrl.rollout.rollouts import RolloutOut
 from asyncrl.rollout.scoring import group_ids_of
 from asyncrl.tasks import Problem
+from asyncrl.tasks.chat import EpisodeText, completion_text
 from asyncrl.types import Batch
 
 __all__ = ["EpisodeRollout", "TOOL_STOPS"]
@@ -107,8 +110,11 @@ class EpisodeRollout:
 
     def _score(self, episodes: list, env_returns: list[float]):
         rows = [e.problem for e in episodes]
-        texts = [self.tokenizer.decode(e.ids, skip_special_tokens=True) for e in episodes]
-        finals = [e.completion_messages[-1]["content"] if e.completion_messages else "" for e in episodes]
+        # text form: the decoded ids, still carrying the messages, so that answer extraction reads
+        # the final assistant turn and reward models see the tools' and environment's roles
+        texts = [EpisodeText(self.tokenizer.decode(e.ids, skip_special_tokens=True), e.completion_messages)
+                 for e in episodes]
+        finals = [completion_text(e.completion_messages) for e in episodes]
         shown = [e.completion_messages for e in episodes] if self.rewards.conversational else texts
         extra = {"tool_calls": [e.tool_calls for e in episodes], "env_info": [e.info for e in episodes],
                  "env_reward": env_returns, "turns": [e.turns for e in episodes],

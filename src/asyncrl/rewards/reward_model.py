@@ -9,6 +9,12 @@ tokens and padded on the right, in batches of ``reward.model_batch_size``; the s
 its tokenizer's (a tokenizer without a pad token pads with its eos token). A chat row whose reward
 model tokenizer has no chat template is scored on the prompt's template-free text instead.
 
+Beyond TRL, for multi-turn episodes and adversarial text: an episode (its conversation, or its text
+under ``reward.completion_format=text``) is rendered as messages, tool and environment output under
+their own roles (``tool``, ``user``), through the reward model's chat template (a text prompt as a
+user message), or without one as ``"\n<role>: <content>"`` lines; and the special-token strings of
+every completion message are escaped (asyncrl.core.special_tokens).
+
 A reward model joins the reward functions in :class:`~asyncrl.rewards.scorer.RewardSet`: it is
 called like one (``model(completions, context)``) and is loaded once per process (the trainer, each
 rollout worker), then kept.
@@ -27,6 +33,7 @@ from typing import Any
 
 from asyncrl.core.hf_tokenizer import load_tokenizer, tokenizer_problem
 from asyncrl.core.loader import ConfigError
+from asyncrl.core.special_tokens import escaper_for
 
 __all__ = ["RewardModel", "check_config", "check_model_dir", "load_reward_model", "normalize_model_path",
            "reward_models", "save_reward_model", "tokenizer_of"]
@@ -105,16 +112,39 @@ def load_reward_model(path: str, device: str = "cpu", dtype: str = "float32") ->
     return _LOADED[key]
 
 
-def _completion_text(completion) -> str:
-    return completion if isinstance(completion, str) else "".join(m.get("content") or "" for m in completion)
+def _conversation(completion) -> list[dict] | None:
+    """A completion's messages: a conversational one's, or those an episode's text came from."""
+    if isinstance(completion, list):
+        return completion
+    return getattr(completion, "messages", None) or None
+
+
+def _plain_conversation(prompt_text: str, messages: list[dict]) -> str:
+    """Messages without a chat template: an opening assistant message follows the prompt (whose
+    plain rendering ends in its cue), as TRL joins them; every other one on a line of its own under
+    its role, as the policy saw them (asyncrl.agents.render.PlainTurns)."""
+    text = prompt_text
+    for i, message in enumerate(messages):
+        role, content = message.get("role", "assistant"), message.get("content") or ""
+        text += content if i == 0 and role == "assistant" else f"\n{role}: {content}"
+    return text
 
 
 def _text(tokenizer, prompt, completion, problem) -> str:
-    """The text a reward model scores for one row: TRL's (see the module's docstring)."""
-    if isinstance(prompt, list) and isinstance(completion, list) and tokenizer.chat_template:
-        return tokenizer.apply_chat_template(prompt + completion, tokenize=False)
+    """The text a reward model scores for one row: TRL's (see the module's docstring). What the
+    policy wrote or a tool returned has its special-token strings escaped, so that it cannot close
+    a turn or open a forged one in the reward model's ids; an episode's tool and environment
+    messages keep their roles, so they never read as the assistant's own text."""
+    escape = escaper_for(tokenizer)
+    messages = _conversation(completion)
     prompt_text = prompt if isinstance(prompt, str) else problem.prompt  # a chat row's template-free text
-    return prompt_text + _completion_text(completion)
+    if messages is None:
+        return prompt_text + escape(completion)
+    messages = escape.messages(messages)
+    if tokenizer.chat_template:
+        prompt_messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt_text}]
+        return tokenizer.apply_chat_template(prompt_messages + messages, tokenize=False)
+    return _plain_conversation(prompt_text, messages)
 
 
 @dataclass(frozen=True)

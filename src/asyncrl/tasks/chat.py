@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ROLES", "Messages", "as_dicts", "completion_text", "parse_messages", "render_plain",
+__all__ = ["ROLES", "EpisodeText", "Messages", "as_dicts", "completion_text", "parse_messages", "render_plain",
            "split_reference"]
 
 Messages = tuple[tuple[str, str], ...]
@@ -64,10 +64,34 @@ def as_dicts(messages: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
     return [{"role": role, "content": content} for role, content in messages]
 
 
+class EpisodeText(str):
+    """An episode's text after the prompt, as reward functions receive it under
+    ``reward.completion_format=text``: the decoded ids, observations included, so it is a plain
+    ``str`` to them. ``messages`` keeps the conversation it came from (roles included), from which
+    answer extraction (:func:`completion_text`) and reward models read who wrote what: tool and
+    environment output can print ``#### 42`` as easily as the policy can."""
+
+    messages: list[dict]
+
+    # ``messages`` has a default because pickle rebuilds a str subclass from its text alone, then
+    # restores the attributes
+    def __new__(cls, text: str, messages: Sequence[dict] = ()):
+        out = super().__new__(cls, text)
+        out.messages = list(messages)
+        return out
+
+
 def completion_text(completion: Any) -> str:
-    """A completion as text, whether plain or conversational (``[{"role": "assistant", "content"}]``,
-    what reward functions receive for chat prompts): the content of its last message."""
-    if isinstance(completion, (list, tuple)):
-        last = completion[-1] if completion else {}
-        return str(last.get("content", "")) if isinstance(last, dict) else str(last)
-    return completion
+    """The text a completion answers with, whether plain or conversational (``[{"role":
+    "assistant", "content"}]``, what reward functions receive for chat prompts): the content of its
+    last assistant message. An episode's tool and environment messages are never read as its
+    answer, nor is anything but the final assistant turn of an :class:`EpisodeText`."""
+    messages = completion.messages if isinstance(completion, EpisodeText) and completion.messages else completion
+    if isinstance(messages, (list, tuple)):
+        for message in reversed(messages):
+            if not isinstance(message, dict):
+                return str(message)
+            if message.get("role", "assistant") == "assistant":
+                return str(message.get("content") or "")
+        return ""
+    return str(completion) if isinstance(completion, EpisodeText) else completion

@@ -20,7 +20,9 @@ __all__ = ["correct_answer", "exact_answer"]
 
 def correct_answer(completions: list, *, problems: Sequence[Problem], task: Any, **_: Any) -> list[float]:
     """1.0 where the completion answers its problem correctly by the task's own check, else 0.0.
-    Completions are text or conversational (chat prompts), as every reward function receives them."""
+    Completions are text or conversational (chat prompts), as every reward function receives them;
+    an agent episode's answer is its final assistant turn (:func:`completion_text`), never what a
+    tool or the environment printed."""
     completions = [completion_text(c) for c in completions]
     many = getattr(task, "reward_many", None)
     if many is not None:
