@@ -3,8 +3,10 @@ listens on loopback only, its one store and both ranks' gloo sockets; a job on o
 gloo and NCCL to the loopback interface unless the user names one; a job across machines keeps
 torch's defaults and rank 0 says where it listens, in one line."""
 
+import fcntl
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -23,6 +25,9 @@ from asyncrl.distributed.listeners import bind_collectives, loopback_interface, 
 LISTEN = "0A"  # a socket's state in /proc/net/tcp
 LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
 linux_only = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net/tcp")
+SIOCGIFADDR = 0x8915  # from <linux/sockios.h>: an interface's IPv4 address
+# sets this process's hostname (in its own UTS namespace), then becomes the command that follows
+RENAME_THEN_EXEC = "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execvp(sys.argv[2], sys.argv[2:])"
 
 
 def _listening_table() -> dict[str, tuple[str, int]]:
@@ -59,11 +64,45 @@ def listening(pids) -> set[tuple[int, str, int]]:
     return found
 
 
+def _routable_address() -> str | None:
+    """The IPv4 address of one of this machine's other interfaces than loopback, or None."""
+    for _, name in socket.if_nameindex():
+        if name == loopback_interface():
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            try:
+                request = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue  # no IPv4 address
+        return socket.inet_ntoa(request[20:24])
+    return None
+
+
+def routable_hostname() -> list[str]:
+    """A prefix that runs a command under a hostname resolving to a routable address of this machine
+    (an address is a name that resolves to itself; a UTS namespace keeps the rename to the command),
+    or [] where there is none or no namespace can be made (root only: a user namespace could hide
+    the job's /proc entries from this test). Gloo binds by default to what the hostname resolves
+    to: where that is 127.0.0.1 (as in most containers) a rank that did not bind gloo to loopback
+    itself would still pass."""
+    address = _routable_address()
+    if address is None or os.geteuid() != 0:
+        return []
+    prefix = ["unshare", "--uts", sys.executable, "-c", RENAME_THEN_EXEC, address]
+    try:
+        renamed = subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        renamed = False  # no unshare, or no namespace allowed (a container without CAP_SYS_ADMIN)
+    return prefix if renamed else []
+
+
 @linux_only
 def test_launcher_listens_on_loopback_only(tmp_path, cache):
     """Every listening socket of the agent and its two ranks, sampled for the whole run, is on
-    loopback: before, the agent's two stores listened on every interface (``::``)."""
-    proc = subprocess.Popen([sys.executable, "-m", "asyncrl", "train", "--nproc-per-node", "2",
+    loopback, with the hostname resolving to a routable address where one can be set. Before, the
+    agent's two stores listened on every interface (``::``) and the ranks' gloo sockets on that
+    address."""
+    proc = subprocess.Popen([*routable_hostname(), sys.executable, "-m", "asyncrl", "train", "--nproc-per-node", "2",
                              *base(cache, "listen", 2)], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     seen = set()
