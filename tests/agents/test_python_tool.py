@@ -11,19 +11,11 @@ import pytest
 
 import asyncrl.agents.python_tool as python_tool_module
 from asyncrl.agents.python_tool import PythonLimits, network_isolation, python, python_tool, run_python
-from asyncrl.agents.sandbox import SandboxUnavailable, check_sandbox
+from asyncrl.agents.sandbox import SandboxUnavailable, sandbox_problem
 from asyncrl.agents.tools import ToolBox, ToolCall
 
 
-def _sandbox_problem() -> str | None:
-    try:
-        check_sandbox()
-    except SandboxUnavailable as err:
-        return str(err)
-    return None
-
-
-SANDBOX_PROBLEM = _sandbox_problem()
+SANDBOX_PROBLEM = sandbox_problem()
 pytestmark = [pytest.mark.skipif(not hasattr(os, "killpg"), reason="the python tool needs POSIX"),
               pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=f"no sandbox here: {SANDBOX_PROBLEM}")]
 

@@ -13,23 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl.agents.sandbox import SandboxUnavailable, check_sandbox
+from asyncrl.agents.sandbox import sandbox_problem
 
 PROBES = Path(__file__).with_name("sandbox_probes.py")
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 
 
-def _sandbox_problem() -> str | None:
-    try:
-        check_sandbox()
-    except SandboxUnavailable as err:
-        return str(err)
-    return None
-
-
-pytestmark = pytest.mark.skipif(_sandbox_problem() is not None,
-                                reason=f"bubblewrap cannot start here: {_sandbox_problem()}")
+pytestmark = pytest.mark.skipif(sandbox_problem() is not None,
+                                reason=f"bubblewrap cannot start here: {sandbox_problem()}")
 
 
 def _run_probes(command: list[str], workdir: Path, env: dict[str, str]) -> dict[str, str]:

@@ -36,7 +36,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = ["SandboxUnavailable", "SandboxSpec", "bwrap_binary", "check_sandbox", "sandbox_argv", "sandbox_uid"]
+__all__ = ["SandboxUnavailable", "SandboxSpec", "bwrap_binary", "check_sandbox", "sandbox_argv", "sandbox_problem", "sandbox_uid"]
 
 SCRATCH = "/tmp"
 SETPRIV = "/usr/bin/setpriv"
@@ -192,6 +192,15 @@ def check_sandbox(spec: SandboxSpec = SandboxSpec()) -> None:
         problem = _CHECKED[spec.site_packages]
     if problem is not None:
         raise SandboxUnavailable(problem)
+
+
+def sandbox_problem(spec: SandboxSpec = SandboxSpec()) -> str | None:
+    """Why the sandbox cannot start here, or None when it can (:func:`check_sandbox` as a value)."""
+    try:
+        check_sandbox(spec)
+    except SandboxUnavailable as err:
+        return str(err)
+    return None
 
 
 def _try_start(spec: SandboxSpec) -> str | None:

@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from asyncrl.agents.tools import MalformedCall, ToolCall, _json_error, parse_tool_calls
+from asyncrl.agents.tools import MalformedCall, ToolCall, _json_error, call_from_object, parse_tool_calls
 
 __all__ = ["FORMATS", "ToolFormat", "detect_format", "parse_llama3", "parse_mistral"]
 
@@ -31,25 +31,6 @@ class ToolFormat:
 
     parse: Callable[[str], list]
     stops: tuple[str, ...]
-
-
-def _as_call(block: str, data, args_keys: tuple[str, ...]) -> ToolCall | MalformedCall:
-    if not isinstance(data, dict):
-        return MalformedCall(block, f"not a JSON object but {type(data).__name__}")
-    name = data.get("name")
-    if not isinstance(name, str) or not name.strip():
-        return MalformedCall(block, "no non-empty 'name' field")
-    arguments = next((data[k] for k in args_keys if k in data), None)
-    if arguments is None:
-        arguments = {}
-    if isinstance(arguments, str):  # encoded a second time, as some models do
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except (ValueError, RecursionError) as err:
-            return MalformedCall(block, f"arguments are a string but not JSON: {_json_error(err)}")
-    if not isinstance(arguments, dict):
-        return MalformedCall(block, f"arguments are not an object but {type(arguments).__name__}")
-    return ToolCall(name.strip(), arguments)
 
 
 def _json_values(text: str) -> tuple[list, str | None]:
@@ -83,7 +64,7 @@ def parse_llama3(text: str) -> list[ToolCall | MalformedCall]:
     looks_like_calls = values and all(isinstance(v, dict) and "name" in v for v in values)
     if not tagged and not looks_like_calls:
         return []
-    calls = [_as_call(json.dumps(v), v, ("parameters", "arguments")) for v in values]
+    calls = [call_from_object(json.dumps(v), v, ("parameters", "arguments")) for v in values]
     return calls + ([MalformedCall(body, problem)] if problem else [])
 
 
@@ -101,7 +82,7 @@ def _mistral_v11(body: str) -> list[ToolCall | MalformedCall]:
         if problem or len(values) != 1:
             calls.append(MalformedCall(part, problem or "one JSON object of arguments expected"))
             continue
-        calls.append(_as_call(part, {"name": name, "arguments": values[0]}, ("arguments",)))
+        calls.append(call_from_object(part, {"name": name, "arguments": values[0]}, ("arguments",)))
     return calls
 
 
@@ -121,7 +102,7 @@ def parse_mistral(text: str) -> list[ToolCall | MalformedCall]:
         if start < 0:  # no marker: an answer that looked like a list
             return []
         return [MalformedCall(text[start:], problem or "not one JSON list of calls")]
-    return [_as_call(json.dumps(v), v, ("arguments", "parameters")) for v in values[0]]
+    return [call_from_object(json.dumps(v), v, ("arguments", "parameters")) for v in values[0]]
 
 
 FORMATS: dict[str, ToolFormat] = {

@@ -74,6 +74,13 @@ def _read_call(block: str, body: str) -> ToolCall | MalformedCall:
         data = json.loads(body)
     except (ValueError, RecursionError) as err:
         return MalformedCall(block, f"not JSON: {_json_error(err)}")
+    return call_from_object(block, data)
+
+
+def call_from_object(block: str, data, args_keys: tuple[str, ...] = ("arguments",)) -> ToolCall | MalformedCall:
+    """The call a decoded JSON value ``data`` describes: a ``name`` and its arguments under the
+    first of ``args_keys`` present (Llama 3 writes ``parameters``); ``block`` is the text it came
+    from, kept in a :class:`MalformedCall`."""
     if not isinstance(data, dict):
         return MalformedCall(block, f"not a JSON object but {type(data).__name__}")
     if "name" not in data:
@@ -81,7 +88,7 @@ def _read_call(block: str, body: str) -> ToolCall | MalformedCall:
     name = data["name"]
     if not isinstance(name, str) or not name.strip():
         return MalformedCall(block, "'name' is not a non-empty string")
-    arguments = data.get("arguments")
+    arguments = next((data[k] for k in args_keys if k in data), None)
     if arguments is None:  # a tool without parameters: some models leave the field out
         arguments = {}
     if isinstance(arguments, str):  # some models send the arguments JSON-encoded a second time
