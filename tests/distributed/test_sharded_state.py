@@ -3,6 +3,7 @@ gloo) reads back whole, bit for bit, at world 2 (each rank its shard) and in one
 shard file is a damaged checkpoint."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,25 @@ from asyncrl.training.trainer import Trainer
 HERE = Path(__file__).parent
 
 
+# what a rank prints when its peer's socket closed under it: the peer is the one to read
+TRANSPORT = "gloo/transport/tcp"
+
+
 def _world_two(tmp_path: Path, mode: str) -> None:
+    """Both ranks of ``shard_case.py`` ``mode``. A world whose every failed rank shows only a gloo
+    transport error (none says why it ended first: a rank lost to the machine, not to the code)
+    runs once more, from scratch; any other failure, or a second one, fails with each rank's tail."""
+    failed = _run_world_two(tmp_path, mode)
+    if failed and all(TRANSPORT in log for log in failed):
+        print("rerun after a gloo transport failure:\n" + "\n".join(failed))
+        if mode == "save":  # a save starts from no folder
+            shutil.rmtree(tmp_path / "ckpt", ignore_errors=True)
+        failed = _run_world_two(tmp_path, mode)
+    assert not failed, "\n".join(failed)
+
+
+def _run_world_two(tmp_path: Path, mode: str) -> list[str]:
+    """Each failed rank's exit status and the tail of its log (the first to fail is the cause)."""
     from rendezvous import rendezvous_env
 
     env = {**os.environ, **rendezvous_env(tmp_path),
@@ -26,7 +45,8 @@ def _world_two(tmp_path: Path, mode: str) -> None:
     procs = [subprocess.Popen([sys.executable, str(HERE / "shard_case.py"), str(rank), str(tmp_path), mode], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
     logs = [proc.communicate(timeout=240)[0] for proc in procs]
-    assert all(proc.returncode == 0 for proc in procs), "\n".join(logs)[-3000:]
+    return [f"rank {rank} (exit {proc.returncode}):\n{log[-2500:]}" for rank, (proc, log) in enumerate(zip(procs, logs))
+            if proc.returncode != 0]
 
 
 def _assert_same(loaded: dict, saved: dict) -> None:
