@@ -54,6 +54,11 @@ def test_guess_game_trains_end_to_end_with_episode_metrics(tmp_path, cache):
     assert all(1 <= r["episode/turns_mean"] <= 5 for r in steps)
     completions = rows(run_dir / "completions.jsonl")
     assert any("er: " in c["completion"] for c in completions)  # the environment's "higher: / lower:" lines
+    episodes = rows(run_dir / "episodes.jsonl")  # every episode of the last step (run.log_episodes_every=10)
+    assert [e["step"] for e in episodes] == [2] * 8
+    assert all(e["end"] in ("done", "max_turns", "episode_tokens", "template") and e["turns"] for e in episodes)
+    observed = [m["content"] for e in episodes for t in e["turns"] for m in t.get("observation", [])]
+    assert any("er" in text for text in observed)  # "higher" / "lower", as the environment answered
 
 
 def test_calculator_task_trains_end_to_end(tmp_path, cache):
@@ -114,7 +119,8 @@ class Broken(Countdown):
         return {"not": "text"}, 0.0, False, {}
 '''
 CUSTOM = ["task=arithmetic", "run.plugins=[my_agent]", "env.name=countdown", "env.kwargs={turns: 2}",
-          "env.tools=[my_agent:add]", "env.episode_tokens=120", "rollout.max_new_tokens=16", "trainer.steps=2"]
+          "env.tools=[my_agent:add]", "env.tool_schemas=none",  # the tiny model has no chat template
+          "env.episode_tokens=120", "rollout.max_new_tokens=16", "trainer.steps=2"]
 
 
 def test_a_custom_environment_and_tool_from_the_users_directory_train_by_cli_and_api(tmp_path, cache):

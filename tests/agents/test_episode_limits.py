@@ -18,7 +18,8 @@ def test_a_budget_smaller_than_a_turn_is_refused(args, limit):
 
 
 def test_one_turn_budget_and_single_turn_runs_are_accepted():
-    assert load_config(None, ["env.tools=[calculator]", "env.episode_tokens=48"]).env.episode_tokens == 48
+    accepted = load_config(None, ["env.tools=[calculator]", "env.tool_schemas=none", "env.episode_tokens=48"])
+    assert accepted.env.episode_tokens == 48
     assert load_config(None, ["env.episode_tokens=1"]).env.episode_tokens == 1  # no episodes: not used
 
 

@@ -72,6 +72,14 @@ class NoReset:
         return "nothing"
 
 
+class ResetStep:  # asyncrl's own seam (docs/agents.md, "Environments"), passed to the wrong one
+    def reset(self, row):
+        return row["prompt"]
+
+    def step(self, action):
+        return "", 1.0, True, {}
+
+
 class Untyped(CounterEnv):
     def peek(self, what):
         return self.counter
@@ -98,6 +106,7 @@ def envs(tmp_path) -> str:
 
 
 ROUNDS = Scheduling(schedule="rounds")
+NO_SCHEMAS = ["env.tool_schemas=none"]  # the embedded tiny model has no chat template to show them
 
 
 def runner(path: str, cls: str, tok, max_turns: int = 4, scheduling=ROUNDS):
@@ -170,7 +179,7 @@ def test_errors_of_a_tool_method_are_observations_and_the_last_turn_runs_no_tool
 def test_get_reward_is_a_reward_of_weight_one_read_from_each_episodes_instance(envs):
     from asyncrl.rewards import RewardSet
 
-    cfg = load_config(None, [f"env.factory={envs}:CounterEnv", f"reward.funcs=[{GET_REWARD}]"])
+    cfg = load_config(None, [f"env.factory={envs}:CounterEnv", f"reward.funcs=[{GET_REWARD}]", *NO_SCHEMAS])
     tok = chat_tokenizer(DROPS_THINK)
     rollout = EpisodeRollout(cfg, RewardSet.from_config(cfg.reward), tok)
     eot = tok.eos_token_id
@@ -211,9 +220,9 @@ def test_a_get_reward_that_raises_stops_the_run_like_any_reward_function():
 
 
 def test_get_reward_joins_reward_funcs_at_load_by_cli_as_trl_adds_it(envs):
-    assert load_config(None, [f"env.factory={envs}:CounterEnv"]).reward.funcs == [GET_REWARD]  # alone
-    cfg = load_config(None, [f"env.factory={envs}:CounterEnv", "reward.funcs=[asyncrl.tasks.rewards:correct_answer]",
-                             "reward.weights=[0.5]"])
+    assert load_config(None, [f"env.factory={envs}:CounterEnv", *NO_SCHEMAS]).reward.funcs == [GET_REWARD]  # alone
+    cfg = load_config(None, [f"env.factory={envs}:CounterEnv", *NO_SCHEMAS,
+                             "reward.funcs=[asyncrl.tasks.rewards:correct_answer]", "reward.weights=[0.5]"])
     assert cfg.reward.funcs[-1] == GET_REWARD and cfg.reward.weights == [0.5, 1.0]
     again = load_config(cfg.to_dict())  # a resumed run's saved config: added once
     assert again.reward.funcs == cfg.reward.funcs and again.reward.weights == cfg.reward.weights
@@ -249,6 +258,8 @@ def test_an_environment_that_breaks_names_the_users_class(envs):
     ("Untyped", "Untyped.peek: public methods are tools (TRL's rule), and this one cannot be: every argument "
                 "needs a type hint"),
     ("RewardWithArgs", "RewardWithArgs.get_reward takes arguments; it must take none"),
+    ("ResetStep", "ResetStep looks like an asyncrl environment (reset(row), step(action) -> (observation, reward, "
+                  "done, info)), not a TRL environment_factory class"),
     ("Missing", "has no attribute 'Missing'"),
 ])
 def test_a_class_that_breaks_trls_contract_is_refused_at_load(envs, cls, expected):
@@ -296,7 +307,7 @@ def test_the_api_refuses_what_cannot_travel_or_be_a_tool_in_one_line(tmp_path):
 def test_the_api_adds_get_reward_as_trl_does(envs, tmp_path):
     from asyncrl.api import build_config
 
-    base = {"run.out_dir": str(tmp_path)}
+    base = {"run.out_dir": str(tmp_path), "env.tool_schemas": "none"}
     cfg = build_config(base, environment_factory=f"{envs}:CounterEnv")
     assert cfg.env.factory == f"{envs}:CounterEnv" and cfg.reward.funcs == [GET_REWARD]  # alone: no task default
     exact = "asyncrl.tasks.rewards:exact_answer"
@@ -317,7 +328,7 @@ def test_the_apis_tools_travel_like_reward_functions(tmp_path):
         """
         return a + b
 
-    cfg = build_config({"run.out_dir": str(tmp_path)}, tools=[add, "calculator"])
+    cfg = build_config({"run.out_dir": str(tmp_path), "env.tool_schemas": "none"}, tools=[add, "calculator"])
     assert cfg.env.tools[0].startswith(str(tmp_path / ".inputs" / "tool-")) and cfg.env.tools[0].endswith(".pkl:add")
     assert cfg.env.tools[1] == "calculator" and cfg.env.episodes  # tools alone: the answer environment
     tool, _ = load_tools(cfg.env.tools)
@@ -392,7 +403,8 @@ def test_the_agent_names_are_trls_and_the_docs_table():
 
 SMALL = ["run.progress=false", "run.report_to=[]", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=2",
          "rollout.max_new_tokens=6", "trainer.steps=2", "trainer.n_minibatches=1", "eval.n_problems=2",
-         "eval.samples=1", "eval.every=0", "task.eval_fraction=0.25"]
+         "eval.samples=1", "eval.every=0", "task.eval_fraction=0.25",
+         "env.tool_schemas=none"]  # the tiny model has no chat template to show the methods' schemas
 ROWS = [{"prompt": [{"role": "user", "content": f"Count to {i}."}], "target": "3"} for i in range(8)]
 
 

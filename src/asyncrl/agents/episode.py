@@ -34,7 +34,7 @@ from asyncrl.agents.calls import CallPool, Failed
 from asyncrl.agents.env import EnvError, check_reset, check_step
 from asyncrl.agents.play import Play
 from asyncrl.agents.render import PrefixBroken
-from asyncrl.agents.tools import parse_tool_calls
+from asyncrl.agents.tool_formats import FORMATS, ToolFormat
 from asyncrl.tasks import Problem
 from asyncrl.types import Generation
 
@@ -101,6 +101,9 @@ class Episode:
     info: dict = field(default_factory=dict)
     turns: int = 0
     n_prompt_messages: int = 0
+    call_text: str = ""  # the last turn's text as its tool calls are parsed from (ToolFormat.keeps_special)
+    # per assistant turn: its text, tokens, versions, then its tool calls or the environment's answer
+    turn_log: list[dict] = field(default_factory=list)
     end: str | None = None  # why it ended: done, max_turns, episode_tokens, template, failed
     failure: str = ""  # what failed: "step raised KeyError: 'board' (try 3 of 3)"
     env_time_s: float = 0.0  # wall time its calls took, waiting included
@@ -131,9 +134,12 @@ class EpisodeRunner:
     ``scheduling``: how episodes share the engine and the environment."""
 
     def __init__(self, env_factory, turns, tokenizer, limits: EpisodeLimits, tools=None,
-                 scheduling: Scheduling | None = None):
+                 scheduling: Scheduling | None = None, tool_format: ToolFormat | None = None):
         self.env_factory, self.turns, self.tokenizer = env_factory, turns, tokenizer
         self.limits, self.tools = limits, tools
+        self.tool_format = tool_format or FORMATS["hermes"]
+        # ids that end a turn rather than belong to a call: cut before a call's text is parsed
+        self._special_ids = set(getattr(tokenizer, "all_special_ids", ()) or ())
         self.scheduling = scheduling or Scheduling()
         if self.scheduling.schedule not in SCHEDULES:
             raise ValueError(f"schedule: {self.scheduling.schedule!r} is not one of {', '.join(SCHEDULES)}")
@@ -189,6 +195,7 @@ class EpisodeRunner:
         result = check_step(episode.env, episode.problem, outcome)
         episode.rewards.append(result.reward)
         episode.info = result.info
+        episode.turn_log[-1].update(reward=result.reward, observation=result.messages, done=result.done)
         if result.done:
             episode.end = "done"
         return self._after_response(episode, result.messages)
@@ -215,6 +222,10 @@ class EpisodeRunner:
         episode.turns += 1
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         episode.messages.append({"role": "assistant", "content": text})
+        versions = [v for v in episode.versions[len(episode.versions) - len(ids):] if v >= 0]
+        episode.turn_log.append({"assistant": text, "tokens": len(ids),
+                                 "versions": [min(versions), max(versions)] if versions else None})
+        episode.call_text = self._call_text(ids) if self.tool_format.keeps_special and self.tools else text
         if len(episode.ids) >= self.limits.episode_tokens:
             episode.end = "episode_tokens"
 
@@ -222,7 +233,7 @@ class EpisodeRunner:
         """Submit the turn's tool calls when it calls tools, else the environment's step. True when
         the episode needs no call and is ready for its next turn now."""
         text = episode.messages[-1]["content"]
-        calls = parse_tool_calls(text) if self.tools is not None else []
+        calls = self.tool_format.parse(episode.call_text) if self.tools is not None else []
         if not calls:
             self.ask(pool, i, episode, "step", episode.env.step, text)
             return False
@@ -240,6 +251,14 @@ class EpisodeRunner:
             pool.submit((i, "tool", k), self._call_tools, (job, owner))
         return False
 
+    def _call_text(self, ids: list[int]) -> str:
+        """A turn's text with its special tokens, where a format's calls are marked by them; the
+        tokens that ended the turn (eos, end of turn) cut off."""
+        end = len(ids)
+        while end and ids[end - 1] in self._special_ids:
+            end -= 1
+        return self.tokenizer.decode(ids[:end], skip_special_tokens=False)
+
     def _call_tools(self, calls: list, owner) -> list:
         return [(call, self.tools.call(call, owner)) for call in calls]
 
@@ -253,8 +272,10 @@ class EpisodeRunner:
         messages = []
         for call, result in results:
             episode.tool_calls.append({"name": result.name, "arguments": getattr(call, "arguments", None),
-                                       "content": result.content, "failed": result.failed, "reason": result.reason})
+                                       "content": result.content, "failed": result.failed, "reason": result.reason,
+                                       "latency_s": result.latency_s})
             messages.append({"role": "tool", "content": result.content})
+        episode.turn_log[-1]["tool_calls"] = episode.tool_calls[len(episode.tool_calls) - len(results):]
         return messages
 
     def _after_response(self, episode: Episode, observation: list[dict]) -> bool:

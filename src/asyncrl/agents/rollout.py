@@ -21,7 +21,8 @@ import torch
 from asyncrl.agents import ENVIRONMENTS
 from asyncrl.agents.env import build_env
 from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling, episodes_to_generation
-from asyncrl.agents.render import make_turns
+from asyncrl.agents.records import episode_record
+from asyncrl.agents.render import ChatTurns, make_turns
 from asyncrl.agents.stats import EpisodeStats
 from asyncrl.core.registries import resolve
 from asyncrl.rollout.rollouts import RolloutOut
@@ -30,10 +31,7 @@ from asyncrl.tasks import Problem
 from asyncrl.tasks.chat import EpisodeText, completion_text
 from asyncrl.types import Batch
 
-__all__ = ["EpisodeRollout", "TOOL_STOPS"]
-
-# a turn that calls a tool ends with its call: the model waits for the result (Qwen/Hermes form)
-TOOL_STOPS = ("</tool_call>",)
+__all__ = ["EpisodeRollout"]
 
 
 class EpisodeRollout:
@@ -52,15 +50,15 @@ class EpisodeRollout:
             make_env = lambda: build_env(factory, kwargs)  # noqa: E731
         self.tools = ToolBox(tools, timeout_s=env.tool_timeout_s, max_chars=env.tool_max_chars) if tools else None
         turns = make_turns(tokenizer, cfg.policy.chat_template, self.tools.schemas if self.tools else ())
+        self.tool_format, tool_stops = _tool_format(env, tokenizer, turns) if self.tools else (None, ())
         limits = EpisodeLimits(max_turns=env.max_turns, turn_tokens=env.turn_tokens or cfg.rollout.max_new_tokens,
-                               episode_tokens=env.episode_tokens,
-                               stop=(*env.stop, *(TOOL_STOPS if self.tools else ())),
+                               episode_tokens=env.episode_tokens, stop=(*env.stop, *tool_stops),
                                step_timeout_s=env.step_timeout_s)
         scheduling = Scheduling(schedule=env.schedule, concurrency=env.concurrency, retries=env.retries,
                                 backoff_s=env.retry_backoff_s, max_failure_frac=env.max_failure_frac,
                                 failure_window=env.failure_window)
         runner = InstanceToolsRunner if env.factory else EpisodeRunner
-        self.runner = runner(make_env, turns, tokenizer, limits, self.tools, scheduling)
+        self.runner = runner(make_env, turns, tokenizer, limits, self.tools, scheduling, tool_format=self.tool_format)
 
     def run(self, engine, problems: list[Problem], n: int, *, between_chunks=None,
             first_group_id: int = 0, keep_failed: bool = False, stop_check=None) -> RolloutOut:
@@ -102,6 +100,9 @@ class EpisodeRollout:
                       reward_parts=parts, reward_failed=failures)
         stats = EpisodeStats()
         stats.add_episodes(episodes, env_returns)
+        trained = dict(zip(rows, total[rows].tolist()))
+        stats.records = [episode_record(e, env_returns[i], trained.get(i) if e.end != "failed" else None)
+                         for i, e in enumerate(episodes)]
         stats.add_scheduler(scheduler or {}, failed_groups=len(failed))
         if self.tools is not None:
             stats.add_tool_counts(self.tools.take_counts())
@@ -133,6 +134,24 @@ class InstanceToolsRunner(EpisodeRunner):
 
     def _tool_owner(self, episode):
         return episode.env.instance
+
+
+def _tool_format(env, tokenizer, turns):
+    """(the run's tool-call format, the stops it adds) for ``env.tool_format`` and
+    ``env.parallel_tool_calls``; a run whose model cannot see the tools' schemas is refused unless
+    its task teaches the calls (``env.tool_schemas=none``)."""
+    from asyncrl.agents.tool_formats import tool_format, turn_stops
+    from asyncrl.core.loader import ConfigError
+
+    templated = isinstance(turns, ChatTurns)
+    if not templated and env.tool_schemas == "template":
+        raise ConfigError("env.tools", "the policy has no chat template in use (its tokenizer has none, or "
+                          "policy.chat_template=false), so the model would never see the tools' schemas; use a "
+                          "policy with one, or env.tool_schemas=none where the task's warm start demonstrates "
+                          "the calls")
+    fmt = tool_format(env.tool_format, tokenizer if templated else None)
+    parallel = {"on": True, "off": False}.get(env.parallel_tool_calls, templated)
+    return fmt, turn_stops(fmt, parallel)
 
 
 def _factory_environment(cfg):

@@ -23,6 +23,7 @@ class EpisodeStats:
     tool_calls: Counter = field(default_factory=Counter)  # per tool name
     tool_failures: Counter = field(default_factory=Counter)
     tool_truncated: Counter = field(default_factory=Counter)
+    tool_seconds: Counter = field(default_factory=Counter)  # wall time of the calls, per tool name
     failed_groups: int = 0  # groups left out of training for a failed episode
     call_retries: int = 0  # environment calls tried again after a failure
     calls_in_flight_max: int = 0  # the most environment and tool calls running at once
@@ -31,6 +32,8 @@ class EpisodeStats:
     decodes: int = 0  # engine calls
     in_flight_max: int = 0  # the most episodes in flight at once
     durations: list[float] = field(default_factory=list)  # seconds from each episode's start to its end
+    # the episodes as data (asyncrl.agents.records): what episodes.jsonl holds at the steps it is written
+    records: list[dict] = field(default_factory=list)
 
     def add_scheduler(self, run: dict, failed_groups: int) -> None:
         """The scheduler's numbers for one run of episodes (``EpisodeRunner.last_run``)."""
@@ -58,6 +61,7 @@ class EpisodeStats:
         self.tool_calls.update(counts.get("calls", {}))
         self.tool_failures.update(counts.get("failures", {}))
         self.tool_truncated.update(counts.get("truncated", {}))
+        self.tool_seconds.update(counts.get("seconds", {}))
 
     def merge(self, other: "EpisodeStats") -> None:
         self.episodes += other.episodes
@@ -65,12 +69,14 @@ class EpisodeStats:
         self.turns_max = max(self.turns_max, other.turns_max)
         self.lengths += other.lengths
         self.durations += other.durations
+        self.records += other.records
         self.observed_tokens += other.observed_tokens
         self.env_time_s += other.env_time_s
         self.env_reward += other.env_reward
         self.add_scheduler(vars(other), other.failed_groups)
         for mine, theirs in ((self.ends, other.ends), (self.tool_calls, other.tool_calls),
-                             (self.tool_failures, other.tool_failures), (self.tool_truncated, other.tool_truncated)):
+                             (self.tool_failures, other.tool_failures), (self.tool_truncated, other.tool_truncated),
+                             (self.tool_seconds, other.tool_seconds)):
             mine.update(theirs)
 
     def metrics(self) -> dict[str, float]:
@@ -98,6 +104,8 @@ class EpisodeStats:
         for name in sorted(set(self.tool_calls) | set(self.tool_failures)):
             out[f"tool/{name}/calls"] = self.tool_calls[name]
             out[f"tool/{name}/failures"] = self.tool_failures[name]
+            if self.tool_calls[name]:
+                out[f"tool/{name}/latency_mean_s"] = self.tool_seconds[name] / self.tool_calls[name]
             if self.tool_truncated[name]:
                 out[f"tool/{name}/truncated"] = self.tool_truncated[name]
         return out

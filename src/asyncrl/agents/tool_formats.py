@@ -20,17 +20,26 @@ from dataclasses import dataclass
 
 from asyncrl.agents.tools import MalformedCall, ToolCall, _json_error, call_from_object, parse_tool_calls
 
-__all__ = ["FORMATS", "ToolFormat", "detect_format", "parse_llama3", "parse_mistral"]
+__all__ = ["FORMATS", "ToolFormat", "detect_format", "parse_llama3", "parse_mistral", "tool_format", "turn_stops"]
 
 _PYTHON_TAG, _MISTRAL_CALLS, _MISTRAL_ARGS = "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]"
 
 
 @dataclass(frozen=True)
 class ToolFormat:
-    """``parse``: the turn's text -> its calls; ``stops``: strings that end a turn once it called."""
+    """How one family writes calls.
 
+    ``parse``: a turn's text -> its calls. ``stops``: strings that end a turn that called (always
+    stops). ``first_call_stops``: strings that end a turn at its first call, used when a turn makes
+    one call (``env.parallel_tool_calls=off``). ``keeps_special``: parse the turn's text decoded
+    with its special tokens (Mistral's ``[TOOL_CALLS]``/``[ARGS]`` are special tokens and carry the
+    call's structure); else the text as the conversation holds it."""
+
+    name: str
     parse: Callable[[str], list]
-    stops: tuple[str, ...]
+    stops: tuple[str, ...] = ()
+    first_call_stops: tuple[str, ...] = ()
+    keeps_special: bool = False
 
 
 def _json_values(text: str) -> tuple[list, str | None]:
@@ -106,9 +115,11 @@ def parse_mistral(text: str) -> list[ToolCall | MalformedCall]:
 
 
 FORMATS: dict[str, ToolFormat] = {
-    "hermes": ToolFormat(parse_tool_calls, ("</tool_call>",)),
-    "llama3": ToolFormat(parse_llama3, ("<|eom_id|>",)),
-    "mistral": ToolFormat(parse_mistral, ()),
+    # several <tool_call> blocks, then the end of turn; one call per turn: stop at the first close
+    "hermes": ToolFormat("hermes", parse_tool_calls, first_call_stops=("</tool_call>",)),
+    # <|eom_id|> ends a turn that waits on a call's result (it is not always the tokenizer's eos)
+    "llama3": ToolFormat("llama3", parse_llama3, stops=("<|eom_id|>",), keeps_special=True),
+    "mistral": ToolFormat("mistral", parse_mistral, keeps_special=True),
 }
 
 
@@ -125,3 +136,19 @@ def detect_format(chat_template: str | None) -> str:
     if _PYTHON_TAG in template or "<|eom_id|>" in template:
         return "llama3"
     return "hermes"
+
+
+def tool_format(name: str, tokenizer) -> ToolFormat:
+    """The format of ``env.tool_format``: ``auto`` reads the tokenizer's chat template
+    (:func:`detect_format`; ``hermes`` for None)."""
+    if name == "auto":
+        name = detect_format(getattr(tokenizer, "chat_template", None))
+    if name not in FORMATS:
+        raise ValueError(f"tool_format: {name!r} is not one of auto, {', '.join(FORMATS)}")
+    return FORMATS[name]
+
+
+def turn_stops(fmt: ToolFormat, parallel: bool) -> tuple[str, ...]:
+    """The strings that end a turn of a run with tools: the format's own, and with one call per
+    turn (``parallel`` off) those that close its first call."""
+    return fmt.stops + (() if parallel else fmt.first_call_stops)

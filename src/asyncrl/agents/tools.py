@@ -25,6 +25,7 @@ import dataclasses
 import inspect
 import json
 import threading
+import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -190,13 +191,15 @@ class ToolError(Exception):
 @dataclass(frozen=True)
 class ToolResult:
     """What one call gave. ``content`` is the observation shown to the model (an ``error: ...``
-    line when ``failed``); ``reason`` one of ``REASONS``; ``truncated`` when ``content`` was cut."""
+    line when ``failed``); ``reason`` one of ``REASONS``; ``truncated`` when ``content`` was cut;
+    ``latency_s``: the call's wall time, checks included."""
 
     name: str
     content: str
     failed: bool
     reason: str
     truncated: bool = False
+    latency_s: float = 0.0
 
 
 def _to_text(value: object) -> str:
@@ -266,6 +269,7 @@ class ToolBox:
         self.calls: dict[str, int] = {}
         self.failures: dict[str, int] = {}
         self.truncated: dict[str, int] = {}
+        self.seconds: dict[str, float] = {}
         self._lock = threading.Lock()
 
     @property
@@ -281,10 +285,13 @@ class ToolBox:
         """Run one call. Failures come back as ``failed`` results whose content is an ``error:``
         line; only the caller's own interrupts (Ctrl-C while waiting) propagate. ``owner``: the
         episode's environment instance, on which a method tool (:meth:`Tool.from_method`) runs."""
+        started = time.perf_counter()
         result = self._call(call, owner)
+        result = dataclasses.replace(result, latency_s=time.perf_counter() - started)
         key = {"malformed": MALFORMED, "unknown_tool": UNKNOWN}.get(result.reason, result.name)
         with self._lock:
             self.calls[key] = self.calls.get(key, 0) + 1
+            self.seconds[key] = self.seconds.get(key, 0.0) + result.latency_s
             if result.failed:
                 self.failures[key] = self.failures.get(key, 0) + 1
             if result.truncated:
@@ -343,10 +350,11 @@ class ToolBox:
         return ToolResult(name, content[:self.max_chars] + f"…[truncated {cut} chars]", False, "ok",
                           truncated=True)
 
-    def take_counts(self) -> dict[str, dict[str, int]]:
-        """The counters since the last take, reset: ``{"calls", "failures", "truncated"}``, each
-        per tool name (``"<malformed>"``, ``"<unknown>"`` for calls that name no known tool)."""
+    def take_counts(self) -> dict[str, dict]:
+        """The counters since the last take, reset: ``{"calls", "failures", "truncated", "seconds"}``,
+        each per tool name (``"<malformed>"``, ``"<unknown>"`` for calls that name no known tool)."""
         with self._lock:
-            counts = {"calls": self.calls, "failures": self.failures, "truncated": self.truncated}
-            self.calls, self.failures, self.truncated = {}, {}, {}
+            counts = {"calls": self.calls, "failures": self.failures, "truncated": self.truncated,
+                      "seconds": self.seconds}
+            self.calls, self.failures, self.truncated, self.seconds = {}, {}, {}, {}
         return counts

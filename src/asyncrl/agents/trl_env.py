@@ -61,10 +61,37 @@ def environment_class(factory: Callable, shown: str, kwargs: dict | None = None)
         raise ValueError(f"{shown}() raised {_first_line(err)}") from None
 
 
+def _positional(fn) -> list[inspect.Parameter] | None:
+    """The positional parameters of a class's function after ``self``; None for what has no
+    signature or takes ``**kwargs`` (TRL's ``reset(self, **row)``)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _is_reset_step(cls: type) -> bool:
+    """asyncrl's own environment seam: ``reset(row)`` and an untyped ``step(action)``, one argument
+    each (a TRL class may have a typed tool named ``step``; an untyped one could not be a tool)."""
+    reset, step = inspect.getattr_static(cls, "reset", None), inspect.getattr_static(cls, "step", None)
+    if not (inspect.isfunction(reset) and inspect.isfunction(step)):
+        return False
+    action = _positional(step) or ()
+    return len(_positional(reset) or ()) == 1 and len(action) == 1 and action[0].annotation is inspect.Parameter.empty
+
+
 def _check_class(cls: type, shown: str) -> None:
     if not callable(getattr(cls, "reset", None)):
         raise ValueError(f"{shown} has no reset method; an environment_factory class needs "
                          "reset(self, **row) -> str | None")
+    if _is_reset_step(cls):  # its step would be offered to the model as a tool
+        raise ValueError(f"{shown} looks like an asyncrl environment (reset(row), step(action) -> (observation, "
+                         "reward, done, info)), not a TRL environment_factory class (reset(**row), public methods "
+                         "as tools): register it in asyncrl.agents.ENVIRONMENTS and choose it with env.name "
+                         "(docs/agents.md, \"Environments\")")
     if getattr(cls, "get_reward", None) is not None:
         static = inspect.getattr_static(cls, "get_reward")
         # as an instance sees it: a plain function loses its receiver

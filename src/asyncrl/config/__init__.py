@@ -34,7 +34,7 @@ from asyncrl.core.loader import (
 )
 from asyncrl.config.presets import resolve_config_path
 from asyncrl.config.asynchrony import AsyncConfig
-from asyncrl.config.env import EnvConfig, check_episode_budget
+from asyncrl.config.env import EnvConfig, check_episode_budget, check_tool_schemas
 from asyncrl.agents.gem import PREFIX as GEM_PREFIX
 from asyncrl.config.model import ModelConfig, PolicyConfig, PretrainConfig
 from asyncrl.config.run import RunConfig
@@ -75,6 +75,7 @@ class Config:
             raise ValueError("async.lag: set either lag or policy_buffer, not both")
         check_parts(self)
         check_episode_budget(self.env, self.rollout.max_new_tokens)
+        check_tool_schemas(self.env, self.policy)
         add_factory_reward(self)
         add_gem_game(self)
         check_combinations(self)

@@ -31,10 +31,19 @@ class EnvConfig:
     turn_tokens: int = setting(0, "tokens per assistant turn at most; 0 = rollout.max_new_tokens")
     episode_tokens: int = setting(192, "tokens after the prompt per episode at most (sampled + observed)")
     stop: list[str] = setting(help="strings that end an assistant turn (with eos and the environment's "
-                                   "own; tools add </tool_call>)", factory=list)
+                                   "own; tools add their call format's)", factory=list)
     turn_discount: float = setting(1.0, "γ of the environment's per-turn rewards: Σ γ^(t-1) r_t")
     tool_timeout_s: float = setting(10.0, "seconds a tool call may take before it is an error observation")
     tool_max_chars: int = setting(2000, "a tool's result is cut to this many characters")
+    tool_format: Literal["auto", "hermes", "llama3", "mistral"] = setting(
+        "auto", "how the model writes tool calls: hermes (<tool_call>{...}</tool_call>: Qwen, Hermes), llama3 "
+                "(<|python_tag|>{...}), mistral ([TOOL_CALLS]...); auto reads the tokenizer's chat template")
+    parallel_tool_calls: Literal["auto", "on", "off"] = setting(
+        "auto", "on: a turn may make several calls, run at once, results in the order written; off: a turn "
+                "ends at its first call; auto: on with a chat template, off with plain prompts")
+    tool_schemas: Literal["template", "none"] = setting(
+        "template", "how the model learns the tools: template (the chat template shows their schemas; a "
+                    "policy without one is refused) or none (not shown: the task's warm start demonstrates the calls)")
     python_sandbox: Literal["bubblewrap", "none"] = setting(
         "bubblewrap", "where the python tool runs model-written code: bubblewrap (a sandbox; the tool is "
                       "refused where it cannot start) or none (unsandboxed, as your user: docs/security.md)")
@@ -147,3 +156,17 @@ def check_episode_budget(env: EnvConfig, max_new_tokens: int) -> None:
         where = f"env.turn_tokens={env.turn_tokens}" if env.turn_tokens else f"rollout.max_new_tokens={max_new_tokens}"
         raise ValueError(f"env.episode_tokens: {env.episode_tokens} is less than one turn ({where}); every episode "
                          "would be cut in its first turn: raise it, or lower the turn's limit")
+
+
+def check_tool_schemas(env: EnvConfig, policy) -> None:
+    """Tools whose schemas the model would never see are refused at load where that is known
+    without the model: the embedded tiny model has no chat template, ``policy.chat_template=false``
+    shows none. (A checkpoint whose tokenizer has none is refused once it loads.)"""
+    if not (env.tools or env.factory) or env.tool_schemas != "template":
+        return
+    why = ("the embedded tiny model has no chat template" if policy.model_path is None
+           else "policy.chat_template=false" if not policy.chat_template else None)
+    if why is not None:
+        raise ValueError(f"env.tool_schemas: template, but {why} to show the tools' schemas in; the model would "
+                         "never see them. Use a policy with a chat template, or env.tool_schemas=none where the "
+                         "task's warm start demonstrates the calls")

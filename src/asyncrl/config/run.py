@@ -45,6 +45,9 @@ class RunConfig:
     tensorboard: bool = setting(True, "deprecated: false = drop tensorboard from run.report_to")
     log_completions_every: int = setting(
         25, "steps between sample-completion tables (completions.jsonl, trackers); 0 = off")
+    log_episodes_every: int = setting(
+        10, "steps between episodes.jsonl rows (every episode of the step: turns, tool calls and results, "
+            "rewards, versions, end reason); 0 = off")
     print_completions: int = setting(
         0, "sample completions also printed on the console as a table (prompt, completion, each reward "
            "function's value) at those steps, TRL's log_completions; 0 = none")
@@ -66,6 +69,8 @@ class RunConfig:
         check_available(self.report_to)
         if self.log_completions_every < 0:
             raise ValueError("log_completions_every: must be >= 0")
+        if self.log_episodes_every < 0:
+            raise ValueError("log_episodes_every: must be >= 0")
         if self.print_completions < 0:
             raise ValueError("print_completions: must be >= 0")
         if self.print_completions and not self.log_completions_every:

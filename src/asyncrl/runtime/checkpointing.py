@@ -46,8 +46,9 @@ class Checkpoints:
     def save(self, step: int, trainer, source) -> Path:
         """Save step ``step``; the row files are flushed first, so that the checkpoint has its rows."""
         session = self.session
-        for rows in (session.metrics, session.ledger, session.completions):
-            rows.flush()
+        for rows in (session.metrics, session.ledger, session.completions, session.episodes):
+            if rows is not None:
+                rows.flush()
         # the session's clock comes back when a resumed session opens
         parts = {"elapsed_s": session.elapsed_s(),
                  **{key: value for part in self.parts for key, value in part.state_dict().items()}}

@@ -45,8 +45,9 @@ from asyncrl.training.lr_schedule import check_schedule
 # dotted keys (or key prefixes ending in ".") that a resumed run may change
 MUTABLE = ("trainer.steps", "eval.every", "eval.batch_size", "run.checkpoint_every", "run.keep_checkpoints",
            "run.checkpoint_on_signal", "run.progress", "run.tensorboard", "run.report_to",
-           "run.log_completions_every", "run.print_completions", "run.report", "run.resume", "run.out_dir",
-           "run.name", "async.worker_start_timeout_s", "policy.torch_threads", "policy.cache_dir",
+           "run.log_completions_every", "run.log_episodes_every", "run.print_completions", "run.report",
+           "run.resume", "run.out_dir", "run.name", "async.worker_start_timeout_s", "policy.torch_threads",
+           "policy.cache_dir",
            "async.snapshots_on_host", "async.gpus_per_worker", "async.worker_timeout_s", "reward.timeout_s",
            "trainer.fsdp.timeout_s")
 

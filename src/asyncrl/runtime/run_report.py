@@ -119,6 +119,7 @@ def utilisation_figure(records: list[dict]) -> str:
 
 
 KL_PANEL = "KL (nats per token)"
+TOOL_LATENCY_PANEL = "Tool latency (s per call)"
 REFERENCE_KL = ("kl_ref", "to π_ref, the starting weights (trainer.kl_coef)")
 
 # (panel title, ((metrics.jsonl key, line label), ...)): a panel none of whose keys a run logged is left out
@@ -134,6 +135,8 @@ SIGNAL_PANELS = (
                                                   ("episode/len_max", "max"))),
     ("Observed (masked) token share", (("episode/masked_token_frac", "observation tokens / episode tokens"),)),
     ("Environment and tool time (s per step)", (("episode/env_time_s", "seconds"),)),
+    ("Environment's return per episode", (("episode/env_reward_mean", "mean of Σ γ^(t-1) r_t"),)),
+    (TOOL_LATENCY_PANEL, ()),  # a line per tool the run called: tool_latency_lines
     ("Staleness of the oldest trained token", (("staleness_seq_mean", "mean over rows"),
                                                ("staleness_seq_max", "max"))),
 )
@@ -153,11 +156,19 @@ def update_anchor(loss: str | None, prox: str | None) -> str:
     return f"π_prox (trainer.prox={prox})"
 
 
-def signal_panels(summary: dict) -> tuple:
-    """:data:`SIGNAL_PANELS` with the KL lines saying KL to what, for the run of ``summary``."""
+def tool_latency_lines(records: list[dict]) -> tuple:
+    """A line per ``tool/<name>/latency_mean_s`` key the run logged, by tool name."""
+    keys = sorted({k for r in records for k in r if k.startswith("tool/") and k.endswith("/latency_mean_s")})
+    return tuple((key, key.split("/")[1]) for key in keys)
+
+
+def signal_panels(summary: dict, records: list[dict] = ()) -> tuple:
+    """:data:`SIGNAL_PANELS` for the run of ``summary`` and its ``records``: the KL lines saying KL
+    to what, the tool-latency panel a line per tool."""
     kl_lines = (REFERENCE_KL,
                 ("approx_kl_k3", f"per update, from {update_anchor(summary.get('loss'), summary.get('prox'))} (k3)"))
-    return tuple((title, kl_lines if title == KL_PANEL else lines) for title, lines in SIGNAL_PANELS)
+    filled = {KL_PANEL: kl_lines, TOOL_LATENCY_PANEL: tool_latency_lines(list(records))}
+    return tuple((title, filled.get(title, lines)) for title, lines in SIGNAL_PANELS)
 
 
 def logged_panels(records: list[dict], panels=SIGNAL_PANELS) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -235,7 +246,7 @@ def write_run_report(run_dir: Path, summary: dict) -> Path:
     if functions:
         figures.append(("Mean raw value of each reward function per step (before weighting).",
                         reward_functions_figure(functions, records)))
-    panels = logged_panels(records, signal_panels(summary))
+    panels = logged_panels(records, signal_panels(summary, records))
     if panels:
         figures.append(("Training signals per step: policy loss, KL (of the policy to its starting weights, "
                         "with trainer.kl_coef; and of each update from the policy it is anchored at), token "

@@ -4,7 +4,8 @@ happens in between (the steps, evaluations, checkpoints) is the loop's (:mod:`as
 
 Run directory: ``config.yaml`` (the resolved configuration), ``metrics.jsonl`` (a row per step;
 step 0 = the evaluation before training), ``ledger.jsonl`` (per step, the prompt groups trained on
-and those dropped as too stale), ``completions.jsonl`` (sample completions), ``tensorboard/`` (and
+and those dropped as too stale), ``completions.jsonl`` (sample completions), ``episodes.jsonl`` (episodes
+as data), ``tensorboard/`` (and
 other trackers' files, per ``run.report_to``), ``checkpoints/`` (see :mod:`asyncrl.training.checkpoint`)
 and, once finished, ``summary.json`` and ``report.html``. A resumed run cuts the row files back to
 its checkpoint's step, so no step is ever recorded twice."""
@@ -31,6 +32,7 @@ from asyncrl.policy.lora import apply_lora
 from asyncrl.policy.model import check_device, load_policy_for, set_deterministic
 from asyncrl.rewards import RewardSet
 from asyncrl.runtime.completions import CompletionLog
+from asyncrl.runtime.episode_log import EpisodeLog
 from asyncrl.runtime.preflight import check_task, check_writable
 from asyncrl.runtime.resume import Resume, check_fits, find_resume
 from asyncrl.runtime.run_lock import RunLock
@@ -176,6 +178,7 @@ class Session:
     prompt_counts: dict[str, int] = field(default_factory=dict)  # over-long prompts dropped/truncated
     started: float = field(default_factory=time.time)
     stop: StopRequests = field(default_factory=StopRequests)
+    episodes: EpisodeLog | None = None  # episodes.jsonl every run.log_episodes_every steps
 
     @property
     def start_step(self) -> int:
@@ -216,7 +219,8 @@ class Session:
                       progress, Ledger(run_dir, after_step=step),
                       CompletionLog(run_dir, cfg.run.log_completions_every, cfg.trainer.steps, step,
                                     n_printed=cfg.run.print_completions),
-                      start.lock, policy_dir, resume=resume, rewards=start.rewards, prompt_counts=fit.counts())
+                      start.lock, policy_dir, resume=resume, rewards=start.rewards, prompt_counts=fit.counts(),
+                      episodes=EpisodeLog(run_dir, cfg.run.log_episodes_every, cfg.trainer.steps, step))
         if resume is not None:
             state = resume.run_state["session"]
             session.started = time.time() - float(state["elapsed_s"])  # wall time continues the run's
@@ -236,6 +240,8 @@ class Session:
         self.metrics.close()
         self.ledger.close()
         self.completions.close()
+        if self.episodes is not None:
+            self.episodes.close()
 
     def release(self) -> None:
         """Let another process write this run directory (a resume): the run is over."""

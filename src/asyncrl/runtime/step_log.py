@@ -1,6 +1,7 @@
 """A finished step, written down: its row in ``metrics.jsonl`` (and the trackers), sample
 completions when due (``run.log_completions_every``; on the console too with
-``run.print_completions``), its line in ``ledger.jsonl`` and the progress
+``run.print_completions``), its episodes when due (``run.log_episodes_every``), its line in
+``ledger.jsonl`` and the progress
 line. The files are the session's; a checkpoint flushes them."""
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class StepLog:
             table = session.completions.printed(step, rows)
             if table is not None:
                 session.progress.show(table)
+        if session.episodes is not None:
+            # a plugin's source may predate episode rows: it writes none
+            session.episodes.write(step, getattr(source, "take_episode_records", list)())
         session.ledger.write(step, batch.group_ids.unique().tolist(), source.take_dropped_groups())
         session.progress.step(step, record, ess_warning="ess_warning" in record)
         self._warn_cut_episodes(step, record)

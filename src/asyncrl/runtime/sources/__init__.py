@@ -5,7 +5,8 @@ A source has ``next_batch(version, step) -> Batch``, ``publish(model, version)``
 every mode), ``observe(stats, wait_frac)`` (the train step's statistics and the share of the step spent waiting
 for the batch, e.g. to adapt the look-ahead window),
 ``take_dropped_groups()`` (group ids dropped unused since the last call, for the
-ledger), ``state_dict()`` (what a checkpoint needs to resume it: prompt cursor, RNGs, buffered and
+ledger), ``take_episode_records()`` (the rows of the episodes behind the last ``step_metrics``, for
+``episodes.jsonl``; [] for single completions), ``state_dict()`` (what a checkpoint needs to resume it: prompt cursor, RNGs, buffered and
 in-flight work; a source restores it from ``session.resume`` when it is built), ``wait_ready()``,
 ``summary()``, ``n_generators``, and is a context manager that releases its workers. Optionally
 ``eval_engine()``: an engine in this process that evaluation may generate through (one with

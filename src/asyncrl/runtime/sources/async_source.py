@@ -100,6 +100,7 @@ class AsyncSource:
         self.dropped_before = 0  # buffer.dropped when the step began
         self.metrics: dict[str, float] = {}
         self.episode_stats = EpisodeStats()  # of the units that arrived since the last step's metrics
+        self.episode_records: list[dict] = []  # of the last step: episodes.jsonl
         self.restarts_before = 0  # worker restarts of the run before it was resumed
         self.adaptive = (AdaptiveWindow(a.adaptive, a.max_staleness, self.buffer.window)
                          if a.adaptive.enabled else None)
@@ -213,7 +214,13 @@ class AsyncSource:
                "dropped_samples_total": self.buffer.dropped, "lost_units_total": self.lost_units,
                "worker_restarts": self.restarts, "max_ahead": self.buffer.window}
         out.update(self.episode_stats.metrics())
+        self.episode_records = self.episode_stats.records
         self.metrics, self.episode_stats = {}, EpisodeStats()
+        return out
+
+    def take_episode_records(self) -> list[dict]:
+        """The rows of the episodes that arrived since the step before (asyncrl.agents.records)."""
+        out, self.episode_records = self.episode_records, []
         return out
 
     def summary(self) -> dict:

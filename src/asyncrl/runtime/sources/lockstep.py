@@ -127,6 +127,7 @@ class LockstepSource:
         self.metrics: dict[str, float] = {}
         self.failed_groups: list[int] = []  # groups left out for a failed episode, for the ledger
         self.extra_group_id = -ro.prompts_per_step  # first id of a batch played again after all its groups failed
+        self.episode_records: list[dict] = []  # of the last step: episodes.jsonl
         if session.resume is not None:
             self._restore(session.resume.source_state)
 
@@ -177,6 +178,7 @@ class LockstepSource:
                             gen_tokens=int(out.batch.completion_mask.sum()))
         if stats is not None:
             self.metrics.update(stats.metrics())
+            self.episode_records = stats.records
         return out.batch
 
     def eval_engine(self):
@@ -202,6 +204,11 @@ class LockstepSource:
 
     def observe(self, stats: dict[str, float], wait_frac: float) -> None:
         pass  # no look-ahead to adapt
+
+    def take_episode_records(self) -> list[dict]:
+        """The rows of the episodes played for the last batch (asyncrl.agents.records)."""
+        out, self.episode_records = self.episode_records, []
+        return out
 
     def take_dropped_groups(self) -> list[int]:
         """Groups generated and not trained on: those with a failed episode (every other one is)."""
