@@ -158,7 +158,7 @@ def test_worker_memory_share_split_among_the_engines_beside_the_trainer(monkeypa
     with torch.device("meta"):
         staging = Qwen2ForCausalLM(Qwen2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                                num_key_value_heads=2, intermediate_size=128, vocab_size=256))
-    big = {"max_num_seqs": 10**5}  # a KV need far above any cap
+    big = {"max_num_seqs": 10**6}  # a KV need far above any cap (in bfloat16, vLLM's default dtype on CUDA)
     assert worker_engine_kwargs(_cfg(n_workers=1, **big), staging)["gpu_memory_utilization"] == 0.35
     assert worker_engine_kwargs(_cfg(n_workers=2, max_model_len=512, **big), staging) == {
         "gpu_memory_utilization": 0.175, "max_model_len": 512, **big}

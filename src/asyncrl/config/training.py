@@ -49,7 +49,8 @@ class RolloutConfig:
     # bfloat16 on a GPU halves the weight traffic of decoding (the behavior log-probs are then
     # those of the bf16 weights)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = setting(
-        "auto", "dtype of the generation weights; auto = policy.dtype")
+        "auto", "dtype of the generation weights; auto = policy.dtype (with vLLM on CUDA and float32 weights: "
+                "bfloat16)")
 
     def validate(self) -> None:
         if self.prompts_per_step < 1:

@@ -100,6 +100,9 @@ class EngineEntry:
     owns_weights: bool
     devices: frozenset[str] | None = None  # the policy.device kinds it runs on; None = any
     lm_head_fp32: bool = False  # honours policy.lm_head_fp32 (the output head's matmul in float32)
+    # rollout.dtype=auto on CUDA with float32 master weights: generate in bfloat16 (an inference
+    # engine's fp32 kernels are slow and its weights and KV cache twice the size) rather than fp32
+    half_on_cuda: bool = False
 
 
 # Listed in the order `asyncrl train --help` shows them.
@@ -125,7 +128,7 @@ CHANNELS: dict[str, ChannelEntry] = {
 
 ENGINES: dict[str, EngineEntry] = {
     "transformers": EngineEntry("asyncrl.rollout.hf_engine:build", owns_weights=False, lm_head_fp32=True),
-    "vllm": EngineEntry("asyncrl.rollout.vllm_engine:build", owns_weights=True),
+    "vllm": EngineEntry("asyncrl.rollout.vllm_engine:build", owns_weights=True, half_on_cuda=True),
 }
 
 

@@ -4,10 +4,10 @@ config checks the name without importing an engine); the protocol is :class:`asy
 
 from __future__ import annotations
 
-from asyncrl.core.registries import ENGINES, EngineEntry, resolve
+from asyncrl.core.registries import ENGINES, EngineEntry, device_type, resolve
 from asyncrl.rollout.base import ChunkHook, Engine, EngineSpec
 
-__all__ = ["ENGINES", "ChunkHook", "Engine", "EngineEntry", "EngineSpec", "make_engine"]
+__all__ = ["ENGINES", "ChunkHook", "Engine", "EngineEntry", "EngineSpec", "generation_dtype", "make_engine"]
 
 
 def make_engine(name: str, spec: EngineSpec, *, model=None, tokenizer, policy_dir=None,
@@ -20,3 +20,16 @@ def make_engine(name: str, spec: EngineSpec, *, model=None, tokenizer, policy_di
         raise ValueError(f"unknown engine {name!r} (known: {', '.join(sorted(ENGINES))})")
     build = resolve(ENGINES[name].target)
     return build(spec, model=model, tokenizer=tokenizer, policy_dir=policy_dir, engine_kwargs=dict(engine_kwargs or {}))
+
+
+def generation_dtype(cfg) -> str:
+    """``rollout.dtype`` of ``cfg`` (a Config). ``auto``: the policy's own dtype, except that an
+    engine whose entry says ``half_on_cuda`` (vLLM) generates in bfloat16 on CUDA when the policy's
+    weights are float32."""
+    if cfg.rollout.dtype != "auto":
+        return cfg.rollout.dtype
+    entry = ENGINES.get(cfg.rollout.engine)
+    if entry is not None and entry.half_on_cuda and device_type(cfg.policy.device) == "cuda" \
+            and cfg.policy.dtype == "float32":
+        return "bfloat16"
+    return cfg.policy.dtype

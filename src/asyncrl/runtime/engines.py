@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from asyncrl.config import Config
-from asyncrl.rollout.engine import Engine, EngineSpec, make_engine
+from asyncrl.rollout.engine import Engine, EngineSpec, generation_dtype, make_engine
 
-
-def generation_dtype(cfg: Config) -> str:
-    """``rollout.dtype``, where ``auto`` means the policy's own dtype."""
-    return cfg.policy.dtype if cfg.rollout.dtype == "auto" else cfg.rollout.dtype
+__all__ = ["generation_dtype", "rollout_engine"]
 
 
 def rollout_engine(cfg: Config, *, model, tokenizer, policy_dir, seed: int, chunked: bool) -> Engine:

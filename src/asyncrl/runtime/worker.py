@@ -36,6 +36,7 @@ import torch
 from asyncrl.core.finite import BadTensor, first_bad_tensor
 from asyncrl.core.errors import as_payload
 from asyncrl.core.loader import ConfigError
+from asyncrl.distributed.launcher_env import forget_launcher
 from asyncrl.types import batch_to_numpy
 from asyncrl.runtime.memory import rss_mb
 
@@ -243,6 +244,7 @@ def worker_main(spec: WorkerSpec, channel, work_q, result_q, stop) -> None:
     data: asyncrl.core.errors.as_payload) or ("error", id, text)."""
     try:
         parent = os.getppid()  # the trainer (worker_entry.start checked); watched where no death signal is
+        forget_launcher()  # a worker of rank 0 under torchrun is not a rank of its job
         pin_to_cpu(spec.cpu)
         worker = RolloutWorker(spec, channel)
         worker.on_progress = Heartbeat(result_q, spec.worker_id, spec.config["async"]["worker_timeout_s"])

@@ -52,7 +52,9 @@ def eval_autocast_dtype(cfg) -> torch.dtype | None:
     ``trainer.autocast`` (the trainer's); None = as the weights are (always on the CPU)."""
     if torch.device(cfg.policy.device).type != "cuda" or cfg.policy.dtype != "float32":
         return None
-    generation = cfg.policy.dtype if cfg.rollout.dtype == "auto" else cfg.rollout.dtype
+    from asyncrl.rollout.engine import generation_dtype
+
+    generation = generation_dtype(cfg)
     if generation != "float32":
         return DTYPES[generation]
     return DTYPES.get(cfg.trainer.autocast)  # "none" is not a dtype

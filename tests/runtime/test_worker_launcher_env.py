@@ -1,0 +1,47 @@
+"""A rollout worker started by a torchrun rank forgets torchrun's variables before it builds its
+engine: vLLM's executor would otherwise join the job's rendezvous (``env://``) as a rank it is not
+and wait on a store that expects no such client."""
+
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from asyncrl.core.loader import ConfigError
+from asyncrl.distributed.launcher_env import forget_launcher
+from asyncrl.runtime import worker
+
+TORCHRUN = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29500", "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RUN_ID": "x",
+            "GROUP_RANK": "0", "ROLE_RANK": "0", "ROLE_WORLD_SIZE": "2"}
+
+
+def test_the_launchers_keys_are_forgotten_and_nothing_else():
+    environ = {**TORCHRUN, "PATH": "/usr/bin", "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    assert sorted(forget_launcher(environ)) == sorted(TORCHRUN)
+    assert environ == {"PATH": "/usr/bin", "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+
+
+def test_a_worker_builds_its_engine_without_them(monkeypatch):
+    for key, value in TORCHRUN.items():
+        monkeypatch.setenv(key, value)
+    seen = {}
+
+    class Engineless:  # records the environment the worker's engine would start in, then stops
+        def __init__(self, spec, channel):
+            seen.update(os.environ)
+            raise ConfigError("rollout.engine", "stop here")
+
+    monkeypatch.setattr(worker, "RolloutWorker", Engineless)
+    sent = []
+    spec = SimpleNamespace(cpu=None, worker_id=0, config={"async": {"worker_timeout_s": 5}})
+    worker.worker_main(spec, None, None, SimpleNamespace(put=sent.append), None)
+    assert sent[0][0] == "fatal" and seen and not set(TORCHRUN) & set(seen)
+
+
+@pytest.fixture(autouse=True)
+def _restore_environ():
+    before = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(before)
