@@ -115,3 +115,23 @@ def test_users_memory_setting_is_passed_as_given(monkeypatch):
     asked = set_free(monkeypatch, GIB)  # would be refused if it were computed
     assert worker_engine_kwargs(_cfg(gpu_memory_utilization=0.6), staging_on_gpu()) == {"gpu_memory_utilization": 0.6}
     assert asked == []
+
+
+def test_vllm_is_told_the_sequences_and_lengths_its_share_was_sized_for(monkeypatch):
+    """Left to its defaults (1,024 sequences, a 16k-token profiling pass) vLLM's start-up profile
+    would eat the share's margin: the engine gets max_num_seqs, max_model_len and
+    max_num_batched_tokens, the user's own values win, and an episode's length is the prompt plus
+    the whole episode budget (a longer context would be refused by vLLM mid-run)."""
+    plenty_free(monkeypatch)
+    cfg = _cfg()
+    kwargs = worker_engine_kwargs(cfg, staging_on_gpu("1.5B"))
+    positions = cfg.task.max_prompt_length + cfg.rollout.max_new_tokens
+    assert (kwargs["max_num_seqs"], kwargs["max_model_len"]) == (cfg.rollout.batch_size, positions)
+    assert kwargs["max_num_batched_tokens"] >= kwargs["max_model_len"]
+    mine = worker_engine_kwargs(_cfg(max_num_seqs=8, max_num_batched_tokens=9000), staging_on_gpu("1.5B"))
+    assert (mine["max_num_seqs"], mine["max_num_batched_tokens"]) == (8, 9000)
+    agent = _cfg()
+    agent.env.tools, agent.env.episode_tokens = ["calculator"], 3000
+    long_episode = worker_engine_kwargs(agent, staging_on_gpu("1.5B"))["max_model_len"]
+    assert long_episode == agent.task.max_prompt_length + 3000
+    assert worker_engine_kwargs(agent, staging_on_gpu("tiny"))["max_model_len"] == 4096  # the model's own limit

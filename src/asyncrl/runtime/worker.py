@@ -77,6 +77,11 @@ def worker_gpu_share(cfg) -> float:
     return cfg.async_.gpus_per_worker or 1.0 / (cfg.async_.n_workers + 1)
 
 
+# tokens of one forward pass at most (vLLM's max_num_batched_tokens, which sizes its profiling
+# pass), unless one sequence is longer: chunked prefill splits longer prompts
+BATCHED_TOKENS = 4096
+
+
 def engines_beside_trainer(cfg) -> int:
     """Rollout engines on the trainer's GPU: every worker on CUDA, except Ray actors that ask for a
     whole GPU each (those get GPUs of their own)."""
@@ -102,8 +107,24 @@ def worker_engine_kwargs(cfg, staging: torch.nn.Module | None = None) -> dict:
         raise ValueError("worker_engine_kwargs: vLLM's share on CUDA is sized from the staging copy on the device")
     sharing = engines_beside_trainer(cfg)
     cap = COLOCATED_GPU_MEMORY / sharing if sharing else DEDICATED_GPU_MEMORY
+    # vLLM is told the sequences and lengths its share was sized for: left to its defaults (1,024
+    # sequences, a 16k-token profiling pass) its start-up profile would take the share's margin and
+    # leave no room for a KV cache
+    seqs, positions = engine_sequences(cfg)
+    longest = getattr(staging.config, "max_position_embeddings", None)  # vLLM refuses a longer max_model_len
+    positions = min(positions, longest) if longest else positions
+    kwargs.setdefault("max_num_seqs", seqs)
+    kwargs.setdefault("max_model_len", positions)
+    kwargs.setdefault("max_num_batched_tokens", max(int(kwargs["max_model_len"]), BATCHED_TOKENS))
     kwargs["gpu_memory_utilization"] = vllm_share(cfg, staging, kwargs, cap)
     return kwargs
+
+
+def engine_sequences(cfg) -> tuple[int, int]:
+    """(sequences one engine holds at once, positions the longest one reaches): a step's rows, and a
+    prompt plus its completion, or plus a whole episode (sampled and observed tokens) for agents."""
+    generated = cfg.env.episode_tokens if cfg.env.episodes else cfg.rollout.max_new_tokens
+    return cfg.rollout.batch_size, cfg.task.max_prompt_length + generated
 
 
 def vllm_share(cfg, staging: torch.nn.Module, kwargs: dict, cap: float) -> float:
@@ -119,8 +140,9 @@ def vllm_share(cfg, staging: torch.nn.Module, kwargs: dict, cap: float) -> float
     channel = channel_name(cfg.async_.weight_channel, cfg.async_.backend, cfg.policy.device)
     receive = weights if channel == "collective" else 0
     shape = vllm_memory.kv_shape(staging.config, generation_dtype(cfg))
-    seqs = int(kwargs.get("max_num_seqs") or cfg.rollout.batch_size)
-    positions = int(kwargs.get("max_model_len") or cfg.task.max_prompt_length + cfg.rollout.max_new_tokens)
+    default_seqs, default_positions = engine_sequences(cfg)
+    seqs = int(kwargs.get("max_num_seqs") or default_seqs)
+    positions = int(kwargs.get("max_model_len") or default_positions)
     need = vllm_memory.need(shape, weights, seqs, positions, int(kwargs.get("max_model_len") or shape.max_positions))
     return vllm_memory.memory_share(device, need, receive, cap)
 
