@@ -100,6 +100,18 @@ def test_without_stops_nothing_is_cut(monkeypatch, tokenizer):
     assert gen.completion_mask[0].sum() == 30
 
 
+def test_no_negative_stop_token_id_reaches_vllm(monkeypatch, tokenizer):
+    """A tokenizer whose eos is -1 ("never stop", as the GPU check's stand-in has) sends no stop id:
+    recent vLLM rejects negative ones."""
+    engine = _engine(monkeypatch, tokenizer, [5] * 40)
+    engine.tokenizer = types.SimpleNamespace(eos_token_id=-1, pad_token_id=0)
+    sent = []
+    generate = engine.llm.generate
+    engine.llm.generate = lambda requests, params, use_tqdm=False: (sent.extend(params), generate(requests, params))[1]
+    engine.generate([[1]], max_new_tokens=10)
+    assert [p.stop_token_ids for p in sent] == [None]
+
+
 def test_requests_are_never_smaller_than_the_floor(monkeypatch, tokenizer):
     script = _ids(tokenizer, "more words after the call") * 60
     engine = _engine(monkeypatch, tokenizer, script, chunk_tokens=8)

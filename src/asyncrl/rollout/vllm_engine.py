@@ -246,7 +246,8 @@ class VLLMEngine:
         chunk = self._chunk(self.chunk_tokens if sampling is None else sampling.chunk_tokens, limit)
         # the engine has no tokenizer: stop strings are checked on the ids it returns (StopCut)
         cut = StopCut(self.tokenizer, stop)
-        stop_ids = ([eos] if eos is not None else []) + cut.token_ids
+        # a token id vLLM can hold: recent vLLM rejects negative ids (a stand-in tokenizer's "no eos")
+        stop_ids = ([eos] if eos is not None and eos >= 0 else []) + cut.token_ids
         if cut.multi_token:  # it cannot stop at them itself: bound how far it runs past one
             chunk = min(chunk, STOP_CHUNK)
         while True:
