@@ -127,3 +127,35 @@ def test_a_saved_reward_model_hashes_as_it_was_named(tmp_path, tiny_policy):
     (folder / "config.json").write_text((folder / "config.json").read_text() + "\n")
     with pytest.raises(ConfigError, match=r"reward\.models.*does not match the content hash"):
         check_saved_inputs(tmp_path / "config.yaml")
+
+
+def test_ranks_saving_one_reward_model_at_once_share_one_folder(tmp_path, tiny_policy, monkeypatch):
+    """Every torchrun rank saves the reward model it was given: a rank whose rename finds the folder
+    made by another rank meanwhile (after it looked, before it renamed) reuses it. Before, the
+    rename failed (ENOTEMPTY) and the rank stopped."""
+    import shutil
+
+    from transformers import Qwen2Config, Qwen2ForSequenceClassification
+
+    from asyncrl.rewards import reward_model
+
+    _, tokenizer, _ = tiny_policy
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, num_labels=1)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = Qwen2ForSequenceClassification(config)
+    other = Path(reward_model.save_reward_model(model, tokenizer, tmp_path / "other-rank"))
+    real_replace, raced = reward_model.os.replace, []
+
+    def other_rank_first(src, dst):  # the other rank's rename lands just before this one's
+        if Path(dst).name.startswith("reward_model-") and not Path(dst).exists():
+            shutil.copytree(other.parent, dst)
+            raced.append(dst)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(reward_model.os, "replace", other_rank_first)
+    inputs = tmp_path / ".inputs"
+    mine = Path(reward_model.save_reward_model(model, tokenizer, inputs))
+    assert raced and mine.parent.name == other.parent.name and (mine / "config.json").is_file()
+    assert sorted(p.name for p in inputs.iterdir()) == [mine.parent.name]  # no staging copy left

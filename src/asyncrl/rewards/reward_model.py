@@ -232,9 +232,11 @@ def save_reward_model(model, tokenizer, inputs: Path) -> str:
                 for chunk in iter(lambda: fh.read(1 << 24), b""):
                     digest.update(chunk)
         final = inputs / f"reward_model-{digest.hexdigest()[:16]}"
-        if not (final / name).is_dir():  # the same model saved before (an earlier run, a rerun) is reused
-            shutil.rmtree(final, ignore_errors=True)
+        try:  # a folder appears whole or not at all: renamed into place from its staging copy
             os.replace(staging, final)
+        except OSError:  # already there: the same content, saved by an earlier run or by another
+            if not (final / name).is_dir():  # rank at the same moment (torchrun ranks all save it)
+                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if bars:
