@@ -142,6 +142,13 @@ def check_parts(cfg: Config) -> None:
     why = CHANNELS[channel].refuses(backend, device)
     if why is not None:
         raise ValueError(f"async.weight_channel: {channel!r} {why}")
+    places_workers = not BACKENDS[backend].workers_on_trainer_gpu  # by GPU share (Ray's actors)
+    if CHANNELS[channel].own_gpu and device_type(device) == "cuda" and places_workers \
+            and cfg.async_.gpus_per_worker < 1:
+        share = cfg.async_.gpus_per_worker or f"auto, 1/{cfg.async_.n_workers + 1}"
+        raise ValueError(f"async.weight_channel: {channel!r} needs each rollout actor on a GPU of its own (NCCL "
+                         f"refuses two ranks on one GPU), but async.gpus_per_worker={share} puts it on a GPU it "
+                         "shares; set async.gpus_per_worker=1, or use async.weight_channel=ray")
 
 
 def _sections_with_name() -> set[str]:

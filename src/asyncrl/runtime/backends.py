@@ -36,9 +36,20 @@ def ray_pool(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
     except ImportError as err:
         raise ConfigError("async.backend", f"ray is not installed ({err}); "
                           "pip install 'asyncrl[ray]' torch==<your torch version>") from None
-    owns_ray = init_ray(len(specs))
+    owns_ray = init_ray(len(specs), trainer_gpu=_trainer_gpu_kept_out(cfg))
     channel = _channel(cfg, model)
     return RayPool(specs, channel, cfg.async_.worker_start_timeout_s, owns_ray=owns_ray), channel
+
+
+def _trainer_gpu_kept_out(cfg: Config) -> int | None:
+    """The trainer's GPU index when Ray actors ask for whole GPUs (``async.gpus_per_worker`` ≥ 1):
+    those must be others than the trainer's. Actors with a fraction share the trainer's on purpose."""
+    from asyncrl.runtime.worker import worker_gpu_share
+
+    device = torch.device(cfg.policy.device)
+    if device.type != "cuda" or worker_gpu_share(cfg) < 1:
+        return None
+    return device.index if device.index is not None else 0
 
 
 def open_backend(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
