@@ -141,7 +141,8 @@ class RewardConfig:
              "num_labels=1 (and its tokenizer), whose logit on prompt + completion is the reward (TRL's "
              "reward model); scored after the functions", factory=list)
     model_device: str = setting("cpu", "device the reward models (reward.models) run on: cpu, cuda, cuda:1")
-    model_dtype: Literal["float32", "bfloat16", "float16"] = setting("float32", "dtype of the reward models' weights")
+    model_dtype: Literal["auto", "float32", "bfloat16", "float16"] = setting(
+        "auto", "dtype of the reward models' weights; auto = bfloat16 on CUDA, float32 elsewhere")
     model_batch_size: int = setting(16, "completions per forward pass of a reward model")
 
     def validate(self) -> None:

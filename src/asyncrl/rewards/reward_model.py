@@ -174,6 +174,14 @@ class RewardModel:
         return scores
 
 
+def model_dtype(device: str, dtype: str) -> str:
+    """``reward.model_dtype``: ``auto`` is bfloat16 on CUDA (a float32 model there takes twice the
+    memory, none of it in any budget), float32 elsewhere."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if device.partition(":")[0] == "cuda" else "float32"
+
+
 def reward_models(cfg) -> list[RewardModel]:
     """The reward models of a RewardConfig (``models``, ``model_*``), each loaded in this process.
     A ConfigError naming ``reward.models[i]`` (or ``reward.model_device``) when one does not load."""
@@ -182,13 +190,13 @@ def reward_models(cfg) -> list[RewardModel]:
     if cfg.models and torch.device(cfg.model_device).type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("reward.model_device", f"{cfg.model_device!r} requested but torch {torch.__version__} "
                                                  "sees no CUDA device")
-    out = []
+    out, dtype = [], model_dtype(cfg.model_device, cfg.model_dtype)
     for i, path in enumerate(cfg.models):
         try:
-            load_reward_model(path, cfg.model_device, cfg.model_dtype)
+            load_reward_model(path, cfg.model_device, dtype)
         except ValueError as err:
             raise ConfigError(f"reward.models[{i}]", str(err)) from None
-        out.append(RewardModel(path, Path(path).name, cfg.model_device, cfg.model_dtype, cfg.model_batch_size))
+        out.append(RewardModel(path, Path(path).name, cfg.model_device, dtype, cfg.model_batch_size))
     return out
 
 

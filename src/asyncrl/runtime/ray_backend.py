@@ -214,11 +214,14 @@ def check_gpus(specs: list[WorkerSpec]) -> None:
 
 def visible_device(spec: WorkerSpec) -> WorkerSpec:
     """Inside an actor its GPU is ``cuda`` (index 0 of the GPUs Ray shows it), whatever index
-    ``policy.device`` names on the trainer's machine."""
-    policy = spec.config["policy"]
-    if not str(policy["device"]).startswith("cuda"):
-        return spec
-    return replace(spec, config={**spec.config, "policy": {**policy, "device": "cuda"}})
+    ``policy.device`` or ``reward.model_device`` names on the trainer's machine (``cuda:1`` does
+    not exist in an actor shown one GPU)."""
+    config = dict(spec.config)
+    for section, key in (("policy", "device"), ("reward", "model_device")):
+        part = config.get(section) or {}
+        if str(part.get(key, "")).startswith("cuda"):
+            config[section] = {**part, key: "cuda"}
+    return spec if config == spec.config else replace(spec, config=config)
 
 
 def placement_line(placement: dict[int, tuple[str, str]]) -> str:

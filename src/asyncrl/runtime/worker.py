@@ -200,13 +200,15 @@ class RolloutWorker:
         # an engine that keeps its own weights (vLLM) reads them from this copy, on its own device
         model, self.tokenizer = load_policy(spec.policy_dir, policy.device, generation_dtype(self.cfg),
                                             attn_implementation=policy.attn_implementation)
+        self.task = self.cfg.task.build(need_eval=False)  # evaluation runs in the trainer
+        # the reward functions (reward models too) load before the engine: an engine that sizes its
+        # memory from what its device has free at start (vLLM) then leaves room for them
+        self.rewards = self.cfg.reward.build(self.task)  # from the config's import paths, in this process
         self.cfg.rollout.engine_kwargs = worker_engine_kwargs(self.cfg, staging=model)  # with the copy in place
         self.engine = rollout_engine(self.cfg, model=model.eval(), tokenizer=self.tokenizer,
                                      policy_dir=spec.policy_dir, seed=spec.seed, chunked=spec.interruptible)
         # the module the channel fills: the engine's own model, else a staging copy
         self.landing = getattr(self.engine, "model", None) or model
-        self.task = self.cfg.task.build(need_eval=False)  # evaluation runs in the trainer
-        self.rewards = self.cfg.reward.build(self.task)  # from the config's import paths, in this process
         self.rollout = make_rollout(self.cfg, self.rewards, self.tokenizer)  # single turns or episodes
         self.problems = self.task.problems("train")
         self.pull_s = 0.0

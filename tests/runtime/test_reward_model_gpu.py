@@ -1,0 +1,55 @@
+"""Reward models on a GPU: a rollout worker loads them before its engine (an engine that sizes its
+memory from what is free at its start, vLLM, then leaves them room); inside a Ray actor
+``reward.model_device=cuda:N`` is the actor's own GPU; ``reward.model_dtype=auto`` is bfloat16 on
+CUDA, float32 on the CPU."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from asyncrl.config import Config
+from asyncrl.core.loader import to_dict
+from asyncrl.rewards.reward_model import model_dtype
+from asyncrl.runtime import worker
+
+
+@pytest.mark.parametrize("device, dtype, expected", [
+    ("cuda", "auto", "bfloat16"), ("cuda:1", "auto", "bfloat16"), ("cpu", "auto", "float32"),
+    ("cuda", "float32", "float32"), ("cpu", "float16", "float16")])
+def test_auto_reward_model_dtype(device, dtype, expected):
+    assert model_dtype(device, dtype) == expected
+
+
+def test_inside_an_actor_a_reward_models_gpu_is_its_own():
+    ray_backend = pytest.importorskip("asyncrl.runtime.ray_backend")
+    cfg = Config()
+    cfg.policy.device, cfg.reward.model_device = "cuda:1", "cuda:2"
+    spec = worker.WorkerSpec(0, to_dict(cfg), "p", 0, 8, True)
+    seen = ray_backend.visible_device(spec).config
+    assert (seen["policy"]["device"], seen["reward"]["model_device"]) == ("cuda", "cuda")
+    cpu_rewards = Config()
+    cpu_rewards.policy.device = "cuda:1"
+    kept = ray_backend.visible_device(worker.WorkerSpec(0, to_dict(cpu_rewards), "p", 0, 8, True)).config
+    assert kept["reward"]["model_device"] == "cpu"
+
+
+def test_a_worker_loads_its_rewards_before_its_engine(monkeypatch):
+    order = []
+    import asyncrl.config.task as task_config
+    import asyncrl.policy.model as policy_model
+    import asyncrl.runtime.engines as engines
+
+    monkeypatch.setattr(policy_model, "load_policy", lambda *a, **k: (SimpleNamespace(eval=lambda: None), None))
+    monkeypatch.setattr(worker, "worker_engine_kwargs", lambda cfg, staging=None: {})
+    monkeypatch.setattr(task_config.TaskConfig, "build", lambda self, need_eval=True: None)
+    monkeypatch.setattr(task_config.RewardConfig, "build", lambda self, task=None: order.append("rewards"))
+
+    def engine(*args, **kwargs):
+        order.append("engine")
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(engines, "rollout_engine", engine)
+    spec = worker.WorkerSpec(0, to_dict(Config()), "p", 0, 8, True)
+    with pytest.raises(RuntimeError, match="stop here"):
+        worker.RolloutWorker(spec, channel=None)
+    assert order == ["rewards", "engine"]
