@@ -34,7 +34,9 @@ class AsyncConfig:
     unit_prompts: int | None = setting(None, "prompts per work unit; null = prompts_per_step / n_workers")
     recency_decay: float = setting(1.0, "sample buffered groups with weight decay^age; 1 = oldest first (by oldest trained token)")
     hard_sync_every: int = setting(0, "every M steps drop all data older than the current version; 0 = off")
-    worker_start_timeout_s: float = setting(300.0, "seconds a rollout worker may take to start")
+    worker_start_timeout_s: float = setting(
+        0.0, "seconds a rollout worker may take to start; 0 = the engine's own bound (300 s; vLLM on CUDA, "
+             "whose start-up profiles memory and captures CUDA graphs: 1200 s)")
     # above reward.timeout_s (default 300): a slow reward is then named by the reward's own timeout
     worker_timeout_s: float = setting(
         600.0, "local backend: seconds a rollout worker holding work may go without sending anything "
@@ -70,8 +72,8 @@ class AsyncConfig:
         for name in ("hard_sync_every", "lag", "policy_buffer"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0")
-        if self.worker_start_timeout_s <= 0:
-            raise ValueError("worker_start_timeout_s: must be > 0")
+        if self.worker_start_timeout_s < 0:
+            raise ValueError("worker_start_timeout_s: must be >= 0 (0 = the engine's own bound)")
         if self.worker_timeout_s <= 0:
             raise ValueError("worker_timeout_s: must be > 0")
         if self.gpus_per_worker < 0:

@@ -103,6 +103,9 @@ class EngineEntry:
     # rollout.dtype=auto on CUDA with float32 master weights: generate in bfloat16 (an inference
     # engine's fp32 kernels are slow and its weights and KV cache twice the size) rather than fp32
     half_on_cuda: bool = False
+    # seconds a rollout worker building it may take to start (async.worker_start_timeout_s=0), on
+    # the CPU and on CUDA
+    start_s: tuple[float, float] = (300.0, 300.0)
 
 
 # Listed in the order `asyncrl train --help` shows them.
@@ -128,7 +131,9 @@ CHANNELS: dict[str, ChannelEntry] = {
 
 ENGINES: dict[str, EngineEntry] = {
     "transformers": EngineEntry("asyncrl.rollout.hf_engine:build", owns_weights=False, lm_head_fp32=True),
-    "vllm": EngineEntry("asyncrl.rollout.vllm_engine:build", owns_weights=True, half_on_cuda=True),
+    # on CUDA a 7B engine's start (weights, memory profile, CUDA graph capture) can pass 300 s
+    "vllm": EngineEntry("asyncrl.rollout.vllm_engine:build", owns_weights=True, half_on_cuda=True,
+                        start_s=(300.0, 1200.0)),
 }
 
 

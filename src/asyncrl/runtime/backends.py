@@ -10,7 +10,7 @@ import torch
 import torch.multiprocessing as tmp
 
 from asyncrl.config import Config, ConfigError
-from asyncrl.core.registries import BACKENDS, resolve
+from asyncrl.core.registries import BACKENDS, ENGINES, resolve
 from asyncrl.runtime.channels import channel_name, open_channel
 from asyncrl.runtime.engines import generation_dtype
 from asyncrl.runtime.pool import WorkerPool
@@ -27,7 +27,7 @@ def _channel(cfg: Config, model: torch.nn.Module, ctx=None):
 def local_pool(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
     ctx = tmp.get_context("spawn")  # torch's context: CUDA tensors cross as IPC handles
     channel = _channel(cfg, model, ctx)
-    return WorkerPool(ctx, specs, channel, cfg.async_.worker_start_timeout_s), channel
+    return WorkerPool(ctx, specs, channel, start_timeout_s(cfg)), channel
 
 
 def ray_pool(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
@@ -38,7 +38,15 @@ def ray_pool(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
                           "pip install 'asyncrl[ray]' torch==<your torch version>") from None
     owns_ray = init_ray(len(specs), trainer_gpu=_trainer_gpu_kept_out(cfg))
     channel = _channel(cfg, model)
-    return RayPool(specs, channel, cfg.async_.worker_start_timeout_s, owns_ray=owns_ray), channel
+    return RayPool(specs, channel, start_timeout_s(cfg), owns_ray=owns_ray), channel
+
+
+def start_timeout_s(cfg: Config) -> float:
+    """``async.worker_start_timeout_s``, or (0) the bound of ``rollout.engine``'s entry on the device."""
+    if cfg.async_.worker_start_timeout_s > 0:
+        return cfg.async_.worker_start_timeout_s
+    cpu_s, cuda_s = ENGINES[cfg.rollout.engine].start_s
+    return cuda_s if torch.device(cfg.policy.device).type == "cuda" else cpu_s
 
 
 def _trainer_gpu_kept_out(cfg: Config) -> int | None:

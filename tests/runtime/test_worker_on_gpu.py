@@ -1,7 +1,7 @@
-"""Reward models on a GPU: a rollout worker loads them before its engine (an engine that sizes its
+"""A rollout worker on a GPU: it loads its reward models before its engine (an engine that sizes its
 memory from what is free at its start, vLLM, then leaves them room); inside a Ray actor
 ``reward.model_device=cuda:N`` is the actor's own GPU; ``reward.model_dtype=auto`` is bfloat16 on
-CUDA, float32 on the CPU."""
+CUDA, float32 on the CPU; its start may take its engine's bound (vLLM on CUDA: longer)."""
 
 from types import SimpleNamespace
 
@@ -53,3 +53,16 @@ def test_a_worker_loads_its_rewards_before_its_engine(monkeypatch):
     with pytest.raises(RuntimeError, match="stop here"):
         worker.RolloutWorker(spec, channel=None)
     assert order == ["rewards", "engine"]
+
+
+@pytest.mark.parametrize("engine, device, given, expected", [
+    ("transformers", "cpu", 0.0, 300.0), ("vllm", "cpu", 0.0, 300.0),
+    ("vllm", "cuda", 0.0, 1200.0),  # a 7B engine's start (memory profile, CUDA graphs) can pass 300 s
+    ("vllm", "cuda", 90.0, 90.0),  # the user's own bound wins
+])
+def test_a_workers_start_bound_is_its_engines_unless_set(engine, device, given, expected):
+    from asyncrl.runtime.backends import start_timeout_s
+
+    cfg = Config()
+    cfg.rollout.engine, cfg.policy.device, cfg.async_.worker_start_timeout_s = engine, device, given
+    assert start_timeout_s(cfg) == expected
