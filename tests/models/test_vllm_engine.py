@@ -211,3 +211,40 @@ def test_stop_strings_and_per_call_budget(engine, tiny_dir):
         stopped += any(stop in tokenizer.decode(ids) for stop in stops)
     assert stopped > 0
     assert (gen.versions[gen.completion_mask] == engine.version).all()
+
+
+def test_an_episodes_turns_are_token_in_token_out(engine, tiny_dir):
+    """Agent turns on vLLM: each turn is a new request from ids (the prompt, the earlier turns as
+    sampled, the observations), cut at its stop and its per-turn budget; the trainer, attending to
+    the observation tokens, computes vLLM's log-probs of every sampled token of every turn."""
+    from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling, episodes_to_generation
+    from asyncrl.agents.render import PlainTurns
+    from asyncrl.policy.logprobs import completion_logprobs
+
+    _, model, tokenizer, task = tiny_dir
+    engine.update_weights(model, 0)
+
+    class Echo:  # three turns; answers each with the same short observation
+        def reset(self, row):
+            self.turn = 0
+            return row["prompt"]
+
+        def step(self, action):
+            self.turn += 1
+            return "go on", 0.0, self.turn == 3, {}
+
+    runner = EpisodeRunner(Echo, PlainTurns(tokenizer), tokenizer,
+                           EpisodeLimits(max_turns=3, turn_tokens=5, episode_tokens=200, stop=("+",)),
+                           scheduling=Scheduling(schedule="rounds"))
+    episodes = runner.run(engine, task.problems("train")[:2], 2)
+    assert all(e.turns == 3 for e in episodes)
+    for e in episodes:
+        for turn in e.turn_log:  # at most the per-turn budget, and nothing past a stop
+            assert turn["tokens"] <= 5 and "+" not in turn["assistant"][:-1]
+    gen = episodes_to_generation(episodes, tokenizer.pad_token_id)
+    mask = gen.completion_mask
+    assert gen.observation_mask.any()
+    with torch.no_grad():
+        logp, _ = completion_logprobs(model.eval(), gen.prompt_ids, gen.prompt_mask, gen.completion_ids, mask,
+                                      completion_attn=gen.completion_attention, temperature=TEMPERATURE)
+    assert (logp - gen.behav_logp)[mask].abs().max() < TOL

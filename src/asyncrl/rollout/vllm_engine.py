@@ -154,7 +154,7 @@ class VLLMEngine:
         self._vllm = vllm
         self.spec = spec
         self.tokenizer = tokenizer
-        self.chunk_tokens = spec.chunk_tokens
+        self.chunk_tokens = self._chunk(spec.chunk_tokens)
         self.version = 0
         self.weight_updates = 0
         kwargs = llm_arguments(model_path, spec, engine_kwargs)
@@ -216,10 +216,10 @@ class VLLMEngine:
     # -- generation -------------------------------------------------------------------------------
 
     @staticmethod
-    def _chunk(chunk_tokens: int | None, limit: int) -> int:
+    def _chunk(chunk_tokens: int | None) -> int | None:
         """Tokens per request: ``chunk_tokens``, at least :data:`MIN_CHUNK` (every chunk is a new
-        request that prefills its whole prefix again); the whole completion when unchunked."""
-        return max(chunk_tokens, MIN_CHUNK) if chunk_tokens else limit
+        request that prefills its whole prefix again); None: the whole completion at once."""
+        return max(chunk_tokens, MIN_CHUNK) if chunk_tokens else None
 
     def with_sampling(self, spec: EngineSpec) -> SamplingView:
         """This engine generating with ``spec``'s temperature, top_p, top_k, max_new_tokens and
@@ -243,7 +243,7 @@ class VLLMEngine:
         versions: list[list[int]] = [[] for _ in range(rows)]
         finished = [False] * rows
         limit = max_new_tokens or settings.max_new_tokens
-        chunk = self._chunk(self.chunk_tokens if sampling is None else sampling.chunk_tokens, limit)
+        chunk = (self.chunk_tokens if sampling is None else self._chunk(sampling.chunk_tokens)) or limit
         # the engine has no tokenizer: stop strings are checked on the ids it returns (StopCut)
         cut = StopCut(self.tokenizer, stop)
         # a token id vLLM can hold: recent vLLM rejects negative ids (a stand-in tokenizer's "no eos")
