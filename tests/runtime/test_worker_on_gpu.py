@@ -66,3 +66,31 @@ def test_a_workers_start_bound_is_its_engines_unless_set(engine, device, given, 
     cfg = Config()
     cfg.rollout.engine, cfg.policy.device, cfg.async_.worker_start_timeout_s = engine, device, given
     assert start_timeout_s(cfg) == expected
+
+
+@pytest.mark.parametrize("device, refused", [("cuda:1", True), ("cuda:0", False), ("cuda", False)])
+def test_vllm_on_another_gpu_than_the_first_visible_is_refused_in_one_line(device, refused):
+    from asyncrl.config import check_parts
+
+    cfg = Config()
+    cfg.rollout.engine, cfg.policy.device = "vllm", device
+    if not refused:
+        check_parts(cfg)
+        return
+    with pytest.raises(ValueError) as err:
+        check_parts(cfg)
+    assert str(err.value).startswith("policy.device: 'cuda:1' with rollout.engine=vllm")
+    assert "CUDA_VISIBLE_DEVICES=1" in str(err.value) and "\n" not in str(err.value)
+    cfg.rollout.engine = "transformers"  # generates with the module where it is: any index
+    check_parts(cfg)
+
+
+def test_vllm_in_ray_actors_beside_a_trainer_on_another_gpu_is_accepted():
+    from asyncrl.config import check_parts
+
+    cfg = Config()
+    cfg.rollout.engine, cfg.policy.device, cfg.run.mode, cfg.async_.backend = "vllm", "cuda:1", "async", "ray"
+    check_parts(cfg)  # an actor is shown its own GPU as cuda
+    cfg.async_.backend = "local"
+    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES=1"):
+        check_parts(cfg)

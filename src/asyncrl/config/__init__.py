@@ -42,8 +42,8 @@ from asyncrl.config.task import RewardConfig, TaskConfig
 from asyncrl.core.registries import BACKENDS, CHANNELS, ENGINES, auto_channel, device_type
 from asyncrl.distributed.config import check_ranks
 from asyncrl.distributed.world import torchrun_world
-from asyncrl.config.training import (EvalConfig, LossConfig, RolloutConfig, TrainerConfig, check_in_process_engine,
-                                     check_micro_batching, check_prox_pairing)
+from asyncrl.config.training import (IN_PROCESS_MODES, EvalConfig, LossConfig, RolloutConfig, TrainerConfig,
+                                     check_in_process_engine, check_micro_batching, check_prox_pairing)
 
 
 @dataclass
@@ -129,6 +129,14 @@ def check_parts(cfg: Config) -> None:
     if engine.devices is not None and device_type(device) not in engine.devices:
         raise ValueError(f"rollout.engine: {engine_name!r} runs on policy.device="
                          f"{'|'.join(sorted(engine.devices))} only, got {device!r}")
+    index = device.partition(":")[2]
+    # where the engine's process sees the GPUs as the trainer does: its own process, a local worker
+    # (a Ray actor is shown its own GPU as cuda)
+    as_named = cfg.run.mode in IN_PROCESS_MODES or BACKENDS[backend].workers_on_trainer_gpu
+    if engine.first_gpu_only and device_type(device) == "cuda" and index not in ("", "0") and as_named:
+        raise ValueError(f"policy.device: {device!r} with rollout.engine={engine_name}, which runs on its "
+                         f"process's first visible GPU: run with CUDA_VISIBLE_DEVICES={index} (or a list "
+                         "starting with it) and policy.device=cuda")
     if cfg.policy.lm_head_fp32 and not engine.lm_head_fp32:
         able = [name for name, entry in ENGINES.items() if entry.lm_head_fp32]
         raise ValueError(f"policy.lm_head_fp32: not supported with rollout.engine={engine_name} "

@@ -106,6 +106,9 @@ class EngineEntry:
     # seconds a rollout worker building it may take to start (async.worker_start_timeout_s=0), on
     # the CPU and on CUDA
     start_s: tuple[float, float] = (300.0, 300.0)
+    # it runs on its process's first visible GPU whatever index policy.device names (vLLM's
+    # in-process executor takes cuda:0): cuda:N with N > 0 is refused in one line
+    first_gpu_only: bool = False
 
 
 # Listed in the order `asyncrl train --help` shows them.
@@ -133,7 +136,7 @@ ENGINES: dict[str, EngineEntry] = {
     "transformers": EngineEntry("asyncrl.rollout.hf_engine:build", owns_weights=False, lm_head_fp32=True),
     # on CUDA a 7B engine's start (weights, memory profile, CUDA graph capture) can pass 300 s
     "vllm": EngineEntry("asyncrl.rollout.vllm_engine:build", owns_weights=True, half_on_cuda=True,
-                        start_s=(300.0, 1200.0)),
+                        start_s=(300.0, 1200.0), first_gpu_only=True),
 }
 
 
