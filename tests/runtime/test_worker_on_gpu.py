@@ -94,3 +94,30 @@ def test_vllm_in_ray_actors_beside_a_trainer_on_another_gpu_is_accepted():
     cfg.async_.backend = "local"
     with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES=1"):
         check_parts(cfg)
+
+
+def test_tf32_is_on_again_after_an_engine_that_reset_it(monkeypatch):
+    """vLLM's set-up resets the TF32 switch; in sync mode its process is the trainer's, whose
+    float32 matmuls on CUDA must keep TF32 (only the switch is read: no CUDA is needed)."""
+    import torch
+
+    import asyncrl.runtime.engines as engines
+
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+
+    def resetting_engine(*args, **kwargs):
+        matmul.fp32_precision = "ieee"
+        return "engine"
+
+    monkeypatch.setattr(engines, "make_engine", resetting_engine)
+    cfg = Config()
+    cfg.policy.device = "cuda"
+    try:
+        assert engines.rollout_engine(cfg, model=None, tokenizer=None, policy_dir="p", seed=0, chunked=False) == "engine"
+        # on again, through the legacy switch, which leaves torch's legacy getter (torch.compile
+        # reads it) answering after a library used the newer API (a mix of the two only via the newer
+        # one makes that getter raise)
+        assert matmul.allow_tf32 and torch.get_float32_matmul_precision() == "high"
+    finally:
+        matmul.allow_tf32 = before == "tf32"

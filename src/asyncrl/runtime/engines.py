@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from asyncrl.config import Config
+from asyncrl.core.registries import device_type
+from asyncrl.policy.model import enable_tf32
 from asyncrl.rollout.engine import Engine, EngineSpec, generation_dtype, make_engine
 
 __all__ = ["generation_dtype", "rollout_engine"]
@@ -16,5 +18,10 @@ def rollout_engine(cfg: Config, *, model, tokenizer, policy_dir, seed: int, chun
                       chunk_tokens=cfg.async_.chunk_tokens if chunked else None, device=cfg.policy.device,
                       dtype=generation_dtype(cfg), top_p=ro.top_p, top_k=ro.top_k,
                       lm_head_fp32=cfg.policy.lm_head_fp32)
-    return make_engine(ro.engine, spec, model=model, tokenizer=tokenizer, policy_dir=str(policy_dir),
-                       engine_kwargs=ro.engine_kwargs)
+    engine = make_engine(ro.engine, spec, model=model, tokenizer=tokenizer, policy_dir=str(policy_dir),
+                         engine_kwargs=ro.engine_kwargs)
+    if device_type(cfg.policy.device) == "cuda":
+        # an engine's set-up may reset the TF32 switch (vLLM's does): in sync mode this process is
+        # the trainer's too, and its float32 matmuls keep TF32
+        enable_tf32()
+    return engine
