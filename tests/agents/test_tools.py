@@ -312,10 +312,13 @@ def test_counters_and_take_counts():
         box.call(call)
     assert box.calls == {"shout": 2, "boom": 1, "<unknown>": 2, "<malformed>": 1}
     assert box.failures == {"boom": 1, "<unknown>": 2, "<malformed>": 1}
-    assert box.take_counts() == {"calls": {"shout": 2, "boom": 1, "<unknown>": 2, "<malformed>": 1},
-                                 "failures": {"boom": 1, "<unknown>": 2, "<malformed>": 1},
-                                 "truncated": {"shout": 1}}
-    assert box.take_counts() == {"calls": {}, "failures": {}, "truncated": {}}
+    counts = box.take_counts()
+    seconds = counts.pop("seconds")  # each call's wall time, summed per name
+    assert counts == {"calls": {"shout": 2, "boom": 1, "<unknown>": 2, "<malformed>": 1},
+                      "failures": {"boom": 1, "<unknown>": 2, "<malformed>": 1},
+                      "truncated": {"shout": 1}}
+    assert seconds.keys() == counts["calls"].keys() and all(s >= 0 for s in seconds.values())
+    assert box.take_counts() == {"calls": {}, "failures": {}, "truncated": {}, "seconds": {}}
 
 
 # -- load_tools ---------------------------------------------------------------------------------------

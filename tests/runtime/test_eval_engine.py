@@ -169,6 +169,7 @@ def test_vllm_engine_view_samples_at_its_own_settings(monkeypatch):
     assert view.version == 4 and gen.completion_ids.shape == (2, 6) and bool((gen.versions == 4).all())
     assert [(p.temperature, p.top_p, p.top_k, p.max_tokens) for p in params] == [(0.0, 0.9, 7, 6)] * 2  # one chunk
     params.clear()
+    engine.chunk_tokens = 3  # below the engine's request floor (MIN_CHUNK), set directly to see the chunks
     engine.generate([[1, 3]])
     assert [(p.temperature, p.top_p, p.top_k, p.max_tokens) for p in params] == [(1.0, 1.0, -1, 3), (1.0, 1.0, -1, 3),
                                                                                (1.0, 1.0, -1, 2)]

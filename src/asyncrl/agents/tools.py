@@ -28,7 +28,7 @@ import threading
 import time
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from asyncrl.agents.calls import CallTimedOut, await_bounded
 from asyncrl.agents.tool_args import conform
@@ -199,7 +199,7 @@ class ToolResult:
     failed: bool
     reason: str
     truncated: bool = False
-    latency_s: float = 0.0
+    latency_s: float = field(default=0.0, compare=False)  # a measurement, not part of what the call gave
 
 
 def _to_text(value: object) -> str:
