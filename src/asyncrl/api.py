@@ -31,6 +31,8 @@ What this adds to the config, so that rollout worker processes (spawned, or Ray 
   factory's class is checked here (``reset``, every public method a tool) and, when it defines
   ``get_reward``, the reward function ``asyncrl.agents.trl_env:get_reward`` joins ``reward.funcs``
   with weight 1, as TRL adds it: without other reward functions it is the only reward.
+* ``harness``: an agent loop over an OpenAI client, ``agent(session)`` (docs/harness.md), into
+  ``env.harness``, travelling the same way.
 * ``peft_config``: a ``peft.LoraConfig``, into ``policy.lora_*`` (asyncrl.policy.lora.lora_settings);
   what the run would not honour is refused.
 
@@ -84,15 +86,15 @@ class Trainer:
     def __init__(self, config: Any = None, *, reward_funcs: Sequence[Callable | str] | None = None,
                  train_dataset: Any = None, eval_dataset: Any = None,
                  environment_factory: Callable | str | None = None, tools: Sequence[Callable | str] | None = None,
-                 peft_config: Any = None, callbacks: Sequence[Any] | None = None,
-                 overrides: Mapping[str, Any] | None = None, **keys: Any):
+                 harness: Callable | str | None = None, peft_config: Any = None,
+                 callbacks: Sequence[Any] | None = None, overrides: Mapping[str, Any] | None = None, **keys: Any):
         from asyncrl.runtime.callbacks import checked_callbacks
 
         self.callbacks = checked_callbacks(callbacks)
         overrides = {**(overrides or {}), **_lora_overrides(peft_config, overrides, keys)}
         self.config = build_config(config, reward_funcs=reward_funcs, train_dataset=train_dataset,
                                    eval_dataset=eval_dataset, environment_factory=environment_factory, tools=tools,
-                                   overrides=overrides, **keys)
+                                   harness=harness, overrides=overrides, **keys)
 
     def add_callback(self, callback: Any) -> None:
         """One more callback (an object, or a class to instantiate), checked as the others."""
@@ -114,14 +116,14 @@ class Trainer:
 
 def train(config: Any = None, *, reward_funcs: Sequence[Callable | str] | None = None,
           train_dataset: Any = None, eval_dataset: Any = None, environment_factory: Callable | str | None = None,
-          tools: Sequence[Callable | str] | None = None, peft_config: Any = None,
-          callbacks: Sequence[Any] | None = None, overrides: Mapping[str, Any] | None = None,
-          **keys: Any) -> dict | None:
+          tools: Sequence[Callable | str] | None = None, harness: Callable | str | None = None,
+          peft_config: Any = None, callbacks: Sequence[Any] | None = None,
+          overrides: Mapping[str, Any] | None = None, **keys: Any) -> dict | None:
     """``Trainer(...).train()`` in one call: the run's summary (what ``summary.json`` holds). Bad
     input raises :class:`~asyncrl.config.ConfigError` (one line naming the key) before anything starts."""
     return Trainer(config, reward_funcs=reward_funcs, train_dataset=train_dataset, eval_dataset=eval_dataset,
-                   environment_factory=environment_factory, tools=tools, peft_config=peft_config,
-                   callbacks=callbacks, overrides=overrides, **keys).train()
+                   environment_factory=environment_factory, tools=tools, harness=harness,
+                   peft_config=peft_config, callbacks=callbacks, overrides=overrides, **keys).train()
 
 
 def _lora_overrides(peft_config: Any, overrides: Mapping[str, Any] | None, keys: Mapping[str, Any]) -> dict:
@@ -143,7 +145,7 @@ def _lora_overrides(peft_config: Any, overrides: Mapping[str, Any] | None, keys:
 def build_config(config: Any = None, *, reward_funcs: Sequence[Callable | str] | None = None,
                  train_dataset: Any = None, eval_dataset: Any = None,
                  environment_factory: Callable | str | None = None, tools: Sequence[Callable | str] | None = None,
-                 overrides: Mapping[str, Any] | None = None, **keys: Any):
+                 harness: Callable | str | None = None, overrides: Mapping[str, Any] | None = None, **keys: Any):
     """The :class:`~asyncrl.config.Config` that :func:`train` runs (arguments as there), built by
     :func:`asyncrl.config.load_config` like every other config; writes the in-memory inputs under
     ``<run.out_dir>/.inputs/`` first, so the config names files every process can read."""
@@ -167,6 +169,8 @@ def build_config(config: Any = None, *, reward_funcs: Sequence[Callable | str] |
     if environment_factory is not None:
         # a class with get_reward gets its reward function in reward.funcs at load (config.add_factory_reward)
         settings["env.factory"] = factory_path(environment_factory, inputs, settings.get("env.kwargs"))
+    if harness is not None:
+        settings["env.harness"] = harness if isinstance(harness, str) else harness_path(harness, inputs)
     return load_config(config, settings=settings)
 
 
@@ -342,6 +346,16 @@ def factory_path(factory: Callable | str, inputs: Path, kwargs: Mapping | None =
     except ValueError as err:
         raise ConfigError(key, str(err)) from None
     return _travelling(factory, inputs, key, "env", "my_envs", "MyEnv")
+
+
+def harness_path(harness: Callable, inputs: Path) -> str:
+    """``env.harness`` entry for a harness function: its import path, or its pickle's."""
+    from asyncrl.config import ConfigError
+
+    if not callable(harness):
+        raise ConfigError("harness", f"expected a function agent(session) or 'module:function', got "
+                                     f"{type(harness).__name__}")
+    return _travelling(harness, inputs, "harness", "harness", "my_agent", "agent")
 
 
 def _travelling(obj: Callable, inputs: Path, key: str, stem: str, module: str, attr: str) -> str:

@@ -64,7 +64,10 @@ class Batch(Generation):
     prompt share it), advantages [B] float32 (filled by the trainer), reward_parts [B, F] float32 or
     None (the raw value of each of the F reward functions, NaN where one returned None, "does not
     apply", or failed and was zeroed), reward_failed [B, F] bool or None (True where that NaN is a
-    failure); both for the per-function metrics only, the trainer never reads them.
+    failure); both for the per-function metrics only, the trainer never reads them;
+    episode_ids [B] long or None (multi-turn episodes whose history forked into several rows: the
+    episode each row belongs to, numbered within its group; rows of one episode share its reward and
+    advantage, and the group baseline counts each episode once. None: one row per episode).
     """
 
     rewards: torch.Tensor
@@ -72,9 +75,17 @@ class Batch(Generation):
     advantages: torch.Tensor
     reward_parts: torch.Tensor | None = None
     reward_failed: torch.Tensor | None = None
+    episode_ids: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
+
+    @property
+    def episodes(self) -> int:
+        """Episodes (samples) the rows come from: ``len(self)`` unless histories forked."""
+        if self.episode_ids is None:
+            return len(self)
+        return int(torch.unique(torch.stack([self.group_ids, self.episode_ids]), dim=1).shape[1])
 
     def select(self, index: torch.Tensor) -> "Batch":
         """Rows ``index`` of every tensor field."""

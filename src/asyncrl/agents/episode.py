@@ -15,15 +15,20 @@ every live episode is ready, the lock-step order, reproducible to the bit); its 
 calls, the runner calls the engine's chunk hook (``between``), where an async worker pulls newer
 weights and sends its heartbeat: the episode goes on with them, and its later tokens carry their
 version. A turn ends at eos, at one of the stop strings, or at ``env.turn_tokens``; an episode at
-``done``, ``env.max_turns`` assistant turns, ``env.episode_tokens`` tokens, an observation the chat
-template cannot append (a template break, ended rather than trained on rewritten ids), or a call
+``done``, ``env.max_turns`` assistant turns, ``env.episode_tokens`` tokens in its row, or a call
 that failed on its last try (``failed``: its group is dropped by the rollout).
+
+A history that rewrites the past forks: when the chat template cannot append an observation to
+the row's ids (it renders earlier turns differently once messages follow), or, with
+``env.history=template``, when the template's rendering of the whole conversation does not begin
+with the row (a template that drops earlier ``<think>`` blocks), the row so far is closed and a new
+row of the same episode starts from the conversation as rendered. Every row trains on the
+episode's reward and advantage (docs/agents.md, "Histories that rewrite the past").
 """
 
 from __future__ import annotations
 
 import time
-import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,9 +43,10 @@ from asyncrl.agents.tool_formats import FORMATS, ToolFormat
 from asyncrl.tasks import Problem
 from asyncrl.types import Generation
 
-__all__ = ["Episode", "EpisodeLimits", "EpisodeRunner", "FailureWindow", "Scheduling", "episodes_to_generation"]
+__all__ = ["Episode", "EpisodeLimits", "EpisodeRow", "EpisodeRunner", "FailureWindow", "Scheduling", "episodes_to_generation"]
 
 SCHEDULES = ("ready", "rounds")
+HISTORIES = ("tokens", "template")
 
 
 @dataclass(frozen=True)
@@ -84,9 +90,28 @@ class FailureWindow:
 
 
 @dataclass
+class EpisodeRow:
+    """One training row of an episode that a rewrite of its history split (:meth:`Episode.fork`):
+    its prompt ids and, per id after them, behaviour log-prob, version, whether it was observed."""
+
+    prompt_ids: list[int]
+    ids: list[int]
+    logps: list[float]
+    versions: list[int]
+    observed: list[bool]
+
+    @property
+    def sampled(self) -> int:
+        return sum(1 for o in self.observed if not o)
+
+
+@dataclass
 class Episode:
     """One episode as it grows: ids after the prompt with, per id, its behaviour log-prob, version
-    (−1 for observations) and whether it was observed; the conversation for reward functions."""
+    (−1 for observations) and whether it was observed; the conversation for reward functions.
+    ``prompt_ids`` .. ``observed`` are the row it is growing now; a history the episode rewrote
+    (a harness that summarised its context, a template that drops earlier thinking) closed the
+    earlier rows into ``past_rows`` (:meth:`fork`)."""
 
     problem: Problem
     env: Any
@@ -110,6 +135,7 @@ class Episode:
     asked_at: float = 0.0  # when its pending calls were submitted
     started_at: float = field(default_factory=time.perf_counter)
     duration_s: float = 0.0  # wall time from its start to its end (set when it ends)
+    past_rows: list[EpisodeRow] = field(default_factory=list)  # rows closed by forks, in order
 
     @property
     def completion_messages(self) -> list[dict]:
@@ -127,6 +153,28 @@ class Episode:
         self.versions += [-1] * len(ids)
         self.observed += [True] * len(ids)
 
+    @property
+    def context_ids(self) -> list[int]:
+        """What the engine sees next: the current row's prompt and ids."""
+        return self.prompt_ids + self.ids
+
+    @property
+    def forks(self) -> int:
+        return len(self.past_rows)
+
+    def fork(self, prompt_ids: list[int]) -> None:
+        """Close the current row and start a new one whose prompt is ``prompt_ids``: the history
+        as rewritten, which the row so far does not begin (token-in/token-out cannot append)."""
+        self.past_rows.append(EpisodeRow(self.prompt_ids, self.ids, self.logps, self.versions, self.observed))
+        self.prompt_ids, self.ids, self.logps, self.versions, self.observed = list(prompt_ids), [], [], [], []
+
+    @property
+    def rows(self) -> list[EpisodeRow]:
+        """Its training rows, in order: the closed ones with a sampled token, then the current one
+        (always kept, so that every episode has a row)."""
+        now = EpisodeRow(self.prompt_ids, self.ids, self.logps, self.versions, self.observed)
+        return [r for r in self.past_rows if r.sampled] + [now]
+
 
 class EpisodeRunner:
     """Plays episodes of ``env_factory`` environments with an engine. ``turns``: a
@@ -134,9 +182,12 @@ class EpisodeRunner:
     ``scheduling``: how episodes share the engine and the environment."""
 
     def __init__(self, env_factory, turns, tokenizer, limits: EpisodeLimits, tools=None,
-                 scheduling: Scheduling | None = None, tool_format: ToolFormat | None = None):
+                 scheduling: Scheduling | None = None, tool_format: ToolFormat | None = None, history: str = "tokens"):
         self.env_factory, self.turns, self.tokenizer = env_factory, turns, tokenizer
         self.limits, self.tools = limits, tools
+        if history not in HISTORIES:
+            raise ValueError(f"history: {history!r} is not one of {', '.join(HISTORIES)}")
+        self.history = history
         self.tool_format = tool_format or FORMATS["hermes"]
         # ids that end a turn rather than belong to a call: cut before a call's text is parsed
         self._special_ids = set(getattr(tokenizer, "all_special_ids", ()) or ())
@@ -144,8 +195,14 @@ class EpisodeRunner:
         if self.scheduling.schedule not in SCHEDULES:
             raise ValueError(f"schedule: {self.scheduling.schedule!r} is not one of {', '.join(SCHEDULES)}")
         self.failures = FailureWindow(self.scheduling.failure_window, self.scheduling.max_failure_frac)
-        self.template_warned = False
         self.last_run: dict[str, float] = {}  # the scheduler's own numbers for the last run (stats)
+
+    def bind(self, engine) -> None:
+        """Called with the engine a :class:`~asyncrl.agents.play.Play` decodes with (a harness
+        checks its requests' sampling settings against it)."""
+
+    def ended(self, episode: Episode) -> None:
+        """Called as ``episode`` ends (a harness's session stops taking requests)."""
 
     def start(self, problem: Problem) -> Episode:
         """A new episode of ``problem`` in a new environment, its prompt not yet asked for."""
@@ -169,6 +226,10 @@ class EpisodeRunner:
         """The strings that end a turn: ``env.stop`` (and the tool stop), the template's end of turn,
         the environment's own."""
         return tuple(dict.fromkeys([*self.limits.stop, *self._turn_end(), *getattr(episode.env, "stop", ())]))
+
+    def begin(self, pool: CallPool, i: int, episode: Episode, row: dict) -> None:
+        """Start episode ``i``: its environment's ``reset`` with ``row``."""
+        self.ask(pool, i, episode, "reset", episode.env.reset, row)
 
     def ask(self, pool: CallPool, i: int, episode: Episode, what: str, fn, *args) -> None:
         episode.asked_at = time.perf_counter()
@@ -202,7 +263,7 @@ class EpisodeRunner:
 
     def decode(self, engine, batch: list[Episode], between, stops: tuple) -> None:
         """The next turn of each episode of ``batch``, in one engine call."""
-        gen = engine.generate([e.prompt_ids + e.ids for e in batch], between_chunks=between,
+        gen = engine.generate([e.context_ids for e in batch], between_chunks=between,
                               max_new_tokens=self.limits.turn_tokens, stop=stops)
         for row, episode in enumerate(batch):
             self._sampled(episode, gen, row)
@@ -289,14 +350,13 @@ class EpisodeRunner:
         return episode.end is None
 
     def _observe(self, episode: Episode, observation: list[dict]) -> None:
-        try:
-            ids = self.turns.observation_ids(observation, episode.ids[-1:])
-        except PrefixBroken as err:
-            if not self.template_warned:
-                warnings.warn(f"asyncrl: {err}; episodes end at such a turn instead of training on rewritten "
-                              "tokens (counted in episode/template_breaks)", stacklevel=2)
-                self.template_warned = True
-            episode.end = "template"
+        """Append ``observation``'s ids to the row, or fork a new row when the history as rendered
+        does not extend the row (a template that rewrites earlier turns; ``env.history=template``
+        and a rendering that differs from the sampled ids)."""
+        ids = self._appended_ids(episode, observation)
+        if ids is None:
+            episode.messages += observation
+            episode.fork(self.turns.prompt_ids(episode.messages))
             return
         if len(episode.ids) + len(ids) >= self.limits.episode_tokens:
             episode.end = "episode_tokens"  # no room left to answer the observation
@@ -304,10 +364,22 @@ class EpisodeRunner:
         episode.add_observed(ids)
         episode.messages += observation
 
+    def _appended_ids(self, episode: Episode, observation: list[dict]) -> list[int] | None:
+        """The ids ``observation`` appends to the row; None when the history must fork."""
+        if self.history == "template":  # what the template shows a deployed model, past turns rewritten
+            rendered = self.turns.prompt_ids([*episode.messages, *observation])
+            context = episode.context_ids
+            return rendered[len(context):] if rendered[:len(context)] == context else None
+        try:
+            return self.turns.observation_ids(observation, episode.ids[-1:])
+        except PrefixBroken:
+            return None
 
-def episodes_to_generation(episodes: list[Episode], pad_id: int) -> Generation:
-    """The episodes as one Generation: prompts left-padded, completions right-padded; the
-    completion mask marks sampled ids (trained), the observation mask observed ids (attended)."""
+
+def episodes_to_generation(episodes: list[Episode] | list[EpisodeRow], pad_id: int) -> Generation:
+    """The episodes (one row each: their current row) or rows as one Generation: prompts
+    left-padded, completions right-padded; the completion mask marks sampled ids (trained), the
+    observation mask observed ids (attended)."""
     from asyncrl.policy.sampling import left_pad
 
     prompt_ids, prompt_mask = left_pad([e.prompt_ids for e in episodes], pad_id)

@@ -49,6 +49,7 @@ class Play:
 
     def __init__(self, runner, engine, between=None, check=None):
         self.runner, self.engine, self.between, self.check = runner, engine, between, check
+        runner.bind(engine)
         sched = runner.scheduling
         self.pool = CallPool(sched.concurrency, sched.backoff_s)
         self.episodes: dict[int, Any] = {}  # episode number -> Episode, while it is in flight
@@ -80,7 +81,7 @@ class Play:
                 started.append(episode)
                 if self.stops is None:
                     self.stops = self.runner.stops_of(episode)
-                self.runner.ask(self.pool, number, episode, "reset", episode.env.reset, row_of(problem))
+                self.runner.begin(self.pool, number, episode, row_of(problem))
         self.in_flight_max = max(self.in_flight_max, len(self.episodes))
         return started
 
@@ -134,6 +135,7 @@ class Play:
         episode = self.episodes.pop(number)
         episode.duration_s = time.perf_counter() - episode.started_at
         self.tool_results.pop(number, None)
+        self.runner.ended(episode)
         self.runner.failures.record(episode)
         group = self.group_of.pop(number)
         group.live -= 1

@@ -43,5 +43,6 @@ def episode_record(episode, env_return: float, reward: float | None) -> dict:
     return {"uid": episode.problem.uid,
             "prompt": _messages(episode.messages[:episode.n_prompt_messages]),
             "turns": [_turn(t) for t in episode.turn_log], "end": episode.end, "failure": episode.failure or None,
-            "env_return": env_return, "reward": reward, "tokens": len(episode.ids),
+            "env_return": env_return, "reward": reward, "tokens": sum(len(r.ids) for r in episode.rows),
+            "rows": len(episode.rows), "forks": episode.forks,
             "env_time_s": episode.env_time_s}

@@ -15,6 +15,7 @@ class's instances, whose ``get_reward`` the reward function ``asyncrl.agents.trl
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import torch
 
@@ -41,6 +42,10 @@ class EpisodeRollout:
 
         env = cfg.env
         self.rewards, self.tokenizer, self.discount = rewards, tokenizer, env.turn_discount
+        if env.harness:
+            self.tools, self.runner = None, _harness_runner(cfg, tokenizer)
+            self.tool_format = self.runner.tool_format
+            return
         tools = load_tools(env.tools, python_limits=env.python_limits)
         if env.factory:  # a TRL environment class: its public methods are tools too, after env.tools (TRL's order)
             make_env, method_tools = _factory_environment(cfg)
@@ -58,7 +63,14 @@ class EpisodeRollout:
                                 backoff_s=env.retry_backoff_s, max_failure_frac=env.max_failure_frac,
                                 failure_window=env.failure_window)
         runner = InstanceToolsRunner if env.factory else EpisodeRunner
-        self.runner = runner(make_env, turns, tokenizer, limits, self.tools, scheduling, tool_format=self.tool_format)
+        self.runner = runner(make_env, turns, tokenizer, limits, self.tools, scheduling, tool_format=self.tool_format,
+                             history=env.history)
+
+    def close(self) -> None:
+        """Release what the episodes hold open (a harness's endpoint: it refuses requests after)."""
+        close = getattr(self.runner, "close", None)
+        if close is not None:
+            close()
 
     def run(self, engine, problems: list[Problem], n: int, *, between_chunks=None,
             first_group_id: int = 0, keep_failed: bool = False, stop_check=None) -> RolloutOut:
@@ -92,12 +104,17 @@ class EpisodeRollout:
             total[scored] = torch.tensor([s + env_returns[i] for s, i in zip(scores.total, scored)])
             if len(scored) == len(rows):
                 parts, failures = self.rewards.parts_tensor(scores), self.rewards.failed_tensor(scores)
-        kept = [episodes[i] for i in rows]
-        gen = episodes_to_generation(kept, self.tokenizer.pad_token_id)
+        # an episode whose history forked trains on several rows, each with its reward (and, in
+        # the trainer, its advantage: the group baseline is taken over episodes, not rows)
+        owner = [i for i in rows for _ in episodes[i].rows]
+        gen = episodes_to_generation([r for i in rows for r in episodes[i].rows], self.tokenizer.pad_token_id)
         fields = {f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)}
-        group_ids = group_ids_of(len(episodes) // n, n, first_group_id)[rows]
-        batch = Batch(**fields, rewards=total[rows], group_ids=group_ids, advantages=torch.zeros(len(rows)),
-                      reward_parts=parts, reward_failed=failures)
+        group_ids = group_ids_of(len(episodes) // n, n, first_group_id)[owner]
+        forked = len(owner) > len(rows)
+        batch = Batch(**fields, rewards=total[owner], group_ids=group_ids, advantages=torch.zeros(len(owner)),
+                      reward_parts=None if parts is None else parts[_positions(rows, owner)],
+                      reward_failed=None if failures is None else failures[_positions(rows, owner)],
+                      episode_ids=torch.tensor([i % n for i in owner]) if forked else None)
         stats = EpisodeStats()
         stats.add_episodes(episodes, env_returns)
         trained = dict(zip(rows, total[rows].tolist()))
@@ -106,7 +123,7 @@ class EpisodeRollout:
         stats.add_scheduler(scheduler or {}, failed_groups=len(failed))
         if self.tools is not None:
             stats.add_tool_counts(self.tools.take_counts())
-        texts = [self.tokenizer.decode(e.ids, skip_special_tokens=True) for e in kept]
+        texts = [self.tokenizer.decode(r.ids, skip_special_tokens=True) for i in rows for r in episodes[i].rows]
         return RolloutOut(batch, texts, stats, failed_groups=[first_group_id + g for g in failed])
 
     def _score(self, episodes: list, env_returns: list[float]):
@@ -121,6 +138,12 @@ class EpisodeRollout:
                  "env_reward": env_returns, "turns": [e.turns for e in episodes],
                  "environments": [getattr(e.env, "instance", e.env) for e in episodes]}
         return self.rewards.score(finals, rows, shown=shown, extra=extra)
+
+
+def _positions(rows: list[int], owner: list[int]) -> torch.Tensor:
+    """For each training row, the position of its episode among ``rows`` (the scored episodes)."""
+    at = {i: k for k, i in enumerate(rows)}
+    return torch.tensor([at[i] for i in owner], dtype=torch.long)
 
 
 class InstanceToolsRunner(EpisodeRunner):
@@ -152,6 +175,43 @@ def _tool_format(env, tokenizer, turns):
     fmt = tool_format(env.tool_format, tokenizer if templated else None)
     parallel = {"on": True, "off": False}.get(env.parallel_tool_calls, templated)
     return fmt, turn_stops(fmt, parallel)
+
+
+def _limits(cfg) -> EpisodeLimits:
+    env = cfg.env
+    return EpisodeLimits(max_turns=env.max_turns, turn_tokens=env.turn_tokens or cfg.rollout.max_new_tokens,
+                         episode_tokens=env.episode_tokens, stop=tuple(env.stop), step_timeout_s=env.step_timeout_s)
+
+
+def _scheduling(env) -> Scheduling:
+    return Scheduling(schedule=env.schedule, concurrency=env.concurrency, retries=env.retries,
+                      backoff_s=env.retry_backoff_s, max_failure_frac=env.max_failure_frac,
+                      failure_window=env.failure_window)
+
+
+def _harness_runner(cfg, tokenizer):
+    """The runner of ``env.harness`` episodes: the harness's requests, through the run's endpoint."""
+    from asyncrl.agents.harness import Sampling
+    from asyncrl.agents.harness_runner import HarnessRunner
+    from asyncrl.agents.tool_formats import tool_format
+    from asyncrl.rewards.resolve import resolve
+
+    env, policy, ro = cfg.env, cfg.policy, cfg.rollout
+    cache: dict[str, object] = {}
+
+    def turns_of(tools):  # a renderer per distinct tool set: the template shows their schemas
+        key = json.dumps(tools, sort_keys=True)
+        if key not in cache:
+            cache[key] = make_turns(tokenizer, policy.chat_template, tools or ())
+        return cache[key]
+
+    templated = isinstance(turns_of(None), ChatTurns)
+    fmt = tool_format(env.tool_format, tokenizer if templated else None)
+    parallel = {"on": True, "off": False}.get(env.parallel_tool_calls, templated)
+    limits = _limits(cfg)
+    sampling = Sampling(ro.temperature, ro.top_p, limits.turn_tokens)
+    return HarnessRunner(resolve(env.harness), tokenizer, turns_of, limits, _scheduling(env), fmt, sampling,
+                         host=env.endpoint_host, port=env.endpoint_port, parallel=parallel)
 
 
 def _factory_environment(cfg):

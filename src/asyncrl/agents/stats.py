@@ -13,6 +13,8 @@ __all__ = ["EpisodeStats"]
 @dataclass
 class EpisodeStats:
     episodes: int = 0
+    rows: int = 0  # training rows: one per episode, more where a history forked
+    forks: int = 0  # histories rewritten mid-episode (a new row each)
     turns: int = 0
     turns_max: int = 0
     lengths: list[int] = field(default_factory=list)  # tokens after the prompt, per episode
@@ -48,10 +50,12 @@ class EpisodeStats:
     def add_episodes(self, episodes, env_returns: list[float]) -> None:
         for e, ret in zip(episodes, env_returns):
             self.episodes += 1
+            self.rows += len(e.rows)
+            self.forks += e.forks
             self.turns += e.turns
             self.turns_max = max(self.turns_max, e.turns)
-            self.lengths.append(len(e.ids))
-            self.observed_tokens += sum(e.observed)
+            self.lengths.append(sum(len(r.ids) for r in e.rows))
+            self.observed_tokens += sum(sum(r.observed) for r in e.rows)
             self.env_time_s += e.env_time_s
             self.env_reward += ret
             self.ends[e.end] += 1
@@ -65,6 +69,8 @@ class EpisodeStats:
 
     def merge(self, other: "EpisodeStats") -> None:
         self.episodes += other.episodes
+        self.rows += other.rows
+        self.forks += other.forks
         self.turns += other.turns
         self.turns_max = max(self.turns_max, other.turns_max)
         self.lengths += other.lengths
@@ -89,7 +95,7 @@ class EpisodeStats:
         def quantile(q: float) -> float:
             return float(lengths[min(len(lengths) - 1, int(q * len(lengths)))])
 
-        out = {"episode/count": n, "episode/turns_mean": self.turns / n, "episode/turns_max": self.turns_max,
+        out = {"episode/count": n, "episode/rows": self.rows, "episode/forks": self.forks, "episode/turns_mean": self.turns / n, "episode/turns_max": self.turns_max,
                "episode/len_mean": tokens / n, "episode/len_p50": quantile(0.5), "episode/len_p90": quantile(0.9),
                "episode/len_max": float(lengths[-1]),
                "episode/masked_token_frac": self.observed_tokens / tokens if tokens else 0.0,

@@ -24,6 +24,18 @@ class EnvConfig:
     factory: str = setting("", "an environment class written for TRL's environment_factory, "
                                "'module:Class' or 'path/to/file.py:Class': reset(**row), public methods as "
                                "tools, get_reward (docs/agents.md)")
+    harness: str = setting("", "your own agent loop over an OpenAI client, 'module:function' or "
+                               "'path/to/file.py:function': called once per episode with a session (base_url, "
+                               "api_key, row); its requests to the run's endpoint are the episode's turns "
+                               "(docs/harness.md)")
+    endpoint_host: str = setting("127.0.0.1", "where the harness endpoint listens; anything but a loopback "
+                                              "address serves the policy to your network (docs/harness.md)")
+    endpoint_port: int = setting(0, "the harness endpoint's port; 0 = a free one, per rollout process")
+    history: Literal["tokens", "template"] = setting(
+        "tokens", "what later turns see of earlier ones: tokens (the sampled ids as they are, token-in/"
+                  "token-out) or template (the conversation as the chat template renders it, as a deployed "
+                  "model sees it; where that rewrites earlier turns, e.g. drops <think> blocks, the episode "
+                  "forks a new row)")
     kwargs: dict[str, Any] = setting(help="keyword arguments of the environment's constructor", factory=dict)
     tools: list[str] = setting(help="tools the model may call: calculator, python, or import paths "
                                     "module:function (typed, with a docstring)", factory=list)
@@ -61,7 +73,7 @@ class EnvConfig:
     @property
     def episodes(self) -> bool:
         """Whether the run plays episodes (an environment or tools), not single completions."""
-        return self.name != NO_ENV or bool(self.tools) or bool(self.factory)
+        return self.name != NO_ENV or bool(self.tools) or bool(self.factory) or bool(self.harness)
 
     @property
     def environment(self) -> str:
@@ -121,6 +133,28 @@ class EnvConfig:
                 names[tool.name] = f"tools[{i}]"
         if self.factory:
             self._validate_factory(names, imports_allowed())
+        if self.harness:
+            self._validate_harness(imports_allowed())
+
+    def _validate_harness(self, imports: bool) -> None:
+        """``harness`` names a callable; it is the episode's environment and tools alone."""
+        from asyncrl.rewards.resolve import normalize_path, resolve
+
+        if self.name != NO_ENV or self.factory or self.tools:
+            raise ValueError("harness: the harness is the environment and runs its own tools; it does not go "
+                             "with env.name, env.factory or env.tools")
+        if not 0 <= self.endpoint_port < 65536:
+            raise ValueError("endpoint_port: must be in [0, 65535]")
+        try:
+            self.harness = normalize_path(self.harness)
+        except ValueError:
+            raise ValueError(f"harness: {self.harness!r} is not 'package.module:function' or "
+                             "'path/to/file.py:function'") from None
+        if imports:
+            try:
+                resolve(self.harness)
+            except ValueError as err:
+                raise ValueError(f"harness: {err}") from None
 
     def _validate_factory(self, names: dict[str, str], imports: bool) -> None:
         """``factory`` names a usable TRL environment class; its method tools clash with no tool of

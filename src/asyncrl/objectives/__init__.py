@@ -15,7 +15,7 @@ Public contract:
 No model, no I/O, no threads, no config globals: tensors in, tensors out.
 """
 
-from asyncrl.objectives.advantages import VTrace, gae, group_advantages, masked_whiten, vtrace
+from asyncrl.objectives.advantages import VTrace, episode_advantages, gae, group_advantages, masked_whiten, vtrace
 from asyncrl.objectives.numerics import LOG_RATIO_BOUND
 from asyncrl.objectives.params import AGG_MODES, REQUIRED
 from asyncrl.objectives.prox import (
@@ -67,6 +67,7 @@ __all__ = [
     "ess",
     "ess_lr_scale",
     "gae",
+    "episode_advantages",
     "group_advantages",
     "loglinear_plan",
     "loss_param_names",

@@ -1,6 +1,7 @@
 """Advantage estimators as pure functions (docs/objectives.md). Everything here is detached.
 
-- group_advantages: GRPO, Dr.GRPO and RLOO baselines over prompt groups (outcome rewards).
+- group_advantages: GRPO, Dr.GRPO and RLOO baselines over prompt groups (outcome rewards);
+  episode_advantages: the same where an episode spans several rows.
 - gae: generalized advantage estimation with verl's mask handling.
 - vtrace: IMPALA's V-trace targets and policy-gradient advantages (VACO's realignment, §11b).
 - masked_whiten: (x − mean) / std over a mask.
@@ -17,6 +18,25 @@ from asyncrl.objectives.numerics import LOG_RATIO_BOUND
 from asyncrl.objectives.params import check_choice, check_real
 
 GROUP_METHODS = ("grpo", "drgrpo", "rloo")
+
+
+def episode_advantages(rewards: Tensor, group_ids: Tensor, episode_ids: Tensor | None, method: str = "grpo",
+                       eps: float = 1e-6) -> Tensor:
+    """:func:`group_advantages` where an episode may span several rows (a history that forked):
+    episode_ids [B] integer, the episode of each row within its group (rows of one episode share
+    its reward). Each episode counts once in its group's baseline, and each of its rows gets the
+    episode's advantage, so an episode that forked weighs no more in the baseline than one that did
+    not. None: every row is its own episode (exactly :func:`group_advantages`)."""
+    if episode_ids is None:
+        return group_advantages(rewards, group_ids, method, eps)
+    if episode_ids.shape != group_ids.shape:
+        raise ValueError(f"episode_ids: expected shape {tuple(group_ids.shape)}, got {tuple(episode_ids.shape)}")
+    keys, row_of = torch.unique(torch.stack([group_ids, episode_ids.to(group_ids.device)]), dim=1,
+                                return_inverse=True)
+    first = torch.full((keys.shape[1],), rewards.numel(), dtype=torch.long, device=rewards.device)
+    first = first.scatter_reduce(0, row_of, torch.arange(rewards.numel(), device=rewards.device), reduce="amin")
+    per_episode = group_advantages(rewards[first], group_ids[first], method, eps)
+    return per_episode[row_of]
 
 
 def group_advantages(rewards: Tensor, group_ids: Tensor, method: str = "grpo", eps: float = 1e-6) -> Tensor:

@@ -44,7 +44,8 @@ class Group:
 
     @property
     def n(self) -> int:
-        return len(self.batch)
+        """Its samples: episodes, which are rows unless a history forked (``Batch.episode_ids``)."""
+        return self.batch.episodes
 
     @property
     def oldest_version(self) -> int:
@@ -84,6 +85,9 @@ def concat_groups(groups: list[Group], pad_id: int) -> Batch:
         parts["observation_mask"] = [
             pad(g.batch.observation_mask if g.batch.observation_mask is not None
                 else torch.zeros_like(g.batch.completion_mask), c_width, False, False) for g in groups]
+    if any(g.batch.episode_ids is not None for g in groups):  # forked histories: rows of one episode
+        parts["episode_ids"] = [g.batch.episode_ids if g.batch.episode_ids is not None
+                                else torch.arange(len(g.batch)) for g in groups]
     for name in ("reward_parts", "reward_failed"):  # [B, F] each, kept when every group has them alike
         columns = [getattr(g.batch, name) for g in groups]
         if all(c is not None for c in columns) and len({c.shape[1] for c in columns}) == 1:

@@ -151,14 +151,19 @@ def eval_metrics(model, tokenizer, task: Task, problems: list[Problem], cfg, rew
     options = {"batch_size": ev.batch_size, "chat_template": cfg.policy.chat_template, "rewards": rewards,
                "max_prompt_length": cfg.task.truncate_to, "rollout": episode_rollout(cfg, rewards, task, tokenizer)}
     device = sampled.spec.device
-    with autocast_to(device, precision):
-        result = generate_and_score(sampled, tokenizer, task, problems, samples=ev.samples, **options)
-    metrics = {"eval_reward": result.accuracy(), **{f"eval_pass_at_{k}": result.pass_at(k) for k in ev.pass_k}}
-    if result.answers_ok is not None:  # accuracy with the answer format factored out
-        metrics["eval_answer_acc"] = result.answer_accuracy()
-    if greedy is not None:
+    try:
         with autocast_to(device, precision):
-            metrics["eval_greedy_reward"] = generate_and_score(greedy, tokenizer, task, problems, **options).accuracy()
+            result = generate_and_score(sampled, tokenizer, task, problems, samples=ev.samples, **options)
+        metrics = {"eval_reward": result.accuracy(), **{f"eval_pass_at_{k}": result.pass_at(k) for k in ev.pass_k}}
+        if result.answers_ok is not None:  # accuracy with the answer format factored out
+            metrics["eval_answer_acc"] = result.answer_accuracy()
+        if greedy is not None:
+            with autocast_to(device, precision):
+                metrics["eval_greedy_reward"] = generate_and_score(greedy, tokenizer, task, problems,
+                                                                   **options).accuracy()
+    finally:
+        if options["rollout"] is not None:
+            options["rollout"].close()  # a harness's endpoint, opened for this evaluation
     return metrics, result
 
 

@@ -44,7 +44,7 @@ import torch
 
 from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.config.training import check_micro_batching
-from asyncrl.objectives import ProxPlan, group_advantages, policy_loss, prox_strategy
+from asyncrl.objectives import ProxPlan, episode_advantages, policy_loss, prox_strategy
 from asyncrl.policy.logprobs import completion_logprobs
 from asyncrl.stability.ess_lr import lr_scale, minibatch_ess, scaled_lr, sequence_log_weights
 from asyncrl.stability.opob import opob_advantages, score_grad_sq_norms
@@ -258,7 +258,11 @@ class Trainer:
         """[B] advantages: the group baseline, or VCPO's off-policy optimal baseline (``vcpo.opob``)."""
         cfg = self.cfg
         if not cfg.vcpo.opob:
-            return group_advantages(batch.rewards, batch.group_ids, method=cfg.advantage, eps=cfg.adv_eps)
+            return episode_advantages(batch.rewards, batch.group_ids, batch.episode_ids, method=cfg.advantage,
+                                      eps=cfg.adv_eps)
+        if batch.episode_ids is not None:
+            raise ValueError("vcpo.opob: its baseline weighs each row's own gradient, and an episode here spans "
+                             "several rows (a history that forked); use vcpo.opob=false with episodes that fork")
         log_w = torch.zeros(len(batch), device=self.device)
         mask = batch.completion_mask
 

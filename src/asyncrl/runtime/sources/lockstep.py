@@ -135,7 +135,9 @@ class LockstepSource:
         return self
 
     def __exit__(self, *exc) -> None:
-        pass
+        close = getattr(self.rollout, "close", None)  # a harness's endpoint stops taking requests
+        if close is not None:
+            close()
 
     def wait_ready(self) -> None:
         pass

@@ -1,0 +1,101 @@
+"""Harness episodes end to end, as subprocesses: the example agent (an OpenAI-client loop) trains
+by ``asyncrl train`` and by ``asyncrl.train(harness=...)``; async with K = 0 equals sync bit for bit
+through the endpoint; a harness that crashes on some rows and summarises its context on others
+is counted (failed episodes, forked rows) while the run goes on."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from .test_agents_e2e import CALCULATOR, ENV, SMALL, rows, train, weights
+
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "harness_agent.py")
+HARNESS = [*CALCULATOR, "env.tools=[]", f"env.harness={EXAMPLE}:agent"]
+
+FLAKY = '''
+import zlib
+from openai import OpenAI
+
+
+def agent(session):
+    """Crashes on a quarter of the questions; summarises its context after the first turn on the others."""
+    client = OpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0)
+    question = session.row["prompt"][-1]["content"]
+    kind = zlib.crc32(question.encode()) % 4
+    first = client.chat.completions.create(model=session.model, messages=[{"role": "user", "content": question}])
+    if kind == 0:
+        raise RuntimeError("the harness's own bug")
+    else:  # a compacted history: not an extension of the last request
+        summary = [{"role": "user", "content": question + " (so far: " + (first.choices[0].message.content or "")[:8] + ")"}]
+        client.chat.completions.create(model=session.model, messages=summary, max_tokens=8)
+    return 1.0 if "####" in (first.choices[0].message.content or "") else 0.0
+'''
+
+TALKER = '''
+from openai import OpenAI
+
+
+def agent(session):
+    """Two turns (the second extends the first: an observation in between); the harness's own
+    reward, by the answers' lengths, so that groups differ and the weights move."""
+    client = OpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0)
+    messages = list(session.row["prompt"])
+    length = 0
+    for follow_up in ("check it", None):
+        reply = client.chat.completions.create(model=session.model, messages=messages, max_tokens=12)
+        text = reply.choices[0].message.content or ""
+        length += reply.usage.completion_tokens
+        if follow_up is None:
+            break
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": follow_up}]
+    session.reward(length % 3 / 2)
+'''
+
+
+def test_the_example_harness_trains_by_cli_in_sync_and_by_the_api_in_async(tmp_path, cache):
+    _, records = train(tmp_path, cache, "cli", *HARNESS, "run.mode=sync", "trainer.steps=2")
+    steps = [r for r in records if r["step"] > 0]
+    assert len(steps) == 2 and all(r["episode/count"] == 8 and r["episode/failed"] == 0 for r in steps)
+    script = (  # the Python API, the harness passed as a function
+        "import json, sys, yaml, asyncrl\n"
+        f"sys.path.insert(0, {str(Path(EXAMPLE).parent)!r})\n"
+        "from harness_agent import agent\n"
+        f"pairs = {json.dumps([*SMALL, 'env.tools=[]', 'run.mode=async', 'trainer.steps=2', 'run.name=api', f'policy.cache_dir={cache}'])}\n"
+        "overrides = {k: yaml.safe_load(v) for k, v in (p.split('=', 1) for p in pairs)}\n"
+        "summary = asyncrl.train('calculator-agent', harness=agent, overrides=overrides)\n"
+        "print(json.dumps({'steps': summary['steps']}))\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                          timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"steps": 2}
+    api_rows = [r for r in rows(tmp_path / "runs" / "api" / "metrics.jsonl") if "episode/count" in r]
+    assert api_rows and all(r["episode/failed"] == 0 for r in api_rows)
+
+
+def test_async_k0_equals_sync_through_the_endpoint(tmp_path, cache):
+    (tmp_path / "talker.py").write_text(TALKER)
+    args = [*CALCULATOR, "env.tools=[]", "env.harness=talker.py:agent", "trainer.steps=2", "env.schedule=rounds"]
+    sync_dir, sync_rows = train(tmp_path, cache, "sync", *args, "run.mode=sync")
+    async_dir, async_rows = train(tmp_path, cache, "async", *args, "run.mode=async", "async.max_staleness=0")
+    a, b = weights(sync_dir), weights(async_dir)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    for key in ("reward_mean", "episode/turns_mean", "episode/len_mean", "loss"):
+        assert [r.get(key) for r in sync_rows] == [r.get(key) for r in async_rows], key
+    assert any(r.get("loss") not in (None, 0.0) for r in sync_rows), "no update: the test is vacuous"
+
+
+def test_a_crashing_and_summarising_harness_is_counted_and_the_run_goes_on(tmp_path, cache):
+    (tmp_path / "flaky_agent.py").write_text(FLAKY)
+    _, records = train(tmp_path, cache, "flaky", *CALCULATOR, "env.tools=[]", "env.harness=flaky_agent.py:agent",
+                       "run.mode=sync", "trainer.steps=2", "env.max_failure_frac=0.9", "run.log_episodes_every=1")
+    steps = [r for r in records if r["step"] > 0]
+    assert len(steps) == 2
+    assert sum(r["episode/failed"] for r in steps) > 0 and sum(r["episode/forks"] for r in steps) > 0
+    assert all(r["episode/rows"] == r["episode/count"] + r["episode/forks"] for r in steps)
+    episodes = rows(tmp_path / "runs" / "flaky" / "episodes.jsonl")
+    failed = [e for e in episodes if e["end"] == "failed"]
+    assert failed and all(e["failure"] == "harness raised RuntimeError: the harness's own bug" for e in failed)
+    assert any(e["rows"] == 2 and e["reward"] is not None for e in episodes)  # a forked episode was trained
