@@ -149,6 +149,11 @@ def test_a_crashing_harness_fails_its_episode_and_the_others_go_on():
     assert bad.end == "failed" and bad.failure == "harness raised KeyError: 'board'"
 
 
+def test_a_harness_that_never_asks_fails_its_episode():
+    _, _, _, episode = play(lambda session: 1.0, ["a"])
+    assert episode.end == "failed" and episode.failure == "harness returned before its first request"
+
+
 def test_a_harness_that_goes_silent_fails_after_the_step_timeout():
     def agent(session):
         time.sleep(30)

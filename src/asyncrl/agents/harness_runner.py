@@ -25,10 +25,12 @@ nothing for ``env.step_timeout_s``: counted, its group dropped, the run goes on.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import secrets
 import threading
 import time
+import warnings
 
 from asyncrl.agents.calls import Failed
 from asyncrl.agents.endpoint import Endpoint, EndpointError
@@ -105,6 +107,10 @@ class HarnessRunner(EpisodeRunner):
         """The endpoint, started on first use."""
         if self.endpoint is None:
             self.endpoint = Endpoint(self, host=self.host, port=self.port).start()
+            if not _loopback(self.host):
+                warnings.warn(f"asyncrl: the harness endpoint listens on {self.endpoint.url} (env.endpoint_host="
+                              f"{self.host}): anyone who can reach it and holds the run's token samples the policy",
+                              stacklevel=2)
         return self.endpoint
 
     def close(self) -> None:
@@ -155,6 +161,8 @@ class HarnessRunner(EpisodeRunner):
         if isinstance(outcome, Ended):
             if outcome.error is not None:
                 episode.end, episode.failure = "failed", f"harness raised {outcome.error}"
+            elif not episode.turns:  # nothing sampled: no row to train on
+                episode.end, episode.failure = "failed", "harness returned before its first request"
             else:
                 episode.end = "done"
                 self._harness_reward(episode, outcome.reward)
@@ -267,6 +275,13 @@ class HarnessRunner(EpisodeRunner):
         with self.lock:
             self.sessions.pop(episode.env.key, None)
         episode.env.close(f"it ended: {episode.end}")
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _same(a: list[dict] | None, b: list[dict] | None) -> bool:
