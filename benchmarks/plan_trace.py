@@ -16,7 +16,8 @@ storage alive after each operation (storages FSDP2 resizes are read again each t
   answered as all-true). The peak is the plan's "trainer peak";
 * a rollout GPU: the staging copy (the model in ``rollout.dtype``) and the collective channel's
   receive buffer (one flat tensor of every published element);
-* rank 0's CUDA-IPC channel buffers: two such flat tensors.
+* rank 0's weight channel buffers: as many such flat tensors as the plan counts (two for CUDA IPC;
+  for ``collective``, one per rollout worker plus one).
 
 Not traced, the same number on both sides (the JSON says which): each process's CUDA context and
 vLLM's share, which is a reservation sized by rule (:mod:`asyncrl.rollout.vllm_memory`), not tensors.
@@ -245,8 +246,8 @@ def trace_job(name: str, layers: int = 0, inputs=None) -> dict:
                            "trace_load": load if p.gpus > 1 else 0, "how": how}
             elif item in ("staging copy", "channel receive buffer"):
                 trace[item] = staging if item == "staging copy" else receive
-            elif item == "weight channel buffers":
-                trace[item] = 2 * receive
+            elif item == "weight channel buffers":  # the plan's count of flat buffers (cuda 2, collective W + 1)
+                trace[item] = value // (p.model.params * DTYPE_BYTES[p.rollout_dtype]) * receive
             elif item == "rollout engines beside it":  # their staging copies traced, vLLM's share by rule
                 trace[item] = value - p.rollout_workers * (p.model.params * DTYPE_BYTES[p.rollout_dtype] - staging)
             else:
@@ -255,7 +256,10 @@ def trace_job(name: str, layers: int = 0, inputs=None) -> dict:
                             "plan_total": role.total, "trace_total": sum(trace.values()), "fits": role.fits(Rates()),
                             "refused": role.refused, "trainer": trainer}
     size, gpus, _ = JOBS.get(name, (name, p.gpus, []))
-    command = shlex.join(["asyncrl", "plan", "--model", size, "--gpus", str(gpus), *overrides])
+    # --gpus counts every GPU of the job; --trainer-gpus pins this layout rather than letting plan choose
+    pinned = ["--gpus", str(gpus + p.dedicated_workers), "--trainer-gpus", str(gpus)] if p.dedicated_workers \
+        else ["--gpus", str(gpus)]
+    command = shlex.join(["asyncrl", "plan", "--model", size, *pinned, *overrides])
     return {"command": command, "untraced": list(UNTRACED), "roles": roles}
 
 

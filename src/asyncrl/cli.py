@@ -114,13 +114,18 @@ def _plan_parser(sub) -> None:
     plan.add_argument("--config", metavar="FILE|PRESET", default="gpu-gsm8k",
                       help="the run config the batch shape and precision come from (default: gpu-gsm8k); "
                            "its task and reward sections are ignored")
-    plan.add_argument("--gpus", type=int, default=1, help="trainer ranks, one GPU each (FSDP2; default 1)")
+    plan.add_argument("--gpus", type=int, default=1,
+                      help="GPUs of the job (default 1): plan chooses how many train (FSDP2 ranks) and where the "
+                           "rollout engines go, beside rank 0 or on GPUs of their own")
+    plan.add_argument("--trainer-gpus", type=int, metavar="T",
+                      help="plan only the layout with T trainer ranks: the engines beside rank 0 when T = --gpus, "
+                           "else on the other --gpus - T GPUs")
     plan.add_argument("--table", action="store_true",
                       help="the Qwen2.5 0.5B / 1.5B / 7B / 32B shapes at 1-64 GPUs instead of one plan")
     plan.add_argument("--prompt-tokens", type=int, default=256, help="prompt positions per sequence (default 256)")
     plan.add_argument("--decode-tps", type=float, default=Rates.decode_tps,
-                      help=f"generated tokens/s of the rollout engines together (default {Rates.decode_tps:g}, "
-                           "a placeholder: measure yours)")
+                      help=f"generated tokens/s of one rollout GPU, its engines together (default "
+                           f"{Rates.decode_tps:g}, a placeholder: measure yours)")
     plan.add_argument("--train-tflops", type=float, default=Rates.train_flops / 1e12,
                       help=f"achieved TFLOP/s per trainer GPU (default {Rates.train_flops / 1e12:.1f}: 40 %% of "
                            "an H100's bf16 dense peak)")

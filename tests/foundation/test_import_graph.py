@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, ...]] = [
     # warm start, checkpoints
     # (episodes played with an engine and scored into batches included)
     ("asyncrl.policy", "asyncrl.rollout", "asyncrl.training", "asyncrl.agents.episode", "asyncrl.agents.rollout",
+     "asyncrl.agents.harness_runner",
      "asyncrl.distributed.data_parallel", "asyncrl.distributed.fsdp", "asyncrl.distributed.sharded_state"),
     # the training loop, batch sources, the buffer, workers, weight channels, backends
     ("asyncrl.runtime", "asyncrl.distributed.ranks"),

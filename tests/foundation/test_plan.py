@@ -145,7 +145,8 @@ def test_cli_plan_table_markdown(capsys):
 @pytest.mark.parametrize("argv, names", [
     (["--model", "3B"], "--model: no preset or config.json '3B'"),
     (["--gpus", "0"], "--gpus: must be > 0"),
-    (["--gpus", "64"], "trainer.n_minibatches: each minibatch (32 rows) needs at least one row per trainer rank"),
+    (["--gpus", "64", "--trainer-gpus", "64"],
+     "trainer.n_minibatches: each minibatch (32 rows) needs at least one row per trainer rank"),
     (["--decode-tps", "-1"], "--decode-tps: must be > 0"),
     (["trainer.logits_chunk=many"], "config error: trainer.logits_chunk"),
     (["--table", "--model", "7B"], "--model: --table plans"),

@@ -146,7 +146,8 @@ def test_cli_plans_lora(capsys):
 
 
 @pytest.mark.parametrize("argv, names", [
-    (["--gpus", "2", "policy.lora_rank=8"], "policy.lora_rank: LoRA runs with one trainer process only"),
+    (["--gpus", "2", "--trainer-gpus", "2", "policy.lora_rank=8"],
+     "policy.lora_rank: LoRA runs with one trainer process only"),
     (["policy.lora_rank=8", "policy.lora_target_modules=[q_proj,lm_head]"],
      "policy.lora_target_modules: asyncrl plan models adapters on a decoder layer's q_proj"),
 ])

@@ -30,6 +30,8 @@ def test_the_7b_job_on_8_gpus_fits_every_gpu():
     rollout = roles["rollout GPU (vllm)"].items
     weights = PRESETS["7B"].params * 2
     assert rollout["staging copy"][0] == rollout["channel receive buffer"][0] == weights
+    # rank 0's side of the collective channel: one buffer, and one more while a send overlaps a publish
+    assert roles["trainer rank 0"].items["weight channel buffers"][0] == 2 * weights
     free_for_vllm = 80 * GIB - 2 * weights - CUDA_CONTEXT_BYTES - vllm_memory.CONTEXT_HEADROOM_BYTES
     assert vllm_need(SEVEN_B).total == rollout["vLLM share"][0] <= free_for_vllm  # the KV need fits
 
@@ -50,12 +52,13 @@ def test_colocated_1_5b_share_is_the_kv_need_not_0_35():
 
 
 def test_cli_prints_one_line_per_gpu_role(capsys):
-    assert main(["plan", "--model", "7B", "--gpus", "8", *KV_SIZED, *ROLLOUT_GPU]) == 0
+    # 8 trainer GPUs and a rollout GPU: 9 GPUs, the layout pinned (--gpus counts every GPU of the job)
+    assert main(["plan", "--model", "7B", "--gpus", "9", "--trainer-gpus", "8", *KV_SIZED, *ROLLOUT_GPU]) == 0
     out = capsys.readouterr().out
     table = out[out.index("every GPU of the job"):]
     for role in ("trainer rank 0 ", "trainer ranks 1-7 ", "rollout GPU (vllm) "):
         line = next(line for line in table.splitlines() if role in line)
         assert " yes " in line, line
     assert "channel receive buffer 14.19" in table  # 7.62B parameters in bf16
-    assert main(["plan", "--model", "32B", "--gpus", "32", *KV_SIZED, *ROLLOUT_GPU]) == 0
+    assert main(["plan", "--model", "32B", "--gpus", "33", "--trainer-gpus", "32", *KV_SIZED, *ROLLOUT_GPU]) == 0
     assert "NO: vLLM needs" in capsys.readouterr().out

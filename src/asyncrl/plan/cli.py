@@ -1,5 +1,7 @@
-"""``asyncrl plan``'s output: one plan (memory of one GPU, time of one step) or the preset table, as
-rich tables (Markdown with ``--markdown``). The arithmetic is :mod:`asyncrl.plan.estimate`'s."""
+"""``asyncrl plan``'s output: the layout chosen for ``--gpus`` GPUs in full (memory of rank 0's GPU and
+of every GPU, time of one step), the other layouts in a line each and the commands that start the
+chosen one; or the preset table. Rich tables (Markdown with ``--markdown``). The arithmetic is
+:mod:`asyncrl.plan.estimate`'s, the layouts :mod:`asyncrl.plan.layouts`'."""
 
 from __future__ import annotations
 
@@ -9,10 +11,10 @@ from asyncrl.config import load_config
 
 
 def run_plan(args) -> int:
-    """``asyncrl plan``: one plan or the preset table; bad input is one line, exit 2."""
+    """``asyncrl plan``: the chosen layout of ``--gpus`` GPUs with its alternatives, or the preset
+    table; bad input is one line, exit 2."""
     from asyncrl.plan import estimate as plan
     from asyncrl.config.training import check_micro_batching
-    from asyncrl.distributed.config import check_ranks
 
     try:
         for flag in ("gpus", "prompt_tokens", "decode_tps", "train_tflops", "bus_gbps", "gpu_gib"):
@@ -21,23 +23,67 @@ def run_plan(args) -> int:
         rates = plan.Rates(decode_tps=args.decode_tps, train_flops=args.train_tflops * 1e12,
                            bus_gbps=args.bus_gbps, gpu_gib=args.gpu_gib)
         cfg = load_config(args.config, args.overrides, ignore=("task", "reward"))
-        if args.table and args.model:
-            raise ValueError("--model: --table plans the four Qwen2.5 presets; give one or the other")
+        for flag in ("model", "trainer_gpus"):
+            if args.table and getattr(args, flag):
+                raise ValueError(f"--{flag.replace('_', '-')}: --table plans the four Qwen2.5 presets at 1-64 "
+                                 "trainer GPUs; give one or the other")
         shape = plan.PRESETS["0.5B"] if args.table else plan.model_shape(args.model) if args.model \
             else plan.config_model(cfg)
-        inputs = plan.inputs_from_config(cfg, shape, args.gpus, args.prompt_tokens)
         if args.table:
+            inputs = plan.inputs_from_config(cfg, shape, args.gpus, args.prompt_tokens)
             check_micro_batching(cfg.loss, cfg.trainer, ranks=2)
             _plan_table(_cells(inputs, rates), rates, args)
             return 0
-        check_micro_batching(cfg.loss, cfg.trainer, ranks=args.gpus)
-        check_ranks(cfg, args.gpus)
-        _plan_report(inputs, plan.memory(inputs, rates), plan.step_time(inputs, rates), rates, args)
-        _gpu_table(inputs, rates, args)
+        _plan_layouts(shape, rates, args)
     except ValueError as err:  # ConfigError too: one line naming the flag, file or key
         print(f"asyncrl: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def _plan_layouts(shape, rates, args) -> None:
+    """Every layout of ``--gpus`` GPUs planned; the chosen one in full, then the alternatives and
+    the commands that run the chosen one."""
+    from asyncrl.plan.estimate import PRESETS
+    from asyncrl.plan.layouts import choose, commands, host_note, plan_layouts
+
+    layouts = plan_layouts(args.config, args.overrides, shape, args.gpus, args.prompt_tokens, rates,
+                           trainers=args.trainer_gpus)
+    chosen = choose(layouts, rates)
+    _plan_report(chosen, rates, args)
+    _gpu_table(chosen.inputs, rates, args)
+    console, _ = _console(args)
+    if len(layouts) > 1:
+        _layout_table(layouts, chosen, rates, args)
+    verdict = "fits every GPU" if chosen.fits(rates) else "NO LAYOUT FITS; the closest"
+    console.print(f"layout: {chosen.label} ({verdict}); run it on one machine with:", markup=False)
+    preset = any(shape is known for known in PRESETS.values())
+    lines = commands(chosen, args.config, args.overrides, None if preset or not args.model else args.model)
+    fence = ["```bash", *lines, "```"] if args.markdown else [f"  {line}" for line in lines]
+    for line in fence:
+        console.print(line, markup=False, soft_wrap=True)
+    if note := host_note(chosen):
+        console.print(note, markup=False)
+
+
+def _layout_table(layouts, chosen, rates, args) -> None:
+    """One line per layout of the GPUs: its fullest GPU, whether every GPU fits, the step time."""
+    from rich.table import Table
+
+    from asyncrl.plan.estimate import GIB
+
+    console, style = _console(args)
+    table = Table(title=f"layouts of {args.gpus} GPUs, an estimate (▶ = chosen)", box=style)
+    for name, justify in (("layout", "left"), ("fullest GPU GiB", "right"), ("fits", "left"), ("step s", "right")):
+        table.add_column(name, justify=justify)
+    for layout in layouts:
+        mark = "▶ " if layout is chosen else ""
+        if layout.refused:
+            table.add_row(mark + layout.label, "—", f"refused: {layout.refused}", "—")
+            continue
+        fits = "yes" if layout.fits(rates) else "NO"
+        table.add_row(mark + layout.label, f"{layout.largest / GIB:.2f}", fits, f"{layout.time.step:.2f}")
+    _print_table(console, table, args.markdown)
 
 
 def _cells(base, rates) -> dict[str, dict[int, tuple]]:
@@ -75,17 +121,19 @@ def _print_table(console, table, markdown: bool) -> None:
     console.print(table)
 
 
-def _plan_report(inputs, mem, time, rates, args) -> None:
+def _plan_report(layout, rates, args) -> None:
     from rich.table import Table
 
-    from asyncrl.plan.estimate import GIB
+    from asyncrl.plan.estimate import GIB, memory, step_time
 
+    inputs = layout.inputs
+    mem, time = memory(inputs, rates), step_time(inputs, rates)
     console, style = _console(args)
     shape = inputs.model
     precision = f"{inputs.weight_dtype} weights" + (", bf16 autocast" if inputs.autocast else "")
     console.print(f"{shape.name}: {shape.params / 1e9:.3f}B parameters (hidden {shape.hidden}, {shape.layers} layers, "
                   f"{shape.heads}/{shape.kv_heads} heads, MLP {shape.intermediate}, vocabulary {shape.vocab}"
-                  f"{', tied' if shape.tied else ''}); {inputs.gpus} GPU(s), config {args.config}")
+                  f"{', tied' if shape.tied else ''}); {args.gpus} GPU(s): {layout.label}, config {args.config}")
     console.print(f"step: {inputs.batch_rows} sequences of {inputs.prompt_tokens} + {inputs.new_tokens} positions, "
                   f"{inputs.minibatches} updates; one forward pass on rank 0: {mem.rows} rows; {precision}; "
                   f"activation checkpointing {'on' if inputs.grad_ckpt else 'off'}; {inputs.mode}, {inputs.engine}")
@@ -107,8 +155,10 @@ def _plan_report(inputs, mem, time, rates, args) -> None:
     steps = Table(title="time of one step, an estimate", box=style)
     for name, justify in (("part", "left"), ("s", "right"), ("how", "left")):
         steps.add_column(name, justify=justify)
+    engines = f"({time.rollout_gpus} rollout GPUs × {rates.decode_tps:g}" if time.rollout_gpus > 1 \
+        else f"({rates.decode_tps:g}"
     steps.add_row("generation", f"{time.generation:.2f}", f"{inputs.batch_rows * inputs.new_tokens} tokens / "
-                  f"{rates.decode_tps:g} tokens/s")
+                  f"{engines} tokens/s)")
     steps.add_row("training", f"{time.training:.2f}", f"{time.flop_factor}·P·tokens / ({inputs.gpus} × "
                   f"{rates.train_flops / 1e12:.1f} TFLOP/s)")
     steps.add_row("weight broadcast", f"{time.broadcast:.3f}", f"{time.broadcast_bytes / 1e9:.2f} GB / "

@@ -49,8 +49,9 @@ class Rates:
     """The step-time inputs: rates nobody can read off a config."""
 
     # a placeholder of the order of vLLM's decode rate for a 1-2B model on one H100 with a few hundred
-    # concurrent sequences (not measured here): set it from a run's generation time per step
-    decode_tps: float = 10000.0  # generated tokens per second, all rollout engines together
+    # concurrent sequences (not measured here): set it from a run's generation time per step. Per
+    # GPU, because a layout with rollout GPUs of their own generates on several (asyncrl.plan.layouts)
+    decode_tps: float = 10000.0  # generated tokens per second of one rollout GPU, its engines together
     train_flops: float = 0.4 * H100_BF16_DENSE_FLOPS  # achieved FLOP/s of one trainer GPU
     bus_gbps: float = 50.0  # GB/s a weight byte moves at (NVLink-class)
     gpu_gib: float = 80.0  # memory of one GPU (an H100)
@@ -306,13 +307,40 @@ def memory(p: PlanInputs, rates: Rates = Rates(), rank: int = 0) -> Memory:
     if rank != 0:
         out.total = out.peak
         return out
-    channel = 2 * P * DTYPE_BYTES[p.rollout_dtype] if p.mode == "async" and p.device == "cuda" and p.cuda_channel else 0
-    if channel:
-        out.lines["weight channel buffers"] = (channel, "async, CUDA IPC: 2 × P in the generation dtype")
+    channel, how = channel_buffers(p)
+    if how:  # a line also when the channel keeps nothing on the GPU: it was counted, not forgotten
+        out.lines["weight channel buffers"] = (channel, how)
     share, how = rollout_share(p, rates)
     out.lines["rollout engine"] = (share, how)
     out.total = out.peak + channel + share
     return out
+
+
+def channel_buffers(p: PlanInputs) -> tuple[int, str]:
+    """(bytes the weight channel allocates on rank 0's GPU, how), async on CUDA; each buffer is one
+    flat copy of the published weights, P·g (a tied head once).
+
+    * ``cuda`` (asyncrl.runtime.channels.flat): two buffers, allocated together at the start.
+    * ``collective`` (asyncrl.runtime.channels.collective): one in steady state; a publish that finds
+      every buffer held by a send allocates another, and one idle spare is kept. The code sets no cap,
+      but each worker's sending thread holds one buffer at a time, so at most workers + 1 exist (a
+      dead worker's thread holds its buffer until its pair is aborted): that bound is counted.
+    * ``ray``, ``shm``: nothing on the GPU (a pinned host buffer and Ray's object store; host memory)."""
+    if p.mode != "async" or p.device != "cuda":
+        return 0, ""
+    flat = p.model.params * DTYPE_BYTES[p.rollout_dtype]
+    if p.cuda_channel:
+        return 2 * flat, "async, CUDA IPC: 2 × P in the generation dtype"
+    if p.collective:
+        held = p.dedicated_workers + 1
+        return held * flat, (f"collective: P·g each, 1 + one per worker whose send a publish overlaps: "
+                             f"{held} at most")
+    return 0, "ray or shm: the weights go through host memory, none on the GPU"
+
+
+def rollout_gpus(p: PlanInputs) -> int:
+    """GPUs that generate: the async workers' own GPUs, else one (rank 0's, or the CPU)."""
+    return p.dedicated_workers if p.dedicated_workers and p.mode == "async" and p.device == "cuda" else 1
 
 
 def _weight_lines(p: PlanInputs) -> dict[str, tuple[int, str]]:
@@ -365,26 +393,29 @@ class StepTime:
     step: float
     flop_factor: int
     broadcast_bytes: int
+    rollout_gpus: int = 1
 
 
 def step_time(p: PlanInputs, rates: Rates = Rates()) -> StepTime:
-    """Seconds per step. Generation: batch_rows × new_tokens / decode_tps. Training: f·P·tokens /
-    (gpus × train_flops), tokens = batch_rows × (prompt + new), f = 6 (forward + backward) + 2 with
-    checkpointing (the recomputed forward) + 2 per extra no-grad forward; with LoRA 4 instead of 6 (the
-    frozen weights get no weight gradient, only the input gradient). Weight broadcast: the bytes
-    each step moves over a link of bus_gbps: the FSDP gather brings (N − 1)/N of the weights to each
-    rank, and rank 0 sends the generation-dtype weights to the engine (none for a sync run generating
-    from its own weights). Sync and simulated runs add the three; async overlaps generation with
-    training + broadcast."""
-    shape, n = p.model, p.gpus
-    generation = p.batch_rows * p.new_tokens / rates.decode_tps
+    """Seconds per step. Generation: batch_rows × new_tokens / (decode_tps × the GPUs that generate:
+    :func:`rollout_gpus`). Training: f·P·tokens / (gpus × train_flops), tokens = batch_rows × (prompt +
+    new), f = 6 (forward + backward) + 2 with checkpointing (the recomputed forward) + 2 per extra
+    no-grad forward; with LoRA 4 instead of 6 (the frozen weights get no weight gradient, only the
+    input gradient). Weight broadcast: the bytes each step moves over a link of bus_gbps: the FSDP
+    gather brings (N − 1)/N of the weights to each rank, and rank 0 sends the generation-dtype weights
+    to the engines (none for a sync run generating from its own weights): once, or with the
+    ``collective`` channel once per rollout GPU (each worker's pair is a send of its own from rank 0).
+    Sync and simulated runs add the three; async overlaps generation with training + broadcast."""
+    shape, n, engines = p.model, p.gpus, rollout_gpus(p)
+    generation = p.batch_rows * p.new_tokens / (rates.decode_tps * engines)
     factor = (4 if p.lora else 6) + (2 if p.grad_ckpt else 0) + 2 * p.extra_forwards
     training = factor * shape.params * p.batch_rows * p.seq / (n * rates.train_flops)
     gather = shape.params * DTYPE_BYTES[p.weight_dtype] * (n - 1) // n
-    publish = 0 if p.mode != "async" and p.engine != "vllm" else shape.params * DTYPE_BYTES[p.rollout_dtype]
+    sends = engines if p.collective else 1
+    publish = 0 if p.mode != "async" and p.engine != "vllm" else sends * shape.params * DTYPE_BYTES[p.rollout_dtype]
     broadcast = (gather + publish) / (rates.bus_gbps * 1e9)
     step = max(generation, training + broadcast) if p.mode == "async" else generation + training + broadcast
-    return StepTime(generation, training, broadcast, step, factor, gather + publish)
+    return StepTime(generation, training, broadcast, step, factor, gather + publish, engines)
 
 
 def inputs_from_config(cfg, shape: ModelShape, gpus: int, prompt_tokens: int, **changes) -> PlanInputs:
