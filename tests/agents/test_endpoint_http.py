@@ -333,3 +333,20 @@ def test_requests_are_served_in_parallel(ep, backend):
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(one, range(8), timeout=10)) == ["chatcmpl-1"] * 8
     assert sorted(call[1] for call in backend.calls) == [f"s{i}" for i in range(8)]
+
+
+def test_a_burst_of_connections_waits_in_the_listen_queue():
+    """Hundreds of harnesses connect at once when a batch starts: the kernel holds their connections
+    until the server accepts them (a queue of 5 left the rest to time out connecting)."""
+    from asyncrl.agents.endpoint import _Server
+
+    server = _Server(("127.0.0.1", 0), Endpoint(FakeBackend()))  # listening, nobody accepting yet
+    socks = []
+    try:
+        for _ in range(300):
+            socks.append(socket.create_connection(server.server_address[:2], timeout=2))
+    finally:
+        for sock in socks:
+            sock.close()
+        server.server_close()
+    assert len(socks) == 300

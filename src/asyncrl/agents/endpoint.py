@@ -252,6 +252,10 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a request blocked in the backend never keeps the process alive,
     block_on_close = False  # ... nor stalls close(), which answers such requests itself
+    # every episode's harness connects at once when a batch starts (hundreds, on a loaded machine);
+    # socketserver's default queue of 5 drops the rest's SYNs, and a client whose connect times out
+    # (the openai client's: 5 s) fails its episode
+    request_queue_size = 4096
 
     def __init__(self, address: tuple[str, int], endpoint: Endpoint):
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
