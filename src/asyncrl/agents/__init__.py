@@ -78,7 +78,7 @@ class EnvRegistry(dict):
 NO_ENV = "none"  # env.name of single-turn runs: one prompt, one completion
 ENVIRONMENTS: dict[str, str] = EnvRegistry({
     "answer": "asyncrl.agents.envs:FinalAnswer",
-    "guess": "asyncrl.agents.guess:GuessNumber",
+    "guess": "asyncrl.envs.guess:GuessNumber",
     NameFamily("gem:"): "asyncrl.agents.gem:GAMES",  # any offline GEM game: env.name=gem:game:Sudoku-v0-easy
     "rg_retry": "asyncrl.agents.rg_retry:RetryEnv",  # a reasoning-gym row, retried with the scorer's feedback
     "latency": "asyncrl.agents.latency:Latency",  # another environment with a remote one's lognormal delays

@@ -9,7 +9,7 @@ from asyncrl.core.loader import (
     ConfigError,
     setting,
 )
-from asyncrl.tasks import TASKS, ArithmeticConfig, DatasetFields, GemFields, ReasoningGymFields
+from asyncrl.tasks import TASKS, ArithmeticConfig, DatasetFields, GemFields, ReasoningGymFields, task_factory
 from asyncrl.tasks.limits import CHARS_PER_TOKEN, check_prompt_sizes, prompt_chars_bound
 
 
@@ -101,7 +101,7 @@ class TaskConfig(GemFields, ReasoningGymFields, DatasetFields, _TaskName):
     def settings(self) -> Any:
         """What task ``name``'s factory is built with: its ``config_from(this section)``, or None
         (its defaults) for a factory without one (asyncrl.tasks)."""
-        config_from = getattr(TASKS[self.name], "config_from", None)
+        config_from = getattr(task_factory(self.name), "config_from", None)
         return None if config_from is None else config_from(self)
 
     def validate(self) -> None:
