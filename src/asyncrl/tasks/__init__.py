@@ -23,7 +23,6 @@ from typing import Any
 from asyncrl.core.registries import resolve
 from asyncrl.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from asyncrl.tasks.base import Problem, Task, extract_answer, extract_any_answer
-from asyncrl.tasks.calculator import CalculatorTask
 from asyncrl.tasks.gem import GemFields, GemTask
 from asyncrl.tasks.datasets import DatasetConfig, DatasetFields, GSM8KTask, MathTask
 from asyncrl.tasks.generic import DatasetTask
@@ -33,7 +32,6 @@ __all__ = [
     "TASKS",
     "ArithmeticConfig",
     "ArithmeticTask",
-    "CalculatorTask",
     "DatasetConfig",
     "DatasetFields",
     "DatasetTask",
@@ -55,7 +53,7 @@ __all__ = [
 # name -> the task's factory, or its import path "module:attr" (task_factory resolves it)
 TASKS: dict[str, Callable[[Any], Task] | str] = {
     "arithmetic": ArithmeticTask, "gsm8k": GSM8KTask, "math": MathTask, "dataset": DatasetTask,
-    "calculator": CalculatorTask,
+    "calculator": "asyncrl.envs.calculator:CalculatorTask",
     "guess": "asyncrl.envs.guess:GuessTask",
     "gem": GemTask,
     "guess_tail": "asyncrl.envs.guess:GuessTask.tail",  # heavy-tailed ranges
