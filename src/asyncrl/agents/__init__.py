@@ -80,6 +80,6 @@ ENVIRONMENTS: dict[str, str] = EnvRegistry({
     "answer": "asyncrl.agents.envs:FinalAnswer",
     "guess": "asyncrl.envs.guess:GuessNumber",
     NameFamily("gem:"): "asyncrl.agents.gem:GAMES",  # any offline GEM game: env.name=gem:game:Sudoku-v0-easy
-    "rg_retry": "asyncrl.agents.rg_retry:RetryEnv",  # a reasoning-gym row, retried with the scorer's feedback
+    "rg_retry": "asyncrl.envs.reasoning_gym:RetryEnv",  # a reasoning-gym row, retried with the scorer's feedback
     "latency": "asyncrl.agents.latency:Latency",  # another environment with a remote one's lognormal delays
 })

@@ -26,7 +26,7 @@ on its seed alone, and the process's own generators are left as they were.
 **Offline only.** :func:`refusal`, asked when the config is loaded (asyncrl.agents.NameFamily),
 refuses in one line an id that needs the network (NLTK's word lists for Wordle, Hangman and
 WordSearch; a dataset download for math, code, qa, logic and eval ids), GEM's reasoning-gym ids
-(asyncrl runs reasoning-gym itself: asyncrl.tasks.reasoning_gym), and a game that fails to start.
+(asyncrl runs reasoning-gym itself: asyncrl.envs.reasoning_gym), and a game that fails to start.
 """
 
 from __future__ import annotations

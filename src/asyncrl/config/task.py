@@ -9,7 +9,8 @@ from asyncrl.core.loader import (
     ConfigError,
     setting,
 )
-from asyncrl.tasks import TASKS, ArithmeticConfig, DatasetFields, GemFields, ReasoningGymFields, task_factory
+from asyncrl.envs.reasoning_gym import ReasoningGymFields
+from asyncrl.tasks import TASKS, ArithmeticConfig, DatasetFields, GemFields, task_factory
 from asyncrl.tasks.limits import CHARS_PER_TOKEN, check_prompt_sizes, prompt_chars_bound
 
 
@@ -39,7 +40,7 @@ class TaskConfig(GemFields, ReasoningGymFields, DatasetFields, _TaskName):
     ``reasoning_gym`` generates reasoning-gym's problems (``rg_tasks``) and scores with its scorers;
     ``gem`` gives seeds for ``env.name=gem:<id>`` (``task.gem_*``, asyncrl.tasks.gem.GemFields).
     Each task owns its settings: ``task.arithmetic`` (asyncrl.tasks.arithmetic), the file tasks' keys
-    (asyncrl.tasks.datasets.DatasetFields) and ``task.rg_*`` (asyncrl.tasks.reasoning_gym.ReasoningGymFields),
+    (asyncrl.tasks.datasets.DatasetFields) and ``task.rg_*`` (asyncrl.envs.reasoning_gym.ReasoningGymFields),
     which this section inherits."""
 
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)

@@ -26,7 +26,6 @@ from asyncrl.tasks.base import Problem, Task, extract_answer, extract_any_answer
 from asyncrl.tasks.gem import GemFields, GemTask
 from asyncrl.tasks.datasets import DatasetConfig, DatasetFields, GSM8KTask, MathTask
 from asyncrl.tasks.generic import DatasetTask
-from asyncrl.tasks.reasoning_gym import ReasoningGymFields, ReasoningGymTask
 
 __all__ = [
     "TASKS",
@@ -40,8 +39,6 @@ __all__ = [
     "GemTask",
     "MathTask",
     "Problem",
-    "ReasoningGymFields",
-    "ReasoningGymTask",
     "Task",
     "build_task",
     "check_registry",
@@ -57,7 +54,7 @@ TASKS: dict[str, Callable[[Any], Task] | str] = {
     "guess": "asyncrl.envs.guess:GuessTask",
     "gem": GemTask,
     "guess_tail": "asyncrl.envs.guess:GuessTask.tail",  # heavy-tailed ranges
-    "reasoning_gym": ReasoningGymTask,
+    "reasoning_gym": "asyncrl.envs.reasoning_gym:ReasoningGymTask",
 }
 # the registry as every process sees it after a plain import: what rollout worker processes (which
 # start from a fresh import, never from the trainer's memory) will build a task from
