@@ -11,7 +11,7 @@ import pytest
 from .episode_fakes import ScriptedEngine
 
 from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner
-from asyncrl.agents.gem import GemEnv
+from asyncrl.envs.gem import GemEnv
 from asyncrl.agents.gem_experts import expert_for, family_of, play
 from asyncrl.agents.render import PlainTurns
 from asyncrl.config import load_config

@@ -13,7 +13,7 @@ a plugin module named in ``run.plugins``::
     ENVIRONMENTS["maze"] = "my_pkg.maze:MazeEnv"
 
 A key may also be a :class:`NameFamily`: one entry for every name with a prefix (``gem:<id>``, any
-offline GEM game, :mod:`asyncrl.agents.gem`).
+offline GEM game, :mod:`asyncrl.envs.gem`).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ NO_ENV = "none"  # env.name of single-turn runs: one prompt, one completion
 ENVIRONMENTS: dict[str, str] = EnvRegistry({
     "answer": "asyncrl.agents.envs:FinalAnswer",
     "guess": "asyncrl.envs.guess:GuessNumber",
-    NameFamily("gem:"): "asyncrl.agents.gem:GAMES",  # any offline GEM game: env.name=gem:game:Sudoku-v0-easy
+    NameFamily("gem:"): "asyncrl.envs.gem:GAMES",  # any offline GEM game: env.name=gem:game:Sudoku-v0-easy
     "rg_retry": "asyncrl.envs.reasoning_gym:RetryEnv",  # a reasoning-gym row, retried with the scorer's feedback
     "latency": "asyncrl.agents.latency:Latency",  # another environment with a remote one's lognormal delays
 })

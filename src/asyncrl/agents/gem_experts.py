@@ -3,7 +3,7 @@
 The embedded tiny model's warm start learns a game only from demonstrated episodes
 (asyncrl.tasks.gem). An expert here plays a game from its observations alone, as the model has to:
 ``act(observation) -> action text``, called with the first observation, then with each answer of
-the game. The demonstrated game is played by stepping a real :class:`~asyncrl.agents.gem.GemEnv`
+the game. The demonstrated game is played by stepping a real :class:`~asyncrl.envs.gem.GemEnv`
 (:func:`play`), so its texts are the game's own.
 
 The experts are imperfect on purpose: a warm start that already plays the best policy leaves
@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from typing import Protocol
 
-from asyncrl.agents.gem import GemEnv
+from asyncrl.envs.gem import GemEnv
 
 __all__ = ["BISECT_PROB", "EXPERTS", "Expert", "GuessTheNumberExpert", "expert_for", "family_of", "play"]
 

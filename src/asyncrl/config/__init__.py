@@ -35,7 +35,7 @@ from asyncrl.core.loader import (
 from asyncrl.config.presets import resolve_config_path
 from asyncrl.config.asynchrony import AsyncConfig
 from asyncrl.config.env import EnvConfig, check_episode_budget, check_tool_schemas
-from asyncrl.agents.gem import PREFIX as GEM_PREFIX
+from asyncrl.envs.gem import PREFIX as GEM_PREFIX
 from asyncrl.config.model import ModelConfig, PolicyConfig, PretrainConfig
 from asyncrl.config.run import RunConfig
 from asyncrl.config.task import RewardConfig, TaskConfig

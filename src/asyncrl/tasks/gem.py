@@ -1,4 +1,4 @@
-"""Seed rows for GEM's games (``task=gem``, with ``env.name=gem:<GEM id>``, asyncrl.agents.gem).
+"""Seed rows for GEM's games (``task=gem``, with ``env.name=gem:<GEM id>``, asyncrl.envs.gem).
 
 A GEM game makes its own problem: reset with a seed, it draws the secret number, the board, the
 puzzle, and its first observation is the prompt. So a row here is a seed (its ``seed`` column),
@@ -124,6 +124,6 @@ class GemTask:
         return list(self._splits[split])
 
     def reward(self, completion: str, problem: Problem) -> float:
-        """0: the game scores the episode with its per-turn rewards (asyncrl.agents.gem)."""
+        """0: the game scores the episode with its per-turn rewards (asyncrl.envs.gem)."""
         del completion, problem
         return 0.0
