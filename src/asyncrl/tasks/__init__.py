@@ -2,17 +2,20 @@
 
 ``build_task(name, cfg)`` is the single entry point used by configs and the CLI; add a
 task by registering its factory (called with the task's config), or the factory's import path
-(``"module:attr"``), in :data:`TASKS` at import time: one line here, or in a plugin module named in
-``run.plugins``, which every process of a run imports (asyncrl.core.registries). The integrations'
-tasks (asyncrl.envs: guess, calculator, gem, reasoning-gym) are registered by import path: they are
-built on this package, which imports none of them; :func:`task_factory` resolves an entry. Never at run time: a run refuses a built-in entry replaced after import
+(``"module:attr"``, which :func:`task_factory` resolves), in :data:`TASKS` at import time: one line
+here, or in a plugin module named in ``run.plugins``, which every process of a run imports
+(asyncrl.core.registries). Never at run time: a run refuses a built-in entry replaced after import
 (:func:`check_registry`), since its rollout worker processes would not see the change. Rewards are
-not part of the registry: they are functions named by import path (``reward.funcs``).
+not part of the registry: they are functions named by import path (``reward.funcs``). The
+integrations' tasks (asyncrl.envs: guess, calculator, gem, reasoning-gym) are registered by import
+path: they are built on this package, which imports none of them.
 
 A task owns its settings: a factory may have ``config_from(section)``, which takes the run
 config's ``task`` section and returns the object the factory is called with (``ArithmeticTask``:
 ``task.arithmetic``; the file tasks: the ``task.path``, ... keys of
 :class:`~asyncrl.tasks.datasets.DatasetFields`); without it the factory gets None (its defaults).
+A task whose rows depend on the episodes' environment may have ``follow_env(task section, env
+section)``, which copies what it needs of ``env.*`` into its own keys at config load (``gem``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from typing import Any
 from asyncrl.core.registries import resolve
 from asyncrl.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from asyncrl.tasks.base import Problem, Task, extract_answer, extract_any_answer
-from asyncrl.tasks.gem import GemFields, GemTask
 from asyncrl.tasks.datasets import DatasetConfig, DatasetFields, GSM8KTask, MathTask
 from asyncrl.tasks.generic import DatasetTask
 
@@ -35,8 +37,6 @@ __all__ = [
     "DatasetFields",
     "DatasetTask",
     "GSM8KTask",
-    "GemFields",
-    "GemTask",
     "MathTask",
     "Problem",
     "Task",
@@ -52,7 +52,7 @@ TASKS: dict[str, Callable[[Any], Task] | str] = {
     "arithmetic": ArithmeticTask, "gsm8k": GSM8KTask, "math": MathTask, "dataset": DatasetTask,
     "calculator": "asyncrl.envs.calculator:CalculatorTask",
     "guess": "asyncrl.envs.guess:GuessTask",
-    "gem": GemTask,
+    "gem": "asyncrl.envs.gem:GemTask",
     "guess_tail": "asyncrl.envs.guess:GuessTask.tail",  # heavy-tailed ranges
     "reasoning_gym": "asyncrl.envs.reasoning_gym:ReasoningGymTask",
 }
