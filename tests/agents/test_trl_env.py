@@ -21,7 +21,7 @@ from asyncrl.agents.env import EnvError
 from asyncrl.agents.episode import EpisodeLimits, Scheduling
 from asyncrl.agents.rollout import EpisodeRollout, InstanceToolsRunner
 from asyncrl.agents.tools import ToolBox
-from asyncrl.agents.trl_env import GET_REWARD, get_reward, load_factory, tool_names, wrap
+from asyncrl.envs.trl import GET_REWARD, get_reward, load_factory, tool_names, wrap
 from asyncrl.config import ConfigError, load_config
 from asyncrl.tasks import Problem
 from cli_forks import run_cli  # tests/: the CLI forked from one imported copy

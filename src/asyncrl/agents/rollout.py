@@ -216,7 +216,7 @@ def _harness_runner(cfg, tokenizer):
 
 def _factory_environment(cfg):
     """(a callable that builds one episode's environment, the class's method tools) for ``env.factory``."""
-    from asyncrl.agents.trl_env import load_factory, wrap
+    from asyncrl.envs.trl import load_factory, wrap
 
     env = cfg.env
     factory, cls, method_tools = load_factory(env.factory, env.kwargs)

@@ -97,7 +97,7 @@ def add_factory_reward(cfg: Config) -> None:
 
     if not cfg.env.factory or not imports_allowed():  # `asyncrl config` imports no user code
         return
-    from asyncrl.agents.trl_env import GET_REWARD, load_factory
+    from asyncrl.envs.trl import GET_REWARD, load_factory
 
     _, cls, _ = load_factory(cfg.env.factory, cfg.env.kwargs)  # env.validate has checked it loads
     reward = cfg.reward

@@ -34,7 +34,7 @@ __all__ = ["GET_REWARD", "RESERVED", "TrlEnvironment", "environment_class", "get
            "load_factory", "method_tools", "tool_names", "wrap"]
 
 RESERVED = ("reset", "get_reward")  # TRL's names that are never tools
-GET_REWARD = "asyncrl.agents.trl_env:get_reward"  # the reward function that reads get_reward()
+GET_REWARD = "asyncrl.envs.trl:get_reward"  # the reward function that reads get_reward()
 
 
 def _first_line(err: BaseException) -> str:
