@@ -38,7 +38,8 @@ LAYERS: list[tuple[str, ...]] = [
      "asyncrl.distributed", "asyncrl.distributed.world", "asyncrl.distributed.config"),
     # the integrations (guess, calculator, GEM, reasoning-gym, TRL's environment classes), one file
     # each, built on the tasks and the agents' seam; those name them by import path, never import them
-    ("asyncrl.envs",),
+    # (asyncrl.agents.trl_env: the TRL adapter's old import path, a re-export of asyncrl.envs.trl)
+    ("asyncrl.envs", "asyncrl.agents.trl_env"),
     # the typed run configuration (its presets and peer names too), which checks names against the
     # registries below it
     ("asyncrl.config",),

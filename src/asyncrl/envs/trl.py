@@ -1,5 +1,7 @@
 """TRL's ``environment_factory`` classes as asyncrl environments (``env.factory``; docs/agents.md,
-"TRL users").
+"TRL users"): the checks of a class at config load, its method tools, the environment around one
+instance, and the reward function that reads ``get_reward()``. The episode engine reaches it by the
+import path asyncrl.agents.FACTORY_ADAPTER (:func:`factory_environment`).
 
 TRL's contract (``GRPOTrainer(environment_factory=Cls)``, TRL 1.16), kept here:
 
@@ -10,12 +12,16 @@ TRL's contract (``GRPOTrainer(environment_factory=Cls)``, TRL 1.16), kept here:
   separator, as TRL does; None leaves the prompt as it is.
 * Every public method (a function of the class whose name does not start with ``_``), except
   ``reset`` and ``get_reward``, is a tool: its schema comes from its type hints and Google-style
-  docstring, and a call runs on that episode's instance (:meth:`Tool.from_method`).
+  docstring, and a call runs on that episode's instance (:func:`method_tool`; the environment's
+  ``tool_functions``, asyncrl.agents.env: a turn's calls run one after another).
 * ``get_reward() -> float`` (optional) is a reward source of weight 1, called once per finished
   episode: the reward function :func:`get_reward` (``reward.funcs``; ``asyncrl.train`` adds it, as
-  TRL does).
+  TRL does), named by its documented path :data:`GET_REWARD` (the module asyncrl.agents.trl_env,
+  where the adapter lived, re-exports it: run configs, saved ones too, hold that path).
 * The episode ends at the first assistant turn that calls no tool (TRL's tool loop); the runtime
-  also ends it at ``env.max_turns`` assistant turns (TRL's ``max_tool_calling_iterations`` + 1).
+  also ends it at ``env.max_turns`` assistant turns (TRL's ``max_tool_calling_iterations`` + 1),
+  and runs no tool on that turn, as TRL runs none after its last iteration: ``get_reward`` sees the
+  state the last answered call left, not one the model never saw the result of.
 
 A class that breaks the contract is refused at config load in one line (:func:`load_factory`).
 """
@@ -28,13 +34,15 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from asyncrl.agents.env import build_env
 from asyncrl.agents.tools import Tool
 
-__all__ = ["GET_REWARD", "RESERVED", "TrlEnvironment", "environment_class", "get_reward", "inspect_factory",
-           "load_factory", "method_tools", "tool_names", "wrap"]
+__all__ = ["GET_REWARD", "RESERVED", "TrlEnvironment", "environment_class", "factory_environment", "get_reward",
+           "inspect_factory", "load_factory", "method_tool", "method_tools", "tool_names", "wrap"]
 
 RESERVED = ("reset", "get_reward")  # TRL's names that are never tools
-GET_REWARD = "asyncrl.envs.trl:get_reward"  # the reward function that reads get_reward()
+# the reward function that reads get_reward(), by its documented path (asyncrl.agents.trl_env re-exports it)
+GET_REWARD = "asyncrl.agents.trl_env:get_reward"
 
 
 def _first_line(err: BaseException) -> str:
@@ -105,12 +113,26 @@ def _check_class(cls: type, shown: str) -> None:
             pass
 
 
+def method_tool(cls: type, name: str, *, timeout_s: float | None = None) -> Tool:
+    """The tool for method ``name`` of ``cls``, named ``name``: the schema comes from the method with
+    its receiver dropped (no instance is built for it); each call runs on the episode's own instance
+    (:meth:`TrlEnvironment.tool_functions`). Same requirements as :meth:`Tool.from_function`."""
+    static = inspect.getattr_static(cls, name)
+    fn = static.__func__ if isinstance(static, staticmethod) else getattr(cls, name)
+    # bound to a stand-in: the signature loses ``self`` on every transformers version (older
+    # ones do not skip an unannotated receiver themselves)
+    shown = fn if isinstance(static, staticmethod) else types.MethodType(fn, object())
+    tool = Tool.from_function(shown, name=name, timeout_s=timeout_s)
+    tool.function = fn
+    return tool
+
+
 def method_tools(cls: type, shown: str) -> list[Tool]:
     """A tool per public method of ``cls``; ValueError, one line, naming a method that cannot be one."""
     tools = []
     for name in tool_names(cls):
         try:
-            tools.append(Tool.from_method(cls, name))
+            tools.append(method_tool(cls, name))
         except ValueError as err:
             raise ValueError(f"{shown}.{name}: public methods are tools (TRL's rule), and this one cannot be: "
                              f"{str(err).partition(': ')[2]}; rename it _{name} to keep it from the model") from None
@@ -141,9 +163,14 @@ class TrlEnvironment:
 
     factory: Callable = None  # set on each subclass by :func:`wrap`
     kwargs: dict = {}
+    methods: tuple[str, ...] = ()  # the class's method tools (:func:`tool_names`)
 
     def __init__(self):
         self.instance = type(self).factory(**type(self).kwargs)
+
+    def tool_functions(self) -> dict[str, Callable]:
+        """The method tools' functions, bound to this episode's instance (asyncrl.agents.env)."""
+        return {name: getattr(self.instance, name) for name in type(self).methods}
 
     def reset(self, row: dict):
         reset = self.instance.reset
@@ -189,7 +216,16 @@ def wrap(factory: Callable, cls: type, shown: str, kwargs: dict | None = None) -
         path, _, qualname = shown.rpartition(":")
         module = path[:-3] if path.endswith(".py") else path
     return type(cls.__name__, (TrlEnvironment,), {"factory": staticmethod(factory), "kwargs": dict(kwargs or {}),
+                                                  "methods": tuple(tool_names(cls)),
                                                   "__module__": module, "__qualname__": qualname})
+
+
+def factory_environment(env_cfg) -> tuple[Callable, list[Tool]]:
+    """(a callable that builds one episode's environment, the class's method tools) for the run's
+    ``env`` section with ``env.factory`` set: what the episode engine plays (asyncrl.agents.rollout)."""
+    factory, cls, tools = load_factory(env_cfg.factory, env_cfg.kwargs)
+    env_class = wrap(factory, cls, env_cfg.factory, env_cfg.kwargs)
+    return (lambda: build_env(env_class, {})), tools
 
 
 def get_reward(completions: list, environments: list | None = None, **kwargs: Any) -> list[float]:
