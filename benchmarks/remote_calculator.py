@@ -26,7 +26,7 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from asyncrl.agents import builtin_tools
+from asyncrl.envs import calculator as builtin_calculator
 
 ADDRESS = "ASYNCRL_REMOTE_CALCULATOR"
 
@@ -41,7 +41,7 @@ def calculator(expression: str) -> str:
     return answer["result"]
 
 
-calculator.__doc__ = builtin_tools.calculator.__doc__  # what the model sees: the built-in's description
+calculator.__doc__ = builtin_calculator.calculator.__doc__  # what the model sees: the built-in's description
 
 
 class Delays:
@@ -65,7 +65,7 @@ def serve(median_s: float, sigma: float, seed: int = 0) -> ThreadingHTTPServer:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             time.sleep(delays.next())
             try:
-                answer = {"result": builtin_tools.calculator(body.get("expression"))}
+                answer = {"result": builtin_calculator.calculator(body.get("expression"))}
             except ValueError as err:
                 answer = {"error": str(err)}
             data = json.dumps(answer).encode()

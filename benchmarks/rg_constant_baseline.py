@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
-from asyncrl.tasks.reasoning_gym import ReasoningGymTask
+from asyncrl.envs.reasoning_gym import ReasoningGymTask
 
 
 def best_constant(words: list[str]) -> str:

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from asyncrl.tasks.reasoning_gym import extract
+from asyncrl.envs.reasoning_gym import extract
 
 
 def summarize(folder: Path) -> dict[str, float]:

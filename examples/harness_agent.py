@@ -22,7 +22,7 @@ import json
 
 from openai import OpenAI
 
-from asyncrl.agents.builtin_tools import calculator  # any implementation of the tool would do
+from asyncrl.envs.calculator import calculator  # any implementation of the tool would do
 
 TOOLS = [{"type": "function", "function": {
     "name": "calculator", "description": "Evaluate an arithmetic expression.",

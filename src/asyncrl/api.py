@@ -330,7 +330,7 @@ def tool_path(fn: Callable | str, inputs: Path, key: str) -> str:
 def factory_path(factory: Callable | str, inputs: Path, kwargs: Mapping | None = None) -> str:
     """``env.factory`` entry for TRL's ``environment_factory``: a string as given, else the class (or
     zero-argument factory), either checked now and named as :func:`reward_path` names a function."""
-    from asyncrl.agents.trl_env import inspect_factory, load_factory
+    from asyncrl.envs.trl import inspect_factory, load_factory
     from asyncrl.config import ConfigError
 
     key = "environment_factory"

@@ -10,10 +10,9 @@ from collections import Counter
 import pytest
 import torch
 
-from asyncrl.agents.guess import GuessNumber, read_guess
 from asyncrl.config import load_config
+from asyncrl.envs.guess import TAIL_MAX_GUESSES, GuessNumber, feedback, read_guess, tail_probabilities
 from asyncrl.tasks import build_task
-from asyncrl.tasks.guess import TAIL_MAX_GUESSES, feedback, tail_probabilities
 from asyncrl.training.pretrain import sft_batch
 
 

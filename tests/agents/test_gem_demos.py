@@ -1,4 +1,4 @@
-"""Demonstrated GEM games (asyncrl.agents.gem_experts, asyncrl.tasks.gem): the GuessTheNumber expert
+"""Demonstrated GEM games (asyncrl.envs.gem): the GuessTheNumber expert
 wins most games within the game's turn limit without always bisecting; a demonstrated train row is,
 token for token, the episode the runner plays with the same actions; the warm start of
 ``task=gem env.name=gem:game:GuessTheNumber-v0-easy`` learns from those games, while a game with no
@@ -11,10 +11,9 @@ import pytest
 from .episode_fakes import ScriptedEngine
 
 from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner
-from asyncrl.agents.gem import GemEnv
-from asyncrl.agents.gem_experts import expert_for, family_of, play
 from asyncrl.agents.render import PlainTurns
 from asyncrl.config import load_config
+from asyncrl.envs.gem import GemEnv, expert_for, family_of, play
 from asyncrl.tasks.base import EOS_SEGMENT
 from asyncrl.training.demonstrations import warm_start_source
 from asyncrl.training.pretrain import sft_batch

@@ -1,4 +1,4 @@
-"""GEM's games through the environment seam (asyncrl.agents.gem, ``env.name=gem:<id>``): a game
+"""GEM's games through the environment seam (asyncrl.envs.gem, ``env.name=gem:<id>``): a game
 plays turn by turn through the checked seam and the episode runner; every member of a group starts
 from the same game and draws the same randomness; each offline game runs with the network refused;
 every id of GEM's registry is run or refused in one line naming why (and none outside the offline
@@ -90,7 +90,7 @@ def test_group_members_share_the_start_state_and_the_draws(gem, rows):
 
 
 def test_a_row_without_a_seed_column_starts_from_a_hash_of_its_uid(gem):
-    from asyncrl.agents.gem import seed_of
+    from asyncrl.envs.gem import seed_of
 
     arithmetic = build_task("arithmetic").problems("train")[:2]
     assert seed_of({"uid": "a"}) == seed_of({"uid": "a"}) != seed_of({"uid": "b"})
@@ -116,7 +116,7 @@ def test_the_episode_runner_plays_a_group_from_one_start(gem, rows):
 
 def _offline_ids() -> list[str]:
     """GEM's ids of the offline families (none without gem: the tests that take them are skipped)."""
-    from asyncrl.agents.gem import offline_ids
+    from asyncrl.envs.gem import offline_ids
 
     try:
         return offline_ids()
@@ -126,7 +126,7 @@ def _offline_ids() -> list[str]:
 
 @pytest.mark.parametrize("gem_id", _offline_ids())
 def test_each_offline_game_runs_with_the_network_refused(gem, rows, gem_id, monkeypatch):
-    from asyncrl.agents import gem as adapter
+    from asyncrl.envs import gem as adapter
 
     def refuse(*args, **kwargs):
         raise OSError(f"{gem_id} tried to reach the network")
@@ -173,7 +173,7 @@ def test_an_id_that_cannot_run_offline_is_refused_at_config_load_in_one_line(gem
 
 
 def test_every_registered_gem_id_is_run_or_refused_and_only_the_offline_games_run(gem):
-    from asyncrl.agents.gem import OFFLINE_GAMES, refusal
+    from asyncrl.envs.gem import OFFLINE_GAMES, refusal
     from gem.envs.registration import ENV_REGISTRY
 
     verdicts = {gem_id: refusal(gem_id) for gem_id in ENV_REGISTRY}
@@ -199,7 +199,7 @@ def test_the_root_logger_is_left_as_it_was(gem):
     """gem's __init__ calls logging.basicConfig(level=INFO); the adapter puts the root logger back."""
     import logging
 
-    from asyncrl.agents.gem import _gem
+    from asyncrl.envs.gem import _gem
 
     root = logging.getLogger()
     before = (list(root.handlers), root.level)

@@ -282,9 +282,10 @@ def test_the_pool_bounds_calls_in_flight_and_retries_with_backoff():
 
 
 def test_method_tools_of_one_turn_run_in_order_on_their_instance(tok):
-    """A TRL environment class's methods share the episode's instance: the turn's calls run one
-    after another in the order written (plain tools of one turn run at once, above)."""
-    from asyncrl.agents.rollout import InstanceToolsRunner
+    """An environment's own tool functions (a TRL environment class's methods) share the episode's
+    instance: the turn's calls run one after another in the order written (plain tools of one turn
+    run at once, above)."""
+    from asyncrl.envs.trl import method_tool
 
     class Counter:
         def __init__(self):
@@ -303,9 +304,12 @@ def test_method_tools_of_one_turn_run_in_order_on_their_instance(tok):
             self.busy = False
             return sum(self.seen)
 
-    class Env:  # what trl_env.wrap makes of a class: the instance, reset, step
+    class Env:  # what asyncrl.envs.trl.wrap makes of a class: the instance, its tool functions, reset, step
         def __init__(self):
             self.instance = Counter()
+
+        def tool_functions(self):
+            return {"add": self.instance.add}
 
         def reset(self, row):
             return row["prompt"]
@@ -315,8 +319,8 @@ def test_method_tools_of_one_turn_run_in_order_on_their_instance(tok):
 
     call = '<tool_call>{"name": "add", "arguments": {"step": %d}}</tool_call>'
     engine = ReplyEngine(tok, reply=lambda text: " done" if "<tool_call>" in text else "".join(call % k for k in (1, 2, 3)))
-    box = ToolBox([Tool.from_method(Counter, "add")], timeout_s=30)
-    runner = InstanceToolsRunner(Env, PlainTurns(tok), tok, EpisodeLimits(3, 64, 400), box)
+    box = ToolBox([method_tool(Counter, "add")], timeout_s=30)
+    runner = EpisodeRunner(Env, PlainTurns(tok), tok, EpisodeLimits(3, 64, 400), box)
     episodes = runner.run(engine, problems(2), 2)
     for e in episodes:
         assert e.env.instance.seen == [1, 2, 3] and not e.env.instance.overlapped

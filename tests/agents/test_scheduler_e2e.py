@@ -189,7 +189,7 @@ def test_an_async_worker_sends_a_group_before_its_units_slowest_episode_ends(tin
 HANGS = '''
 import os, time
 from asyncrl.agents import ENVIRONMENTS
-from asyncrl.agents.guess import GuessNumber
+from asyncrl.envs.guess import GuessNumber
 
 ENVIRONMENTS["hangs"] = "hang_env:Hangs"
 

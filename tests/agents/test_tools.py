@@ -1,5 +1,5 @@
 """asyncrl.agents.tools: parsing tool calls, schemas, the ToolBox's results and counters, loading
-tools by name; asyncrl.agents.builtin_tools: the calculator."""
+tools by name; asyncrl.envs.calculator: the calculator."""
 
 import asyncio
 import json
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asyncrl.agents.builtin_tools import calculator
 from asyncrl.agents.tools import MalformedCall, Tool, ToolBox, ToolCall, ToolResult, parse_tool_calls
+from asyncrl.envs.calculator import calculator
 from asyncrl.agents.toolset import load_tools
 
 

@@ -1,4 +1,4 @@
-"""TRL's ``environment_factory`` / ``tools`` (asyncrl.agents.trl_env, ``env.factory``): a class
+"""TRL's ``environment_factory`` / ``tools`` (asyncrl.envs.trl, ``env.factory``): a class
 written as TRL's docs write one plays episodes here. Unit tests of the adapter (tools run on the
 episode's own instance, reset's text joins the prompt, get_reward is a reward of weight 1, each
 member of a group has its own instance), the bad inputs of docs/errors.md (``env-factory-*`` rows,
@@ -18,10 +18,10 @@ import pytest
 from .episode_fakes import DROPS_THINK, ScriptedEngine, chat_tokenizer
 
 from asyncrl.agents.env import EnvError
-from asyncrl.agents.episode import EpisodeLimits, Scheduling
-from asyncrl.agents.rollout import EpisodeRollout, InstanceToolsRunner
+from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling
+from asyncrl.agents.rollout import EpisodeRollout
 from asyncrl.agents.tools import ToolBox
-from asyncrl.agents.trl_env import GET_REWARD, get_reward, load_factory, tool_names, wrap
+from asyncrl.envs.trl import GET_REWARD, get_reward, load_factory, tool_names, wrap
 from asyncrl.config import ConfigError, load_config
 from asyncrl.tasks import Problem
 from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
@@ -114,7 +114,7 @@ def runner(path: str, cls: str, tok, max_turns: int = 4, scheduling=ROUNDS):
     factory, klass, tools = load_factory(f"{path}:{cls}")
     box = ToolBox(tools)
     env_class = wrap(factory, klass, f"{path}:{cls}")
-    return InstanceToolsRunner(env_class, _turns(tok), tok, EpisodeLimits(max_turns, 64, 400), box, scheduling), box
+    return EpisodeRunner(env_class, _turns(tok), tok, EpisodeLimits(max_turns, 64, 400), box, scheduling), box
 
 
 def _turns(tok):

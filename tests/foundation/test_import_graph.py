@@ -36,6 +36,10 @@ LAYERS: list[tuple[str, ...]] = [
      "asyncrl.agents",
      # which process of a torchrun job this is, and the sharded trainer's settings
      "asyncrl.distributed", "asyncrl.distributed.world", "asyncrl.distributed.config"),
+    # the integrations (guess, calculator, GEM, reasoning-gym, TRL's environment classes), one file
+    # each, built on the tasks and the agents' seam; those name them by import path, never import them
+    # (asyncrl.agents.trl_env: the TRL adapter's old import path, a re-export of asyncrl.envs.trl)
+    ("asyncrl.envs", "asyncrl.agents.trl_env"),
     # the typed run configuration (its presets and peer names too), which checks names against the
     # registries below it
     ("asyncrl.config",),

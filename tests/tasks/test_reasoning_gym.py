@@ -1,5 +1,5 @@
-"""reasoning-gym's datasets as a task (asyncrl.tasks.reasoning_gym, ``task=reasoning_gym``) and
-its retry environment (asyncrl.agents.rg_retry, ``env.name=rg_retry``): rows built from the
+"""reasoning-gym's datasets as a task (asyncrl.envs.reasoning_gym, ``task=reasoning_gym``) and
+its retry environment (in the same file, ``env.name=rg_retry``): rows built from the
 settings, deterministic, split without a shared question; answers scored by reasoning-gym's own
 scorer on the last ``<answer>...</answer>``; bad settings refused in one line at config load
 (unknown dataset names with the close ones); the retry environment's feedback; the ``rg-*`` rows of
@@ -77,7 +77,7 @@ def test_answers_are_scored_by_reasoning_gyms_scorer_on_the_last_answer_tag(rg, 
 
 
 def test_a_scorer_that_fails_on_the_models_text_scores_it_zero(rg, task, monkeypatch):
-    from asyncrl.tasks import reasoning_gym as module
+    from asyncrl.envs import reasoning_gym as module
 
     def broken(name, key):
         def score_answer(answer, entry):

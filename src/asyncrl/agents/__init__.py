@@ -13,7 +13,10 @@ a plugin module named in ``run.plugins``::
     ENVIRONMENTS["maze"] = "my_pkg.maze:MazeEnv"
 
 A key may also be a :class:`NameFamily`: one entry for every name with a prefix (``gem:<id>``, any
-offline GEM game, :mod:`asyncrl.agents.gem`).
+offline GEM game, :mod:`asyncrl.envs.gem`). The built-in environments other than ``answer`` and
+``latency`` are the integrations' (asyncrl.envs), named by import path: this package imports none of
+them. :data:`FACTORY_ADAPTER` names, the same way, what makes ``env.factory`` (a TRL environment
+class) an environment: the TRL integration.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 from asyncrl.core.loader import ConfigError
 from asyncrl.core.registries import resolve
 
-__all__ = ["ENVIRONMENTS", "NO_ENV", "EnvRegistry", "NameFamily"]
+__all__ = ["ENVIRONMENTS", "FACTORY_ADAPTER", "NO_ENV", "EnvRegistry", "NameFamily"]
 
 
 class NameFamily(str):
@@ -78,8 +81,10 @@ class EnvRegistry(dict):
 NO_ENV = "none"  # env.name of single-turn runs: one prompt, one completion
 ENVIRONMENTS: dict[str, str] = EnvRegistry({
     "answer": "asyncrl.agents.envs:FinalAnswer",
-    "guess": "asyncrl.agents.guess:GuessNumber",
-    NameFamily("gem:"): "asyncrl.agents.gem:GAMES",  # any offline GEM game: env.name=gem:game:Sudoku-v0-easy
-    "rg_retry": "asyncrl.agents.rg_retry:RetryEnv",  # a reasoning-gym row, retried with the scorer's feedback
+    "guess": "asyncrl.envs.guess:GuessNumber",
+    NameFamily("gem:"): "asyncrl.envs.gem:GAMES",  # any offline GEM game: env.name=gem:game:Sudoku-v0-easy
+    "rg_retry": "asyncrl.envs.reasoning_gym:RetryEnv",  # a reasoning-gym row, retried with the scorer's feedback
     "latency": "asyncrl.agents.latency:Latency",  # another environment with a remote one's lognormal delays
 })
+# env.factory -> (a callable that builds one episode's environment, the class's method tools)
+FACTORY_ADAPTER = "asyncrl.envs.trl:factory_environment"

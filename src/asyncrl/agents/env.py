@@ -8,7 +8,13 @@ An environment is any object with
 plain or ``async def``. ``observation``: text (one message of the environment's ``role``, default
 "user") or a list of ``{"role", "content"}`` messages; ``reward``: a finite number (per-turn
 reward, combined with ``env.turn_discount``); ``done``: bool; ``info``: a dict reward functions
-receive. Optional attributes: ``stop`` (strings that end an assistant turn), ``role``.
+receive. Optional attributes: ``stop`` (strings that end an assistant turn), ``role``, and
+``instance``: what reward functions receive for the episode in ``environments`` (default: the
+environment itself). An environment whose tools act on its own state (the TRL adapter's,
+asyncrl.envs.trl) also has ``tool_functions()``: {tool name: the callable that runs that tool's
+calls in this episode} (:func:`tool_functions`). Its episode runs a turn's tool calls one after
+another, in the order written (they share the state), and none on the turn that reaches
+``env.max_turns``, so that the state the reward reads is the one whose results the model saw.
 
 Every call is bounded (``env.step_timeout_s``) and checked. The episode scheduler
 (:mod:`asyncrl.agents.calls`) runs the calls of many episodes at once and tells two kinds of
@@ -25,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from asyncrl.core.loader import ConfigError
@@ -34,7 +40,7 @@ from asyncrl.tasks import Problem
 from asyncrl.tasks.chat import ROLES, as_dicts
 
 __all__ = ["EnvError", "StepResult", "build_env", "check_messages", "check_reset", "check_step", "env_reset",
-           "env_step", "first_line", "row_of"]
+           "env_step", "first_line", "row_of", "tool_functions"]
 
 
 class EnvError(ConfigError):
@@ -61,6 +67,13 @@ def build_env(factory: Callable, kwargs: dict) -> Any:
         return factory(**kwargs)
     except Exception as err:  # a user's constructor may raise anything
         raise EnvError(factory, None, f"construction with env.kwargs={kwargs} raised {first_line(err)}") from None
+
+
+def tool_functions(env: Any) -> Mapping[str, Callable] | None:
+    """The environment's own functions for the tools that act on its state (its optional
+    ``tool_functions()``), or None: its episode's tools are plain functions."""
+    own = getattr(env, "tool_functions", None)
+    return None if own is None else own()
 
 
 def row_of(problem: Problem) -> dict:

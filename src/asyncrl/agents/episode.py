@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from asyncrl.agents.calls import CallPool, Failed
-from asyncrl.agents.env import EnvError, check_reset, check_step
+from asyncrl.agents.env import EnvError, check_reset, check_step, tool_functions
 from asyncrl.agents.play import Play
 from asyncrl.agents.render import PrefixBroken
 from asyncrl.agents.tool_formats import FORMATS, ToolFormat
@@ -298,18 +298,19 @@ class EpisodeRunner:
         if not calls:
             self.ask(pool, i, episode, "step", episode.env.step, text)
             return False
-        calls = self._tool_calls_to_run(episode, calls)
+        own = tool_functions(episode.env)  # tools that act on the environment's state (asyncrl.agents.env)
+        if own is not None and episode.turns >= self.limits.max_turns:
+            calls = []  # their results would never be seen, yet the state they leave is what the reward reads
         episode.asked_at = time.perf_counter()
         if not calls:
             return self._after_response(episode, [])
-        owner = self._tool_owner(episode)
         # the ToolBox bounds each call itself (env.tool_timeout_s) and never raises for the tool.
-        # Plain tools of one turn run at once; methods of the episode's own environment instance run
-        # one after another, as the model wrote them (they share the instance's state)
-        jobs = [calls] if owner is not None else [[call] for call in calls]
+        # Plain tools of one turn run at once; with the environment's own functions, one after
+        # another, as the model wrote them (they share the environment's state)
+        jobs = [calls] if own is not None else [[call] for call in calls]
         tool_results[i] = [None] * len(jobs)
         for k, job in enumerate(jobs):
-            pool.submit((i, "tool", k), self._call_tools, (job, owner))
+            pool.submit((i, "tool", k), self._call_tools, (job, own))
         return False
 
     def _call_text(self, ids: list[int]) -> str:
@@ -320,14 +321,8 @@ class EpisodeRunner:
             end -= 1
         return self.tokenizer.decode(ids[:end], skip_special_tokens=False)
 
-    def _call_tools(self, calls: list, owner) -> list:
-        return [(call, self.tools.call(call, owner)) for call in calls]
-
-    def _tool_calls_to_run(self, episode: Episode, calls: list) -> list:
-        return calls
-
-    def _tool_owner(self, episode: Episode):
-        return None
+    def _call_tools(self, calls: list, functions) -> list:
+        return [(call, self.tools.call(call, functions)) for call in calls]
 
     def _tool_messages(self, episode: Episode, results: list) -> list[dict]:
         messages = []

@@ -8,8 +8,9 @@ rewards r_1, r_2, ... discounted by γ = ``env.turn_discount``: Σ_t γ^(t−1) 
 environment output keep their roles there (``tool``, ``user``): the built-in rewards read the
 answer from the final assistant turn only, and reward models render the roles. An environment that
 returns no rewards (0) leaves the trajectory reward alone, the default. Reward functions also get
-``environments``: the episodes' environment instances (TRL's name; for ``env.factory``, the user's
-class's instances, whose ``get_reward`` the reward function ``asyncrl.agents.trl_env:get_reward`` reads).
+``environments``: the episodes' environment instances (TRL's name; an environment's ``instance``
+where it has one, asyncrl.agents.env: for ``env.factory``, the user's class's instances, whose
+``get_reward`` the reward function ``asyncrl.agents.trl_env:get_reward`` reads).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 
 import torch
 
-from asyncrl.agents import ENVIRONMENTS
+from asyncrl.agents import ENVIRONMENTS, FACTORY_ADAPTER
 from asyncrl.agents.env import build_env
 from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling, episodes_to_generation
 from asyncrl.agents.records import episode_record
@@ -48,7 +49,7 @@ class EpisodeRollout:
             return
         tools = load_tools(env.tools, python_limits=env.python_limits)
         if env.factory:  # a TRL environment class: its public methods are tools too, after env.tools (TRL's order)
-            make_env, method_tools = _factory_environment(cfg)
+            make_env, method_tools = resolve(FACTORY_ADAPTER)(env)
             tools += method_tools
         else:
             factory, kwargs = resolve(ENVIRONMENTS[env.environment]), dict(env.kwargs)
@@ -62,9 +63,8 @@ class EpisodeRollout:
         scheduling = Scheduling(schedule=env.schedule, concurrency=env.concurrency, retries=env.retries,
                                 backoff_s=env.retry_backoff_s, max_failure_frac=env.max_failure_frac,
                                 failure_window=env.failure_window)
-        runner = InstanceToolsRunner if env.factory else EpisodeRunner
-        self.runner = runner(make_env, turns, tokenizer, limits, self.tools, scheduling, tool_format=self.tool_format,
-                             history=env.history)
+        self.runner = EpisodeRunner(make_env, turns, tokenizer, limits, self.tools, scheduling,
+                                    tool_format=self.tool_format, history=env.history)
 
     def close(self) -> None:
         """Release what the episodes hold open (a harness's endpoint: it refuses requests after)."""
@@ -146,19 +146,6 @@ def _positions(rows: list[int], owner: list[int]) -> torch.Tensor:
     return torch.tensor([at[i] for i in owner], dtype=torch.long)
 
 
-class InstanceToolsRunner(EpisodeRunner):
-    """Episodes of a TRL environment class (``env.factory``): a call of one of its methods runs on
-    the episode's own instance, and the turn that reaches ``env.max_turns`` runs no tool. TRL runs
-    none after ``max_tool_calling_iterations`` rounds either, so ``get_reward`` sees the state the
-    last answered call left, not one the model never saw the result of."""
-
-    def _tool_calls_to_run(self, episode, calls: list) -> list:
-        return [] if episode.turns >= self.limits.max_turns else calls
-
-    def _tool_owner(self, episode):
-        return episode.env.instance
-
-
 def _tool_format(env, tokenizer, turns):
     """(the run's tool-call format, the stops it adds) for ``env.tool_format`` and
     ``env.parallel_tool_calls``; a run whose model cannot see the tools' schemas is refused unless
@@ -213,12 +200,3 @@ def _harness_runner(cfg, tokenizer):
     return HarnessRunner(resolve(env.harness), tokenizer, turns_of, limits, _scheduling(env), fmt, sampling,
                          host=env.endpoint_host, port=env.endpoint_port, parallel=parallel)
 
-
-def _factory_environment(cfg):
-    """(a callable that builds one episode's environment, the class's method tools) for ``env.factory``."""
-    from asyncrl.agents.trl_env import load_factory, wrap
-
-    env = cfg.env
-    factory, cls, method_tools = load_factory(env.factory, env.kwargs)
-    env_class = wrap(factory, cls, env.factory, env.kwargs)
-    return (lambda: build_env(env_class, {})), method_tools

@@ -12,9 +12,9 @@
   shows the model; :meth:`Tool.from_function` builds it from type hints and the docstring.
 * :class:`ToolBox` runs calls and never raises for anything the tool or the model did: an unknown
   name, bad arguments, an exception, ``sys.exit``, a hang all become a :class:`ToolResult` with
-  ``failed=True`` whose ``content`` is the observation the model sees next.
-* :meth:`Tool.from_method`: a method of an environment class (TRL's ``environment_factory``), one
-  schema for the class, called on the episode's own instance (``ToolBox.call(call, owner)``).
+  ``failed=True`` whose ``content`` is the observation the model sees next. A call may be given
+  the episode's own functions for some tools (``ToolBox.call(call, functions)``: an environment's
+  tools that act on its state, asyncrl.agents.env), which run in place of those tools' functions.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ import inspect
 import json
 import threading
 import time
-import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from asyncrl.agents.calls import CallTimedOut, await_bounded
@@ -140,9 +139,6 @@ class Tool:
     function: Callable
     schema: dict
     timeout_s: float | None = None
-    # a method of an environment class: each call runs ``getattr(owner, name)`` on the episode's own
-    # instance (``ToolBox.call(call, owner)``), so that one schema serves every episode's state
-    method: bool = False
 
     @classmethod
     def from_function(cls, fn: Callable, *, name: str | None = None, timeout_s: float | None = None) -> Tool:
@@ -161,20 +157,6 @@ class Tool:
         if name is not None:
             schema = {**schema, "function": {**schema["function"], "name": name}}
         return cls(name=schema["function"]["name"], function=fn, schema=schema, timeout_s=timeout_s)
-
-    @classmethod
-    def from_method(cls, owner: type, name: str, *, timeout_s: float | None = None) -> Tool:
-        """The tool for method ``name`` of class ``owner``, named ``name``: the schema comes from the
-        method with its receiver dropped (no instance is built for it), and each call runs on the
-        instance :meth:`ToolBox.call` is given. Same requirements as :meth:`from_function`."""
-        static = inspect.getattr_static(owner, name)
-        fn = static.__func__ if isinstance(static, staticmethod) else getattr(owner, name)
-        # bound to a stand-in: the signature loses ``self`` on every transformers version (older
-        # ones do not skip an unannotated receiver themselves)
-        shown = fn if isinstance(static, staticmethod) else types.MethodType(fn, object())
-        tool = cls.from_function(shown, name=name, timeout_s=timeout_s)
-        tool.function, tool.method = fn, True
-        return tool
 
 
 class ToolError(Exception):
@@ -281,12 +263,13 @@ class ToolBox:
     def names(self) -> list[str]:
         return list(self.tools)
 
-    def call(self, call: ToolCall | MalformedCall, owner: object = None) -> ToolResult:
+    def call(self, call: ToolCall | MalformedCall, functions: Mapping[str, Callable] | None = None) -> ToolResult:
         """Run one call. Failures come back as ``failed`` results whose content is an ``error:``
-        line; only the caller's own interrupts (Ctrl-C while waiting) propagate. ``owner``: the
-        episode's environment instance, on which a method tool (:meth:`Tool.from_method`) runs."""
+        line; only the caller's own interrupts (Ctrl-C while waiting) propagate. ``functions``: the
+        episode's own callables by tool name, which run those tools' calls in place of the tools'
+        functions (same schemas, limits and counters)."""
         started = time.perf_counter()
-        result = self._call(call, owner)
+        result = self._call(call, functions or {})
         result = dataclasses.replace(result, latency_s=time.perf_counter() - started)
         key = {"malformed": MALFORMED, "unknown_tool": UNKNOWN}.get(result.reason, result.name)
         with self._lock:
@@ -298,7 +281,7 @@ class ToolBox:
                 self.truncated[key] = self.truncated.get(key, 0) + 1
         return result
 
-    def _call(self, call: ToolCall | MalformedCall, owner: object) -> ToolResult:
+    def _call(self, call: ToolCall | MalformedCall, functions: Mapping[str, Callable]) -> ToolResult:
         if isinstance(call, MalformedCall):
             return ToolResult(MALFORMED, f"error: malformed tool call ({call.reason})", True, "malformed")
         if not isinstance(call, ToolCall):
@@ -310,9 +293,7 @@ class ToolBox:
             return ToolResult(call.name, f"error: unknown tool {call.name[:100]!r} (available: {available})",
                               True, "unknown_tool")
         arguments = call.arguments if isinstance(call.arguments, dict) else {}
-        if tool.method and owner is None:  # the runtime's bug, not the model's: no error observation
-            raise TypeError(f"tool {tool.name}: a method tool runs on an environment instance; none was given")
-        function = getattr(owner, tool.name) if tool.method else tool.function
+        function = functions.get(tool.name, tool.function)
         try:
             inspect.signature(function).bind(**arguments)
         except TypeError as err:

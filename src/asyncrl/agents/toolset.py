@@ -8,18 +8,20 @@ from __future__ import annotations
 import importlib
 
 from asyncrl.agents.tools import Tool, _first_line
+from asyncrl.core.registries import resolve as registry_entry
 from asyncrl.rewards.resolve import is_file_path, resolve
 
 __all__ = ["BUILTIN_TOOLS", "load_tools"]
 
 BUILTIN_TOOLS = ("calculator", "python")
+# the calculator is the calculator integration's, named by import path as a registry names its
+# entries: the engine does not import the integrations (asyncrl.envs)
+CALCULATOR = "asyncrl.envs.calculator:calculator"
 
 
 def _load_one(spec: str, python_limits) -> Tool:
     if spec == "calculator":
-        from asyncrl.agents.builtin_tools import calculator
-
-        return Tool.from_function(calculator)
+        return Tool.from_function(registry_entry(CALCULATOR))
     if spec == "python":
         from asyncrl.agents.python_tool import PythonLimits, python_tool
 

@@ -2,7 +2,7 @@
 synchronous step waits for its slowest episode and asynchrony should pay most.
 
 Every cell starts from the ``guess-tail`` preset (task ``guess_tail``: guess a number from 1 to 2^k
-with P(k) ∝ k^(−2), k = 2..8, so bisection takes about k turns; asyncrl.tasks.guess), or from the
+with P(k) ∝ k^(−2), k = 2..8, so bisection takes about k turns; asyncrl.envs.guess), or from the
 ``--config`` file instead. Arms:
 
 * ``sync``: sync GRPO (the a3po suite's sync arm);

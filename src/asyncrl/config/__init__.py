@@ -35,13 +35,13 @@ from asyncrl.core.loader import (
 from asyncrl.config.presets import resolve_config_path
 from asyncrl.config.asynchrony import AsyncConfig
 from asyncrl.config.env import EnvConfig, check_episode_budget, check_tool_schemas
-from asyncrl.agents.gem import PREFIX as GEM_PREFIX
 from asyncrl.config.model import ModelConfig, PolicyConfig, PretrainConfig
 from asyncrl.config.run import RunConfig
 from asyncrl.config.task import RewardConfig, TaskConfig
 from asyncrl.core.registries import BACKENDS, CHANNELS, ENGINES, auto_channel, device_type
 from asyncrl.distributed.config import check_ranks
 from asyncrl.distributed.world import torchrun_world
+from asyncrl.tasks import task_factory
 from asyncrl.config.training import (IN_PROCESS_MODES, EvalConfig, LossConfig, RolloutConfig, TrainerConfig,
                                      check_in_process_engine, check_micro_batching, check_prox_pairing)
 
@@ -77,7 +77,7 @@ class Config:
         check_episode_budget(self.env, self.rollout.max_new_tokens)
         check_tool_schemas(self.env, self.policy)
         add_factory_reward(self)
-        add_gem_game(self)
+        task_follows_env(self)
         check_combinations(self)
         check_prox_pairing(self.loss, self.trainer)
         ranks = torchrun_world().size  # under torchrun: its world
@@ -97,7 +97,7 @@ def add_factory_reward(cfg: Config) -> None:
 
     if not cfg.env.factory or not imports_allowed():  # `asyncrl config` imports no user code
         return
-    from asyncrl.agents.trl_env import GET_REWARD, load_factory
+    from asyncrl.envs.trl import GET_REWARD, load_factory
 
     _, cls, _ = load_factory(cfg.env.factory, cfg.env.kwargs)  # env.validate has checked it loads
     reward = cfg.reward
@@ -109,15 +109,13 @@ def add_factory_reward(cfg: Config) -> None:
     reward.funcs = [*reward.funcs, GET_REWARD]
 
 
-def add_gem_game(cfg: Config) -> None:
-    """``task=gem`` learns the game it seeds from ``env.*`` (``task.gem_env``: the id, ``env.kwargs``,
-    ``env.max_turns``), so its train rows can demonstrate that game (asyncrl.tasks.gem); always
-    rewritten from ``env.*``, so it never names another game than the one the episodes play."""
-    if cfg.task.name != "gem":
-        return
-    name = cfg.env.name
-    cfg.task.gem_env = ({"id": name[len(GEM_PREFIX):], "kwargs": dict(cfg.env.kwargs), "max_turns": cfg.env.max_turns}
-                        if name.startswith(GEM_PREFIX) else {})
+def task_follows_env(cfg: Config) -> None:
+    """A task whose rows depend on the episodes' environment reads ``env.*`` into its own section,
+    by its factory's ``follow_env(task section, env section)`` (``task=gem``: the game its train rows
+    demonstrate, asyncrl.envs.gem); a factory without one is left alone."""
+    follow = getattr(task_factory(cfg.task.name), "follow_env", None)
+    if follow is not None:
+        follow(cfg.task, cfg.env)
 
 
 def check_parts(cfg: Config) -> None:

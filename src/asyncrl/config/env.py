@@ -170,7 +170,7 @@ class EnvConfig:
                              "'path/to/file.py:Class'") from None
         if not imports:  # `asyncrl config` runs no user code
             return
-        from asyncrl.agents.trl_env import load_factory
+        from asyncrl.envs.trl import load_factory
 
         try:
             _, _, tools = load_factory(self.factory, self.kwargs)

@@ -9,7 +9,9 @@ from asyncrl.core.loader import (
     ConfigError,
     setting,
 )
-from asyncrl.tasks import TASKS, ArithmeticConfig, DatasetFields, GemFields, ReasoningGymFields
+from asyncrl.envs.gem import GemFields
+from asyncrl.envs.reasoning_gym import ReasoningGymFields
+from asyncrl.tasks import TASKS, ArithmeticConfig, DatasetFields, task_factory
 from asyncrl.tasks.limits import CHARS_PER_TOKEN, check_prompt_sizes, prompt_chars_bound
 
 
@@ -37,9 +39,9 @@ class TaskConfig(GemFields, ReasoningGymFields, DatasetFields, _TaskName):
     files (``path``; field meanings in docs/tasks.md) and score with math-verify; ``dataset`` reads
     any rows, scored by ``reward.funcs`` (or math-verify against an answer column);
     ``reasoning_gym`` generates reasoning-gym's problems (``rg_tasks``) and scores with its scorers;
-    ``gem`` gives seeds for ``env.name=gem:<id>`` (``task.gem_*``, asyncrl.tasks.gem.GemFields).
+    ``gem`` gives seeds for ``env.name=gem:<id>`` (``task.gem_*``, asyncrl.envs.gem.GemFields).
     Each task owns its settings: ``task.arithmetic`` (asyncrl.tasks.arithmetic), the file tasks' keys
-    (asyncrl.tasks.datasets.DatasetFields) and ``task.rg_*`` (asyncrl.tasks.reasoning_gym.ReasoningGymFields),
+    (asyncrl.tasks.datasets.DatasetFields) and ``task.rg_*`` (asyncrl.envs.reasoning_gym.ReasoningGymFields),
     which this section inherits."""
 
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
@@ -101,7 +103,7 @@ class TaskConfig(GemFields, ReasoningGymFields, DatasetFields, _TaskName):
     def settings(self) -> Any:
         """What task ``name``'s factory is built with: its ``config_from(this section)``, or None
         (its defaults) for a factory without one (asyncrl.tasks)."""
-        config_from = getattr(TASKS[self.name], "config_from", None)
+        config_from = getattr(task_factory(self.name), "config_from", None)
         return None if config_from is None else config_from(self)
 
     def validate(self) -> None:

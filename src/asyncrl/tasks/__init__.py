@@ -1,16 +1,21 @@
 """Embedded tasks: deterministic problem sets with a binary, parse-based reward.
 
 ``build_task(name, cfg)`` is the single entry point used by configs and the CLI; add a
-task by registering its factory (called with the task's config) in :data:`TASKS` at import time:
-one line here, or in a plugin module named in ``run.plugins``, which every process of a run imports
+task by registering its factory (called with the task's config), or the factory's import path
+(``"module:attr"``, which :func:`task_factory` resolves), in :data:`TASKS` at import time: one line
+here, or in a plugin module named in ``run.plugins``, which every process of a run imports
 (asyncrl.core.registries). Never at run time: a run refuses a built-in entry replaced after import
 (:func:`check_registry`), since its rollout worker processes would not see the change. Rewards are
-not part of the registry: they are functions named by import path (``reward.funcs``).
+not part of the registry: they are functions named by import path (``reward.funcs``). The
+integrations' tasks (asyncrl.envs: guess, calculator, gem, reasoning-gym) are registered by import
+path: they are built on this package, which imports none of them.
 
 A task owns its settings: a factory may have ``config_from(section)``, which takes the run
 config's ``task`` section and returns the object the factory is called with (``ArithmeticTask``:
 ``task.arithmetic``; the file tasks: the ``task.path``, ... keys of
 :class:`~asyncrl.tasks.datasets.DatasetFields`); without it the factory gets None (its defaults).
+A task whose rows depend on the episodes' environment may have ``follow_env(task section, env
+section)``, which copies what it needs of ``env.*`` into its own keys at config load (``gem``).
 """
 
 from __future__ import annotations
@@ -18,46 +23,42 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from asyncrl.core.registries import resolve
 from asyncrl.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from asyncrl.tasks.base import Problem, Task, extract_answer, extract_any_answer
-from asyncrl.tasks.calculator import CalculatorTask
-from asyncrl.tasks.gem import GemFields, GemTask
-from asyncrl.tasks.guess import GuessTask
 from asyncrl.tasks.datasets import DatasetConfig, DatasetFields, GSM8KTask, MathTask
 from asyncrl.tasks.generic import DatasetTask
-from asyncrl.tasks.reasoning_gym import ReasoningGymFields, ReasoningGymTask
 
 __all__ = [
     "TASKS",
     "ArithmeticConfig",
     "ArithmeticTask",
-    "CalculatorTask",
     "DatasetConfig",
     "DatasetFields",
     "DatasetTask",
     "GSM8KTask",
-    "GemFields",
-    "GemTask",
-    "GuessTask",
     "MathTask",
     "Problem",
-    "ReasoningGymFields",
-    "ReasoningGymTask",
     "Task",
     "build_task",
     "check_registry",
     "extract_answer",
     "extract_any_answer",
+    "task_factory",
 ]
 
-TASKS: dict[str, Callable[[Any], Task]] = {"arithmetic": ArithmeticTask, "gsm8k": GSM8KTask, "math": MathTask,
-                                           "dataset": DatasetTask, "calculator": CalculatorTask,
-                                           "guess": GuessTask, "gem": GemTask,
-                                           "guess_tail": GuessTask.tail,  # heavy-tailed ranges
-                                           "reasoning_gym": ReasoningGymTask}
+# name -> the task's factory, or its import path "module:attr" (task_factory resolves it)
+TASKS: dict[str, Callable[[Any], Task] | str] = {
+    "arithmetic": ArithmeticTask, "gsm8k": GSM8KTask, "math": MathTask, "dataset": DatasetTask,
+    "calculator": "asyncrl.envs.calculator:CalculatorTask",
+    "guess": "asyncrl.envs.guess:GuessTask",
+    "gem": "asyncrl.envs.gem:GemTask",
+    "guess_tail": "asyncrl.envs.guess:GuessTask.tail",  # heavy-tailed ranges
+    "reasoning_gym": "asyncrl.envs.reasoning_gym:ReasoningGymTask",
+}
 # the registry as every process sees it after a plain import: what rollout worker processes (which
 # start from a fresh import, never from the trainer's memory) will build a task from
-_AS_IMPORTED: dict[str, Callable[[Any], Task]] = dict(TASKS)
+_AS_IMPORTED: dict[str, Callable[[Any], Task] | str] = dict(TASKS)
 
 
 def check_registry(name: str) -> None:
@@ -69,16 +70,23 @@ def check_registry(name: str) -> None:
     current = TASKS.get(name)
     fresh = _AS_IMPORTED.get(name, current)
     if current is not fresh:
-        shown = f"{getattr(current, '__module__', '?')}.{getattr(current, '__qualname__', current)!s}"
+        shown = current if isinstance(current, str) else \
+            f"{getattr(current, '__module__', '?')}.{getattr(current, '__qualname__', current)!s}"
         raise ValueError(f"asyncrl.tasks.TASKS[{name!r}] was replaced after import (by {shown}); rollout worker "
                          "processes import the registry afresh and would not see it. Put a custom reward in "
                          "reward.funcs (an import path, docs/rewards.md) instead")
 
 
-def build_task(name: str, cfg: Any = None) -> Task:
-    """Build task ``name``; ``cfg`` is its config object, a mapping of its fields, or None for defaults."""
+def task_factory(name: str) -> Callable[[Any], Task]:
+    """The factory of task ``name``: its entry in :data:`TASKS`, resolved when it is an import path.
+    ValueError naming the tasks known for a name that is not there."""
     try:
         factory = TASKS[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown task {name!r}; available: {', '.join(sorted(TASKS))}") from None
-    return factory(cfg)
+    return resolve(factory) if isinstance(factory, str) else factory
+
+
+def build_task(name: str, cfg: Any = None) -> Task:
+    """Build task ``name``; ``cfg`` is its config object, a mapping of its fields, or None for defaults."""
+    return task_factory(name)(cfg)

@@ -1,4 +1,6 @@
-"""reasoning-gym's procedural datasets as a task (``task=reasoning_gym``, ``task.rg_tasks=[...]``).
+"""reasoning-gym's procedural datasets: the ``reasoning_gym`` task (``task.rg_tasks=[...]``) and the
+``rg_retry`` environment that retries its problems (docs/agents.md). Registered as ``reasoning_gym``
+in asyncrl.tasks.TASKS and ``rg_retry`` in asyncrl.agents.ENVIRONMENTS.
 
 reasoning-gym (https://github.com/open-thought/reasoning-gym, ``pip install asyncrl[envs]``)
 generates problems from a seed and scores answers with each dataset's own ``score_answer``. Here:
@@ -18,9 +20,24 @@ generates problems from a seed and scores answers with each dataset's own ``scor
   ``reward.funcs`` (asyncrl.tasks.rewards:correct_answer). Each row carries its entry
   (``rg_entry``: question, answer, metadata), its dataset (``rg_task``) and that dataset's settings
   (``rg_config``): reward functions receive them as keyword arguments, and the ``rg_retry``
-  environment scores with them (asyncrl.agents.rg_retry).
+  environment scores with them.
 * **Warm start** (the embedded tiny model): each row's solution is ``" <answer>{answer}</answer>"``,
   the format, not the reasoning.
+
+**Retries** (:class:`RetryEnv`, ``task=reasoning_gym env.name=rg_retry``). The first turn is the
+single-turn task's: the row's prompt, an answer between ``<answer>`` and ``</answer>`` (a turn ends
+there). The environment scores each answer with reasoning-gym's scorer (:func:`score`, the task's
+own reward). A right answer (score 1) ends the episode. Otherwise the observation gives the scorer's
+verdict and asks for another try: "Your answer 12 is not correct (score 0.00). Try again ...", or,
+for a turn without an answer, how to write one. ``env.max_turns`` bounds the tries.
+
+The reward is the final answer's, once. The environment's per-turn rewards are 0. The episode is
+scored by the reward functions on its last assistant turn, as a single completion is: by default
+the task's reward, reasoning-gym's score of the final answer. So a wrong first try followed by a
+right one scores 1, the same reward functions serve single-turn and retry runs, and no try is
+counted twice (a per-turn score plus the task's score of the final turn would be). To pay for
+solving in fewer tries, add a reward function that reads its ``turns`` keyword argument
+(docs/rewards.md).
 """
 
 from __future__ import annotations
@@ -37,10 +54,11 @@ from asyncrl.core.loader import setting
 from asyncrl.tasks.base import Problem
 from asyncrl.tasks.chat import render_plain
 
-__all__ = ["ReasoningGymConfig", "ReasoningGymFields", "ReasoningGymTask", "extract", "score"]
+__all__ = ["ReasoningGymConfig", "ReasoningGymFields", "ReasoningGymTask", "RetryEnv", "extract", "score"]
 
 INSTALL = "pip install asyncrl[envs]"
 EVAL_SHARE = 10  # the last 1/EVAL_SHARE of the entries is the eval split
+SOLVED = 1.0 - 1e-9  # rg_retry: a score this high is a right answer (reasoning-gym gives 1.0)
 
 
 @dataclass
@@ -228,3 +246,36 @@ class ReasoningGymTask:
     def reward(self, completion: str, problem: Problem) -> float:
         """reasoning-gym's score of the completion's last ``<answer>...</answer>``; never raises."""
         return score(completion, problem.fields["rg_entry"], problem.fields["rg_config"])
+
+
+class RetryEnv:
+    """One reasoning-gym row (``rg_entry``, ``rg_config``: the task's columns) per episode."""
+
+    stop = ("</answer>",)  # a turn ends with its answer
+
+    def __init__(self):
+        self.entry: dict = {}
+        self.config: dict = {}
+        self.tries = 0
+
+    def reset(self, row: dict):
+        if "rg_entry" not in row:
+            raise ValueError(f"row {row.get('uid')!r} has no rg_entry column: env.name=rg_retry plays "
+                             "task.name=reasoning_gym rows")
+        self.entry, self.config = row["rg_entry"], row.get("rg_config") or {}
+        self.tries = 0
+        return row["prompt"]
+
+    def step(self, action: str):
+        self.tries += 1
+        value = score(action, self.entry, self.config)
+        info = {"score": value, "tries": self.tries, "solved": value >= SOLVED}
+        if info["solved"]:
+            return "", 0.0, True, info
+        answer = extract(action)
+        if answer is None:
+            return ("No answer found. Write your final answer between <answer> and </answer>, and try again.",
+                    0.0, False, info)
+        shown = answer if len(answer) <= 200 else answer[:200] + "…"
+        return (f"Your answer {shown} is not correct (score {value:.2f}). Try again: think it over and give "
+                "your final answer between <answer> and </answer>."), 0.0, False, info
