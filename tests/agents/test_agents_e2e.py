@@ -41,6 +41,21 @@ def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]
 
 
+def train_by_api(cwd: Path, pairs: list[str], env: dict, call: str = "asyncrl.train(overrides=overrides)",
+                 prelude: str = "") -> None:
+    """``call`` in a fresh interpreter: the Python API, ``pairs`` as typed overrides (as a notebook
+    would pass them), after ``prelude``; it must run its 2 steps."""
+    script = ("import json, yaml, asyncrl\n" + prelude +
+              f"pairs = {json.dumps(pairs)}\n"
+              "overrides = {k: yaml.safe_load(v) for k, v in (p.split('=', 1) for p in pairs)}\n"
+              f"summary = {call}\n"
+              "print(json.dumps({'steps': summary['steps']}))\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"steps": 2}
+
+
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(run_dir / "checkpoint" / "model.safetensors")
 
@@ -135,16 +150,7 @@ def test_a_custom_environment_and_tool_from_the_users_directory_train_by_cli_and
     # async: a step's episode metrics are those of the episodes that arrived during it (maybe none)
     steps = [r for r in records if "episode/turns_mean" in r]
     assert steps and all(1 <= r["episode/turns_mean"] and r["episode/turns_max"] <= 2 for r in steps)
-    script = (  # the Python API, with typed values (as a notebook would pass them)
-        "import json, yaml, asyncrl\n"
-        f"pairs = {json.dumps([*SMALL, *CUSTOM, 'run.mode=sync', 'run.name=api', f'policy.cache_dir={cache}'])}\n"
-        "overrides = {k: yaml.safe_load(v) for k, v in (p.split('=', 1) for p in pairs)}\n"
-        "summary = asyncrl.train(overrides=overrides)\n"
-        "print(json.dumps({'steps': summary['steps']}))\n")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=400)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"steps": 2}
+    train_by_api(tmp_path, [*SMALL, *CUSTOM, "run.mode=sync", "run.name=api", f"policy.cache_dir={cache}"], env)
     api_rows = rows(tmp_path / "runs" / "api" / "metrics.jsonl")
     assert any("episode/turns_mean" in r for r in api_rows)
 

@@ -3,14 +3,11 @@ by ``asyncrl train`` and by ``asyncrl.train(harness=...)``; async with K = 0 equ
 through the endpoint; a harness that crashes on some rows and summarises its context on others
 is counted (failed episodes, forked rows) while the run goes on."""
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
 
-from .test_agents_e2e import CALCULATOR, ENV, SMALL, rows, train, weights
+from .test_agents_e2e import CALCULATOR, ENV, SMALL, rows, train, train_by_api, weights
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "harness_agent.py")
 HARNESS = [*CALCULATOR, "env.tools=[]", f"env.harness={EXAMPLE}:agent"]
@@ -59,18 +56,10 @@ def test_the_example_harness_trains_by_cli_in_sync_and_by_the_api_in_async(tmp_p
     _, records = train(tmp_path, cache, "cli", *HARNESS, "run.mode=sync", "trainer.steps=2")
     steps = [r for r in records if r["step"] > 0]
     assert len(steps) == 2 and all(r["episode/count"] == 8 and r["episode/failed"] == 0 for r in steps)
-    script = (  # the Python API, the harness passed as a function
-        "import json, sys, yaml, asyncrl\n"
-        f"sys.path.insert(0, {str(Path(EXAMPLE).parent)!r})\n"
-        "from harness_agent import agent\n"
-        f"pairs = {json.dumps([*SMALL, 'env.tools=[]', 'run.mode=async', 'trainer.steps=2', 'run.name=api', f'policy.cache_dir={cache}'])}\n"
-        "overrides = {k: yaml.safe_load(v) for k, v in (p.split('=', 1) for p in pairs)}\n"
-        "summary = asyncrl.train('calculator-agent', harness=agent, overrides=overrides)\n"
-        "print(json.dumps({'steps': summary['steps']}))\n")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=ENV, capture_output=True, text=True,
-                          timeout=400)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"steps": 2}
+    train_by_api(tmp_path, [*SMALL, "env.tools=[]", "run.mode=async", "trainer.steps=2", "run.name=api",
+                            f"policy.cache_dir={cache}"], ENV,
+                 call="asyncrl.train('calculator-agent', harness=agent, overrides=overrides)",  # the function itself
+                 prelude=f"import sys\nsys.path.insert(0, {str(Path(EXAMPLE).parent)!r})\nfrom harness_agent import agent\n")
     api_rows = [r for r in rows(tmp_path / "runs" / "api" / "metrics.jsonl") if "episode/count" in r]
     assert api_rows and all(r["episode/failed"] == 0 for r in api_rows)
 

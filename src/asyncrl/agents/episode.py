@@ -43,7 +43,7 @@ from asyncrl.agents.tool_formats import FORMATS, ToolFormat
 from asyncrl.tasks import Problem
 from asyncrl.types import Generation
 
-__all__ = ["Episode", "EpisodeLimits", "EpisodeRow", "EpisodeRunner", "FailureWindow", "Scheduling", "episodes_to_generation"]
+__all__ = ["Episode", "EpisodeLimits", "EpisodeRow", "observed_ids", "EpisodeRunner", "FailureWindow", "Scheduling", "episodes_to_generation"]
 
 SCHEDULES = ("ready", "rounds")
 HISTORIES = ("tokens", "template")
@@ -203,6 +203,9 @@ class EpisodeRunner:
 
     def ended(self, episode: Episode) -> None:
         """Called as ``episode`` ends (a harness's session stops taking requests)."""
+
+    def close(self) -> None:
+        """Release what the runner holds open (a harness's endpoint)."""
 
     def start(self, problem: Problem) -> Episode:
         """A new episode of ``problem`` in a new environment, its prompt not yet asked for."""
@@ -365,10 +368,16 @@ class EpisodeRunner:
             rendered = self.turns.prompt_ids([*episode.messages, *observation])
             context = episode.context_ids
             return rendered[len(context):] if rendered[:len(context)] == context else None
-        try:
-            return self.turns.observation_ids(observation, episode.ids[-1:])
-        except PrefixBroken:
-            return None
+        return observed_ids(self.turns, observation, episode.ids[-1:])
+
+
+def observed_ids(turns, observation: list[dict], sampled: list[int]) -> list[int] | None:
+    """The ids ``turns`` appends for ``observation`` after the sampled ids ``sampled``; None where
+    the template cannot extend them (a rewrite of the past: the history forks)."""
+    try:
+        return turns.observation_ids(observation, sampled)
+    except PrefixBroken:
+        return None
 
 
 def episodes_to_generation(episodes: list[Episode] | list[EpisodeRow], pad_id: int) -> Generation:

@@ -34,10 +34,9 @@ import warnings
 
 from asyncrl.agents.calls import Failed
 from asyncrl.agents.endpoint import Endpoint, EndpointError
-from asyncrl.agents.episode import Episode, EpisodeRunner
+from asyncrl.agents.episode import Episode, EpisodeRunner, observed_ids
 from asyncrl.agents.harness import (Ended, HarnessEpisode, HarnessSession, Request, Sampling, chat_response,
                                     completion_response, parse_chat, parse_completion)
-from asyncrl.agents.render import PrefixBroken
 from asyncrl.agents.tool_formats import turn_stops
 from asyncrl.tasks import Problem
 
@@ -193,7 +192,7 @@ class HarnessRunner(EpisodeRunner):
             new = None
             if not first and _same(episode.env.last_tools, request.tools):
                 new = _extension(episode.env.last_messages, request.messages)
-            ids = self._observation(turns, episode, new) if new is not None else None
+            ids = observed_ids(turns, new, episode.ids[-1:]) if new is not None else None
             prompt = turns.prompt_ids(request.messages) if ids is None else None
             if first:
                 episode.n_prompt_messages = len(request.messages)
@@ -216,12 +215,6 @@ class HarnessRunner(EpisodeRunner):
                                      "tokens", code="episode_tokens")
         else:
             episode.add_observed(ids)
-
-    def _observation(self, turns, episode: Episode, new: list[dict]) -> list[int] | None:
-        try:
-            return turns.observation_ids(new, episode.ids[-1:])
-        except PrefixBroken:
-            return None
 
     def decode(self, engine, batch: list[Episode], between, stops: tuple) -> None:
         """The episodes' requests, one engine call per distinct (max tokens, stop strings)."""

@@ -57,20 +57,12 @@ class EpisodeRollout:
         self.tools = ToolBox(tools, timeout_s=env.tool_timeout_s, max_chars=env.tool_max_chars) if tools else None
         turns = make_turns(tokenizer, cfg.policy.chat_template, self.tools.schemas if self.tools else ())
         self.tool_format, tool_stops = _tool_format(env, tokenizer, turns) if self.tools else (None, ())
-        limits = EpisodeLimits(max_turns=env.max_turns, turn_tokens=env.turn_tokens or cfg.rollout.max_new_tokens,
-                               episode_tokens=env.episode_tokens, stop=(*env.stop, *tool_stops),
-                               step_timeout_s=env.step_timeout_s)
-        scheduling = Scheduling(schedule=env.schedule, concurrency=env.concurrency, retries=env.retries,
-                                backoff_s=env.retry_backoff_s, max_failure_frac=env.max_failure_frac,
-                                failure_window=env.failure_window)
-        self.runner = EpisodeRunner(make_env, turns, tokenizer, limits, self.tools, scheduling,
-                                    tool_format=self.tool_format, history=env.history)
+        self.runner = EpisodeRunner(make_env, turns, tokenizer, _limits(cfg, tool_stops), self.tools,
+                                    _scheduling(env), tool_format=self.tool_format, history=env.history)
 
     def close(self) -> None:
         """Release what the episodes hold open (a harness's endpoint: it refuses requests after)."""
-        close = getattr(self.runner, "close", None)
-        if close is not None:
-            close()
+        self.runner.close()
 
     def run(self, engine, problems: list[Problem], n: int, *, between_chunks=None,
             first_group_id: int = 0, keep_failed: bool = False, stop_check=None) -> RolloutOut:
@@ -150,7 +142,7 @@ def _tool_format(env, tokenizer, turns):
     """(the run's tool-call format, the stops it adds) for ``env.tool_format`` and
     ``env.parallel_tool_calls``; a run whose model cannot see the tools' schemas is refused unless
     its task teaches the calls (``env.tool_schemas=none``)."""
-    from asyncrl.agents.tool_formats import tool_format, turn_stops
+    from asyncrl.agents.tool_formats import turn_stops
     from asyncrl.core.loader import ConfigError
 
     templated = isinstance(turns, ChatTurns)
@@ -159,15 +151,22 @@ def _tool_format(env, tokenizer, turns):
                           "policy.chat_template=false), so the model would never see the tools' schemas; use a "
                           "policy with one, or env.tool_schemas=none where the task's warm start demonstrates "
                           "the calls")
-    fmt = tool_format(env.tool_format, tokenizer if templated else None)
-    parallel = {"on": True, "off": False}.get(env.parallel_tool_calls, templated)
+    fmt, parallel = _call_settings(env, tokenizer, templated)
     return fmt, turn_stops(fmt, parallel)
 
 
-def _limits(cfg) -> EpisodeLimits:
+def _call_settings(env, tokenizer, templated: bool):
+    """(the tool-call format of ``env.tool_format``, whether a turn may make several calls)."""
+    from asyncrl.agents.tool_formats import tool_format
+
+    fmt = tool_format(env.tool_format, tokenizer if templated else None)
+    return fmt, {"on": True, "off": False}.get(env.parallel_tool_calls, templated)
+
+
+def _limits(cfg, stops: tuple[str, ...] = ()) -> EpisodeLimits:
     env = cfg.env
     return EpisodeLimits(max_turns=env.max_turns, turn_tokens=env.turn_tokens or cfg.rollout.max_new_tokens,
-                         episode_tokens=env.episode_tokens, stop=tuple(env.stop), step_timeout_s=env.step_timeout_s)
+                         episode_tokens=env.episode_tokens, stop=(*env.stop, *stops), step_timeout_s=env.step_timeout_s)
 
 
 def _scheduling(env) -> Scheduling:
@@ -180,7 +179,6 @@ def _harness_runner(cfg, tokenizer):
     """The runner of ``env.harness`` episodes: the harness's requests, through the run's endpoint."""
     from asyncrl.agents.harness import Sampling
     from asyncrl.agents.harness_runner import HarnessRunner
-    from asyncrl.agents.tool_formats import tool_format
     from asyncrl.rewards.resolve import resolve
 
     env, policy, ro = cfg.env, cfg.policy, cfg.rollout
@@ -192,9 +190,7 @@ def _harness_runner(cfg, tokenizer):
             cache[key] = make_turns(tokenizer, policy.chat_template, tools or ())
         return cache[key]
 
-    templated = isinstance(turns_of(None), ChatTurns)
-    fmt = tool_format(env.tool_format, tokenizer if templated else None)
-    parallel = {"on": True, "off": False}.get(env.parallel_tool_calls, templated)
+    fmt, parallel = _call_settings(env, tokenizer, isinstance(turns_of(None), ChatTurns))
     limits = _limits(cfg)
     sampling = Sampling(ro.temperature, ro.top_p, limits.turn_tokens)
     return HarnessRunner(resolve(env.harness), tokenizer, turns_of, limits, _scheduling(env), fmt, sampling,
