@@ -24,7 +24,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from asyncrl.bench.study import load_study
+from benchmarks.bench.study import load_study
 
 
 def _tvs(run: dict, skip: int) -> list[float]:

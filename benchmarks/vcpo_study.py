@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asyncrl.bench.stats import bootstrap_ci
+from benchmarks.bench.stats import bootstrap_ci
 
 LAGGED = ["run.mode=simulated", "async.lag={k}", "loss.name=decoupled"]  # exact staleness K
 ASYNC = ["run.mode=async", "loss.name=decoupled", "trainer.prox=loglinear", "async.max_staleness={k}"]

@@ -1,6 +1,6 @@
 """gymnasium and MuJoCo are the optional ``control`` extra (``pip install 'asyncrl[control]'``).
 
-Only building an env needs them, so :mod:`asyncrl.control` imports gymnasium inside the functions that
+Only building an env needs them, so :mod:`benchmarks.control` imports gymnasium inside the functions that
 build or type-check envs, and the rest of the package (every other command, the configs, the arms,
 the reports) imports and runs without it. A run that does need them is refused up front with one
 line naming the pip command, instead of a traceback from deep inside env construction.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 
-from asyncrl.control.config import MUJOCO_ENVS
+from benchmarks.control.config import MUJOCO_ENVS
 
 INSTALL = "pip install 'asyncrl[control]'"
 DISPLAY_NAMES = {"gymnasium": "gymnasium", "mujoco": "MuJoCo"}

@@ -2,7 +2,7 @@
 
 Benchmarks run a handful of seeds per method (3-10), so every headline number is a mean over
 seeds with a Student-t confidence interval, and every comparison of two arms is a Welch test
-(the tests live in the last section; asyncrl.bench.paired has the paired test for arms run on
+(the tests live in the last section; benchmarks.bench.paired has the paired test for arms run on
 the same seeds). Nothing resamples: the numbers are the same on every
 render. Missing data is tolerated: NaN/None/inf values are dropped before anything is computed,
 because a run that crashed or a metric a method does not log must not poison the aggregate.
@@ -299,7 +299,7 @@ def welch_p(a: np.ndarray, b: np.ndarray, shift: float = 0.0, alternative: str =
 def tost_p(a: np.ndarray, b: np.ndarray, margin: float) -> np.ndarray:
     """Two one-sided Welch tests of equivalence within ±``margin``: the larger of the p-values of
     H0: diff <= −margin and H0: diff >= +margin. p < alpha says |mean(a) − mean(b)| < margin at level
-    alpha; vectorised along the last axis like welch_p (asyncrl.bench.paired has the paired one)."""
+    alpha; vectorised along the last axis like welch_p (benchmarks.bench.paired has the paired one)."""
     if not margin > 0:
         raise ValueError(f"margin: must be > 0, got {margin}")
     return np.maximum(welch_p(a, b, -margin, "greater"), welch_p(a, b, margin, "less"))

@@ -1,5 +1,5 @@
 """The peer-trl suite: TRL's GRPOTrainer beside asyncrl sync and A-3PO, with the same model, task,
-batches, sampling and optimizer (the TRL cell runs in :mod:`asyncrl.bench.peer_trl`)."""
+batches, sampling and optimizer (the TRL cell runs in :mod:`benchmarks.bench.peer_trl`)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from asyncrl.bench import figures as F
-from asyncrl.bench import report as R
-from asyncrl.bench import wording as W
-from asyncrl.bench.cells import Cell, check_known, overrides, params
-from asyncrl.bench.stats import group_by_method
-from asyncrl.bench.suite_a3po import A3PO_METHODS, QUICK_COMMON
-from asyncrl.bench.suites import CellRequest, Suite, validate_train_cells
+from benchmarks.bench import figures as F
+from benchmarks.bench import report as R
+from benchmarks.bench import wording as W
+from benchmarks.bench.cells import Cell, check_known, overrides, params
+from benchmarks.bench.stats import group_by_method
+from benchmarks.bench.suite_a3po import A3PO_METHODS, QUICK_COMMON
+from benchmarks.bench.suites import CellRequest, Suite, validate_train_cells
 
 PEER_METHODS: dict[str, dict[str, object]] = {
     "trl-grpo": {"run.mode": "sync"},  # TRL decides the rest

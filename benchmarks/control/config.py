@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from asyncrl.control.arms import ARMS
+from benchmarks.control.arms import ARMS
 from asyncrl.objectives import validate_loss_params
 from asyncrl.objectives.params import check_bool, check_choice, check_real
 
@@ -24,7 +24,7 @@ KNOWN_ENVS = DISCRETE_ENVS + MUJOCO_ENVS
 
 @dataclass(frozen=True)
 class ControlConfig:
-    """One run. ``arm`` names an entry of ``asyncrl.control.arms.ARMS``.
+    """One run. ``arm`` names an entry of ``benchmarks.control.arms.ARMS``.
 
     buffer_capacity N: how many past policy snapshots the simulated-async policy buffer keeps (N = 1
     is synchronous). buffer_mode: "random" (each actor draws a snapshot uniformly per rollout, the

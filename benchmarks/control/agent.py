@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 from torch.distributions import Categorical, Distribution, Normal
 
-if TYPE_CHECKING:  # gymnasium is the optional `control` extra (asyncrl.control.extra)
+if TYPE_CHECKING:  # gymnasium is the optional `control` extra (benchmarks.control.extra)
     import gymnasium as gym
 
 

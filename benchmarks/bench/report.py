@@ -2,7 +2,7 @@
 
 `write_report` is the entry point. It aggregates every method's runs across seeds
 (mean + 95% Student-t interval), then calls the report builder of the suite named by
-`results["suite"]` (its record in :mod:`asyncrl.bench.suites`); a builder returns its
+`results["suite"]` (its record in :mod:`benchmarks.bench.suites`); a builder returns its
 suite-specific headline numbers, a Markdown table and the figures it drew. The helpers below are
 what the builders share. The HTML report is self-contained (PNGs inlined as base64 data URIs) so it can be
 mailed or attached to a PR as one file.
@@ -74,7 +74,7 @@ BAND = "mean over seeds, band = 95% t interval (min/max where only one seed has 
 
 def line_figures(fig_dir: Path, groups: Mapping[str, list], specs: Sequence[tuple], colors: dict
                  ) -> FigureList:
-    """Draw one mean-over-seeds line figure per spec (see asyncrl.bench.a3po_report.A3PO_LINES); returns [(file, caption)]."""
+    """Draw one mean-over-seeds line figure per spec (see benchmarks.bench.a3po_report.A3PO_LINES); returns [(file, caption)]."""
     for name, panels, x, title, ylabel, _ in specs:
         F.method_line_figure(fig_dir / name, groups, panels, x=x, title=title, ylabel=ylabel, colors=colors)
     return [(name, f"{caption}; {BAND}.") for name, *_, caption in specs]

@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from asyncrl.bench import figures as F
-from asyncrl.bench import report as R
-from asyncrl.bench.cells import Cell, check_known, overrides, params
-from asyncrl.bench.stats import compare_arms, group_by_method, run_value, verdicts_within
-from asyncrl.bench.suite_a3po import QUICK_COMMON
-from asyncrl.bench.suites import CellRequest, Suite, validate_train_cells
+from benchmarks.bench import figures as F
+from benchmarks.bench import report as R
+from benchmarks.bench.cells import Cell, check_known, overrides, params
+from benchmarks.bench.stats import compare_arms, group_by_method, run_value, verdicts_within
+from benchmarks.bench.suite_a3po import QUICK_COMMON
+from benchmarks.bench.suites import CellRequest, Suite, validate_train_cells
 
 # (switches, world size): the trainer ranks a method runs with
 SCALE_METHODS: dict[str, tuple[dict[str, object], int]] = {

@@ -8,10 +8,10 @@ the exact proximal log-probs on every ``A3PO_ERROR_EVERY``-th step.
 
 from __future__ import annotations
 
-from asyncrl.bench import wording as W
-from asyncrl.bench.a3po_report import build_a3po
-from asyncrl.bench.cells import Cell, check_known, overrides, params
-from asyncrl.bench.suites import CellRequest, Suite, validate_train_cells
+from benchmarks.bench import wording as W
+from benchmarks.bench.a3po_report import build_a3po
+from benchmarks.bench.cells import Cell, check_known, overrides, params
+from benchmarks.bench.suites import CellRequest, Suite, validate_train_cells
 from asyncrl.objectives import prox_strategy
 
 # The three A-3PO arms; each equals a packaged preset (sync, recompute, a3po: a test checks they agree).

@@ -312,7 +312,7 @@ def _agent_arm_name(method: str, k: Any) -> str:
 
 
 def headline_agent(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> list[str]:
-    """The agent suite (asyncrl.bench.agent_report): the ideal overlap sync allows, then one sentence
+    """The agent suite (benchmarks.bench.agent_report): the ideal overlap sync allows, then one sentence
     per async arm (throughput ÷ sync, share of the ideal, oldest-token staleness, drops, eval gap with
     its test), then a verdict on the fastest arm."""
     arms = summary.get("arms") or {}

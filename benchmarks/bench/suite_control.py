@@ -1,7 +1,7 @@
 """The control suite: the classic-control policy-lag study as cells, env × arm × policy-buffer
-capacity × seed, each one ``python -m asyncrl.control`` process writing
+capacity × seed, each one ``python -m benchmarks.control`` process writing
 ``<runs>/<cell>/{metrics.jsonl,summary.json}``. Its report pools envs into IQMs with stratified
-bootstrap CIs (:mod:`asyncrl.bench.control_report`).
+bootstrap CIs (:mod:`benchmarks.bench.control_report`).
 
 Without Ray, a cluster works too: give every node the same ``--out`` on shared storage and a
 disjoint ``--envs`` / ``--methods`` slice, then rerun once without filters to write the combined
@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from asyncrl.bench.cells import Cell, check_known, overrides
-from asyncrl.bench.suites import CellRequest, Suite
-from asyncrl.control.arms import ARMS
-from asyncrl.control.config import KNOWN_ENVS, MUJOCO_ENVS, make_config, parse_overrides
-from asyncrl.control.extra import require_control_extra
+from benchmarks.bench.cells import Cell, check_known, overrides
+from benchmarks.bench.suites import CellRequest, Suite
+from benchmarks.control.arms import ARMS
+from benchmarks.control.config import KNOWN_ENVS, MUJOCO_ENVS, make_config, parse_overrides
+from benchmarks.control.extra import require_control_extra
 
 CAPACITIES = (1, 4, 8, 16)
 QUICK_CAPACITIES = (1, 4)
@@ -51,7 +51,7 @@ def _cells(suite: Suite, request: CellRequest, seed: int) -> list[Cell]:
 
 
 def _write_report(out_dir, results: dict) -> dict:
-    from asyncrl.bench.control_report import write_control_report
+    from benchmarks.bench.control_report import write_control_report
 
     return write_control_report(out_dir, results)
 

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from asyncrl.control.envs import finished_episodes
+from benchmarks.control.envs import finished_episodes
 
-if TYPE_CHECKING:  # gymnasium is the optional `control` extra (asyncrl.control.extra)
+if TYPE_CHECKING:  # gymnasium is the optional `control` extra (benchmarks.control.extra)
     import gymnasium as gym
 
 

@@ -2,7 +2,7 @@
 
 When both arms of a comparison train with the same seeds, much of the seed-to-seed spread (the
 initial weights, the prompt order) is shared by the two runs of a seed; the t test of the per-seed
-differences removes it, where Welch's test (asyncrl.bench.stats) counts it as noise. Pairing is by
+differences removes it, where Welch's test (benchmarks.bench.stats) counts it as noise. Pairing is by
 position: the caller aligns the two lists by seed. The dicts have welch()'s keys, so
 stats.verdicts_within Holm-adjusts a family of them exactly as it does a family of Welch comparisons.
 Kept apart from stats.py only to keep that file under 500 lines.

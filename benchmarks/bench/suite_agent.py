@@ -12,16 +12,16 @@ with P(k) ∝ k^(−2), k = 2..8, so bisection takes about k turns; asyncrl.envs
   (:data:`RECOMPUTE_K`, or the smallest ``--ks`` when that leaves it out): what the exact
   proximal pass costs where episodes are long.
 
-The report (asyncrl.bench.agent_report) sets each async arm's throughput against sync's and
+The report (benchmarks.bench.agent_report) sets each async arm's throughput against sync's and
 against the ideal overlap that sync's own generation and training times allow.
 """
 
 from __future__ import annotations
 
-from asyncrl.bench import wording as W
-from asyncrl.bench.agent_report import METHOD_ORDER, build_agent
-from asyncrl.bench.cells import Cell, check_known, overrides, params, under_config
-from asyncrl.bench.suites import CellRequest, Suite, validate_train_cells
+from benchmarks.bench import wording as W
+from benchmarks.bench.agent_report import METHOD_ORDER, build_agent
+from benchmarks.bench.cells import Cell, check_known, overrides, params, under_config
+from benchmarks.bench.suites import CellRequest, Suite, validate_train_cells
 
 PRESET = "guess-tail"  # the long-tailed guess game; --config replaces it
 AGENT_KS = (1, 2, 4)

@@ -1,5 +1,5 @@
 """The study suite: the arms, seeds and conclusions a plan file declares before any run
-(:mod:`asyncrl.bench.plan_file`), run like any suite and reported by :mod:`asyncrl.bench.study_report`.
+(:mod:`benchmarks.bench.plan_file`), run like any suite and reported by :mod:`benchmarks.bench.study_report`.
 
 Seed ``s`` of every arm starts from warm start ``pretrain.seed = s % warm_starts``, so the spread
 between warm starts is part of what the seeds sample, and the same seed of two arms shares its warm
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from asyncrl.bench.cells import Cell, overrides
-from asyncrl.bench.plan_file import PLAN_COPY, PlanError, StudyPlan, freeze_plan, load_plan
-from asyncrl.bench.study_report import build_study, headline_study
-from asyncrl.bench.suites import CellRequest, Suite, validate_train_cells
+from benchmarks.bench.cells import Cell, overrides
+from benchmarks.bench.plan_file import PLAN_COPY, PlanError, StudyPlan, freeze_plan, load_plan
+from benchmarks.bench.study_report import build_study, headline_study
+from benchmarks.bench.suites import CellRequest, Suite, validate_train_cells
 
 
 def plan_path(request: CellRequest) -> Path:

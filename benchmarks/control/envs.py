@@ -5,7 +5,7 @@ observation returned at an episode end is already the next episode's first one, 
 a plain sequence of steps with ``done`` flags between episodes (the layout GAE / V-trace expect).
 Episode returns are recorded *before* any reward normalisation, so they are the raw env returns.
 gymnasium is the optional ``control`` extra: it is imported here only when envs are built
-(:mod:`asyncrl.control.extra`).
+(:mod:`benchmarks.control.extra`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from asyncrl.control.config import ControlConfig
-from asyncrl.control.extra import require_control_extra
+from benchmarks.control.config import ControlConfig
+from benchmarks.control.extra import require_control_extra
 
 if TYPE_CHECKING:
     import gymnasium as gym

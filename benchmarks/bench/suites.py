@@ -2,13 +2,13 @@
 
 A suite is data plus two functions: how its cells are built (method × seed [× K ...], each one
 training run described by config overrides) and how its report is written. The runner
-(:mod:`asyncrl.bench.runner`) runs any suite's cells the same way, and the CLI offers every
+(:mod:`benchmarks.bench.runner`) runs any suite's cells the same way, and the CLI offers every
 registered suite. A new suite is one file defining ``SUITE = Suite(...)`` and one entry in
 ``SUITES`` (its import path, so a suite is imported only when used): a line here, or, from outside
 the package, a plugin module named on the command line as ``run.plugins=[...]``, which ``asyncrl
 bench`` imports before it reads the suite's name and passes on to every cell::
 
-    from asyncrl.bench.suites import SUITES
+    from benchmarks.bench.suites import SUITES
     SUITES["mine"] = "my_pkg.bench:SUITE"
 """
 
@@ -20,18 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from asyncrl.bench.cells import Cell, under_config
+from benchmarks.bench.cells import Cell, under_config
 from asyncrl.core.registries import resolve
 
 # name -> "module:attribute" of its Suite; imported only when the suite is used
 SUITES: dict[str, str] = {
-    "a3po": "asyncrl.bench.suite_a3po:SUITE",
-    "atlas": "asyncrl.bench.suite_atlas:SUITE",
-    "peer-trl": "asyncrl.bench.suite_peer_trl:SUITE",
-    "control": "asyncrl.bench.suite_control:SUITE",
-    "scale": "asyncrl.bench.suite_scale:SUITE",
-    "study": "asyncrl.bench.suite_study:SUITE",
-    "agent": "asyncrl.bench.suite_agent:SUITE",
+    "a3po": "benchmarks.bench.suite_a3po:SUITE",
+    "atlas": "benchmarks.bench.suite_atlas:SUITE",
+    "peer-trl": "benchmarks.bench.suite_peer_trl:SUITE",
+    "control": "benchmarks.bench.suite_control:SUITE",
+    "scale": "benchmarks.bench.suite_scale:SUITE",
+    "study": "benchmarks.bench.suite_study:SUITE",
+    "agent": "benchmarks.bench.suite_agent:SUITE",
 }
 OPTIONS = ("ks", "rows", "envs", "config", "plan")  # the CLI filters a suite may take besides --methods/--seeds
 

@@ -13,7 +13,7 @@ class Cell:
     name: str  # unique, also the run directory name: "<method>-s<seed>" or "<method>-k<K>-s<seed>"
     method: str
     seed: int
-    runner: str  # a key of asyncrl.bench.runner.RUNNERS: which program runs the cell
+    runner: str  # a key of benchmarks.bench.runner.RUNNERS: which program runs the cell
     overrides: tuple[str, ...]  # dotted key=value, applied on top of the defaults
     params: dict = field(default_factory=dict, compare=False)  # what varies across cells, for the report
     config: str | None = None  # YAML config file under the overrides (``asyncrl bench --config``)

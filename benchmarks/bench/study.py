@@ -5,7 +5,7 @@ A study folder is what gets committed and shared::
 
     README.md  table.md  summary.json  report.html  figures/*.png    what a reader opens
     results.json     the suite, command, host, and per run: cell, method, seed, params, summary,
-                     load (the machine's load averages at the cell's start and end: asyncrl.bench.load)
+                     load (the machine's load averages at the cell's start and end: benchmarks.bench.load)
     steps.csv.gz     one row per (run, step): ``cell`` then one column per metric
 
 The per-cell run directories (checkpoints, logs, completions) stay where the run wrote them and are

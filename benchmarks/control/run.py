@@ -1,4 +1,4 @@
-"""One run as a process: ``python -m asyncrl.control out_dir=DIR key=value ...``.
+"""One run as a process: ``python -m benchmarks.control out_dir=DIR key=value ...``.
 
 Writes ``DIR/metrics.jsonl`` (one line per iteration) and, last and atomically, ``DIR/summary.json``
 (config, final score, wall time): a run directory with summary.json is a finished run. Bad keys or
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from asyncrl.control.config import ControlConfig, make_config, parse_overrides
-from asyncrl.control.extra import require_control_extra
-from asyncrl.control.train import train
+from benchmarks.control.config import ControlConfig, make_config, parse_overrides
+from benchmarks.control.extra import require_control_extra
+from benchmarks.control.train import train
 
 FINAL_FRACTION = 0.1  # the final score averages the episodes of the last 10 % of iterations
 
@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
         cfg = make_config(overrides.pop("env_id", "CartPole-v1"), **overrides)
         require_control_extra([cfg.env_id], cfg.env_id)
     except ValueError as err:
-        print(f"asyncrl.control: {err}", file=sys.stderr)
+        print(f"benchmarks.control: {err}", file=sys.stderr)
         return 2
     summary = run_to_dir(cfg, Path(out[-1]))
     print(json.dumps({k: summary[k] for k in ("final_score", "env_steps", "train_wall_s", "env_steps_per_s")}))

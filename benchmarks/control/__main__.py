@@ -1,5 +1,5 @@
 import sys
 
-from asyncrl.control.run import main
+from benchmarks.control.run import main
 
 sys.exit(main(sys.argv[1:]))

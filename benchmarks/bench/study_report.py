@@ -1,4 +1,4 @@
-"""The report of a planned study (:mod:`asyncrl.bench.suite_study`): verdicts for the plan's one
+"""The report of a planned study (:mod:`benchmarks.bench.suite_study`): verdicts for the plan's one
 Holm family on its primary endpoint, and every other number marked exploratory.
 
 Endpoints per run: ``final_eval_reward`` (the last evaluation), and ``eval_auc``, the area under the
@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from asyncrl.bench import figures as F
-from asyncrl.bench import report as R
-from asyncrl.bench import stats as S
-from asyncrl.bench import wording as W
-from asyncrl.bench.paired import compare_paired
-from asyncrl.bench.plan_file import Comparison, StudyPlan, stored_plan
+from benchmarks.bench import figures as F
+from benchmarks.bench import report as R
+from benchmarks.bench import stats as S
+from benchmarks.bench import wording as W
+from benchmarks.bench.paired import compare_paired
+from benchmarks.bench.plan_file import Comparison, StudyPlan, stored_plan
 
 ENDPOINT_WORDS = {"final_eval_reward": "final eval reward", "eval_auc": "eval reward AUC (curve mean)"}
 

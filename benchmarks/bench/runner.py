@@ -2,7 +2,7 @@
 
     <runs>/<cell>/              each cell's run directory (default <out>/runs; not part of the study)
     <out>/results.json          every run's summary and load } the study's data
-    <out>/steps.csv.gz          every run's per-step metrics } (asyncrl.bench.study)
+    <out>/steps.csv.gz          every run's per-step metrics } (benchmarks.bench.study)
     <out>/summary.json, table.md, report.html, figures/*.png      (the suite's report)
 
 A cell is finished when its ``summary.json`` exists (runs write it atomically, last); an unfinished
@@ -32,10 +32,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
     TimeRemainingColumn
 
-from asyncrl.bench.cells import Cell
-from asyncrl.bench.load import overload_warning, read_load, record_load
-from asyncrl.bench.study import StudyError, load_study, write_study_data
-from asyncrl.bench.suites import Suite, get_suite
+from benchmarks.bench.cells import Cell
+from benchmarks.bench.load import overload_warning, read_load, record_load
+from benchmarks.bench.study import StudyError, load_study, write_study_data
+from benchmarks.bench.suites import Suite, get_suite
 
 
 class BenchError(RuntimeError):
@@ -74,10 +74,18 @@ RUNNERS: dict[str, CellRunner] = {
     "torchrun": CellRunner("torch.distributed.run", lambda c, d: [
         "--standalone", "--nproc_per_node", str(c.params["world"]), "-m", "asyncrl.runtime",
         *_asyncrl_command_args(c, d)], env=_OFFLINE),
-    "trl": CellRunner("asyncrl.bench.peer_trl", _asyncrl_command_args, env=_OFFLINE),
-    "control": CellRunner("asyncrl.control", lambda c, d: [*c.overrides, f"out_dir={d / c.name}"],
+    "trl": CellRunner("benchmarks.bench.peer_trl", _asyncrl_command_args, env=_OFFLINE),
+    "control": CellRunner("benchmarks.control", lambda c, d: [*c.overrides, f"out_dir={d / c.name}"],
                           env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}),
 }
+
+
+def checkout_pythonpath(current: str | None) -> str:
+    """``PYTHONPATH`` for a cell's own process: the checkout's root first, so that ``python -m
+    benchmarks.…`` imports this apparatus (not installed: it lives in the repository only)."""
+    from benchmarks import REPO_ROOT
+
+    return os.pathsep.join([str(REPO_ROOT), *([current] if current else [])])
 
 
 def cell_command(cell: Cell, runs_dir: Path) -> list[str]:
@@ -109,14 +117,15 @@ def run_cell(cell: Cell, runs_dir: Path, *, in_process: bool = False, env: dict[
         return run_dir
     log_path = run_dir / "bench.log"
     runner = RUNNERS[cell.runner]
-    record_load(run_dir, "start")  # the machine's load beside the cell's timings (asyncrl.bench.load)
+    record_load(run_dir, "start")  # the machine's load beside the cell's timings (benchmarks.bench.load)
     if in_process and runner.in_process:
         code = _run_in_process(cell, runs_dir, log_path)
     else:
         command = [sys.executable, "-m", runner.module, *runner.args(cell, runs_dir)]
         with open(log_path, "w") as log:
             code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
-                                  env={**os.environ, **runner.env, **(env or {})}).returncode
+                                  env={**os.environ, **runner.env, **(env or {}),
+                                       "PYTHONPATH": checkout_pythonpath(os.environ.get("PYTHONPATH"))}).returncode
     record_load(run_dir, "end")
     check_cell(cell.name, run_dir, code, log_path)
     return run_dir
@@ -196,7 +205,7 @@ def package_versions() -> dict[str, str]:
 
 
 def source_revision() -> dict:
-    """``commit`` (HEAD of the git checkout asyncrl is imported from) and ``dirty`` (whether tracked
+    """``commit`` (HEAD of the git checkout this apparatus is run from) and ``dirty`` (whether tracked
     files differ from it); both None for an installed wheel or without git, so a reader knows the
     numbers' code is unknown rather than assuming the latest."""
     import subprocess
@@ -259,7 +268,7 @@ def pending_cells(cells: list[Cell], runs_dir: Path, console: Console) -> list[C
 
 def write_suite_report(out_dir: Path, results: dict) -> dict:
     """The suite's report for ``results`` (summary.json, table.md, figures, report.html)."""
-    from asyncrl.bench.report import write_report
+    from benchmarks.bench.report import write_report
 
     return write_report(out_dir, results)
 
@@ -273,11 +282,11 @@ def run_suite(suite: Suite | str, cells: list[Cell], out_dir: Path, *, quick: bo
               runs_dir: Path | None = None, in_process: bool = False, jobs: int = 1, ray: bool = False,
               report_only: bool = False, console: Console | None = None, header: dict | None = None) -> dict:
     """Run every unfinished cell (in this process, ``jobs`` subprocesses at a time, or as Ray tasks:
-    :mod:`asyncrl.bench.executor`), then store the study and write the report; returns summary.json's
+    :mod:`benchmarks.bench.executor`), then store the study and write the report; returns summary.json's
     dict. ``report_only``: run nothing; report on the cells finished in ``runs_dir`` (a partial
     report says so), else re-render the study stored in ``out_dir``. ``header``: what results.json
     records beside the runs (a study's plan)."""
-    from asyncrl.bench.executor import run_cells
+    from benchmarks.bench.executor import run_cells
 
     suite = get_suite(suite) if isinstance(suite, str) else suite
     console = console or Console(stderr=True)

@@ -23,12 +23,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from asyncrl.control.agent import Agent
-from asyncrl.control.arms import ADVANTAGES, ARMS, AdvantageInputs, Arm
-from asyncrl.control.config import ControlConfig
-from asyncrl.control.envs import make_vector_env
-from asyncrl.control.policy_buffer import ACTOR_POOLS
-from asyncrl.control.rollout import Rollout, collect
+from benchmarks.control.agent import Agent
+from benchmarks.control.arms import ADVANTAGES, ARMS, AdvantageInputs, Arm
+from benchmarks.control.config import ControlConfig
+from benchmarks.control.envs import make_vector_env
+from benchmarks.control.policy_buffer import ACTOR_POOLS
+from benchmarks.control.rollout import Rollout, collect
 from asyncrl.objectives import masked_whiten, policy_loss
 
 

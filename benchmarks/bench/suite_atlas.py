@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-from asyncrl.bench import wording as W
-from asyncrl.bench.atlas_report import build_atlas
-from asyncrl.bench.cells import Cell, check_known, overrides, params
-from asyncrl.bench.suite_a3po import QUICK_COMMON
-from asyncrl.bench.suites import CellRequest, Suite, validate_train_cells
+from benchmarks.bench import wording as W
+from benchmarks.bench.atlas_report import build_atlas
+from benchmarks.bench.cells import Cell, check_known, overrides, params
+from benchmarks.bench.suite_a3po import QUICK_COMMON
+from benchmarks.bench.suites import CellRequest, Suite, validate_train_cells
 
 # The loss parameters the atlas sets beyond a loss's defaults. opsm's δ has no published default
 # (TRL's example value is used).

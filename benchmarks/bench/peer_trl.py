@@ -2,7 +2,7 @@
 trains: the same warm-started model and tokenizer, task, prompt order, batch sizes, sampling settings,
 optimizer and evaluation function. A peer baseline for speed and learning curves.
 
-    python -m asyncrl.bench.peer_trl [--config FILE] [dotted.key=value ...]
+    python -m benchmarks.bench.peer_trl [--config FILE] [dotted.key=value ...]
 
 Same config system as ``asyncrl train``; bad input exits 2 with one line on stderr. Writes
 ``<run.out_dir>/<run.name>/`` with ``config.yaml``, ``trl_args.json`` (the TRL options used),

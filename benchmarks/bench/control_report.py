@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from asyncrl.bench import figures as F
-from asyncrl.bench import wording as W
-from asyncrl.bench.control_stats import N_BOOT, iqm, iqm_ci, min_max_normalise, normalised_curve, performance_profile
-from asyncrl.bench.report import _jsonable, _render_html, _write_atomic
+from benchmarks.bench import figures as F
+from benchmarks.bench import wording as W
+from benchmarks.bench.control_stats import N_BOOT, iqm, iqm_ci, min_max_normalise, normalised_curve, performance_profile
+from benchmarks.bench.report import _jsonable, _render_html, _write_atomic
 
 ARM_ORDER = ("ppo", "ppo_kl", "spo", "impala", "vaco")
 CURVE_POINTS = 21

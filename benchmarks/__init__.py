@@ -1,0 +1,10 @@
+"""The project's benchmark and study apparatus, run from a checkout of the repository (it is not part
+of the installed ``asyncrl`` package): ``python -m benchmarks SUITE ...`` runs a suite
+(:mod:`benchmarks.bench`), ``python -m benchmarks.control`` one classic-control run
+(:mod:`benchmarks.control`). The scripts beside this file are one-off studies and campaigns."""
+
+from pathlib import Path
+
+# the checkout's root: the folder whose ``benchmarks`` this is, put on PYTHONPATH for the cells that run
+# in processes of their own (python -m benchmarks.bench.peer_trl, python -m benchmarks.control)
+REPO_ROOT = Path(__file__).resolve().parent.parent
