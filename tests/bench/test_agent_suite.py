@@ -10,9 +10,9 @@ import os
 import pytest
 from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
 
-from asyncrl.bench.agent_report import ideal_overlap, token_staleness_shares
-from asyncrl.bench.report import write_report
-from asyncrl.bench.suites import build_cells
+from benchmarks.bench.agent_report import ideal_overlap, token_staleness_shares
+from benchmarks.bench.report import write_report
+from benchmarks.bench.suites import build_cells
 from asyncrl.config import load_config
 
 from .test_bench_cli import BENCH_TINY, check_report

@@ -16,7 +16,7 @@ from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "foundation"))
 from test_e2e_train import TINY  # noqa: E402
 
-from asyncrl.bench.study import load_study  # noqa: E402
+from benchmarks.bench.study import load_study  # noqa: E402
 
 # the suite sets run.mode per method: drop the tiny config's mode; one step of two is enough to
 # exercise every metric and figure

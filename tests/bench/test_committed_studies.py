@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl.bench import wording as W
-from asyncrl.bench.runner import run_suite
-from asyncrl.bench.study import RESULTS_FILE, STEPS_FILE
+from benchmarks.bench import wording as W
+from benchmarks.bench.runner import run_suite
+from benchmarks.bench.study import RESULTS_FILE, STEPS_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl.bench.plan_file import PLAN_COPY, PlanError, freeze_plan, load_plan, parse_plan, stored_plan
-from asyncrl.bench.study_report import build_study, eval_auc
+from benchmarks.bench.plan_file import PLAN_COPY, PlanError, freeze_plan, load_plan, parse_plan, stored_plan
+from benchmarks.bench.study_report import build_study, eval_auc
 
 PLAN = """\
 name: smoke

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from asyncrl.bench.study import load_study
-from asyncrl.bench.suites import build_cells
+from benchmarks.bench.study import load_study
+from benchmarks.bench.suites import build_cells
 from asyncrl.cli import main
 
 pytest.importorskip("gymnasium")  # the `control` extra

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl.control import make_config
-from asyncrl.control.extra import MissingControlExtra, require_control_extra
+from benchmarks.control import make_config
+from benchmarks.control.extra import MissingControlExtra, require_control_extra
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 INSTALL = "pip install 'asyncrl[control]'"
@@ -26,14 +26,14 @@ def _module_name(path: Path) -> str:
 
 
 def control_importers() -> list[str]:
-    """Every module of asyncrl.control, and every module that imports it (at any level)."""
+    """Every module of benchmarks.control, and every module that imports it (at any level)."""
     names = []
     for path in sorted(SRC.rglob("*.py")):
         name = _module_name(path)
         tree = ast.parse(path.read_text())
         imported = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
         imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
-        touches_control = name.startswith("asyncrl.control") or any(m.startswith("asyncrl.control") for m in imported)
+        touches_control = name.startswith("benchmarks.control") or any(m.startswith("benchmarks.control") for m in imported)
         if touches_control and path.name != "__main__.py":  # __main__ runs a command on import
             names.append(name)
     return names
@@ -41,8 +41,8 @@ def control_importers() -> list[str]:
 
 def test_scan_finds_the_control_corner():
     names = control_importers()
-    assert {"asyncrl.control", "asyncrl.control.train", "asyncrl.control.envs", "asyncrl.control.run"} <= set(names)
-    assert len(names) > len([n for n in names if n.startswith("asyncrl.control")])  # the bench's importers too
+    assert {"benchmarks.control", "benchmarks.control.train", "benchmarks.control.envs", "benchmarks.control.run"} <= set(names)
+    assert len(names) > len([n for n in names if n.startswith("benchmarks.control")])  # the bench's importers too
 
 
 def test_without_gymnasium_everything_imports_and_bench_control_exits_2_with_one_line():
@@ -69,16 +69,16 @@ def test_without_gymnasium_a_mujoco_study_names_both(monkeypatch, capsys):
 
 
 def test_control_run_without_gymnasium_exits_2_with_one_line(monkeypatch, capsys, tmp_path):
-    from asyncrl.control.run import main
+    from benchmarks.control.run import main
 
     monkeypatch.setitem(sys.modules, "gymnasium", None)
     assert main([f"out_dir={tmp_path / 'run'}"]) == 2
-    assert capsys.readouterr().err.splitlines() == [f"asyncrl.control: CartPole-v1 needs gymnasium: {INSTALL}"]
+    assert capsys.readouterr().err.splitlines() == [f"benchmarks.control: CartPole-v1 needs gymnasium: {INSTALL}"]
     assert not (tmp_path / "run").exists()
 
 
 def test_building_envs_without_gymnasium_names_the_extra(monkeypatch):
-    from asyncrl.control.envs import make_vector_env
+    from benchmarks.control.envs import make_vector_env
 
     monkeypatch.setitem(sys.modules, "gymnasium", None)
     with pytest.raises(MissingControlExtra, match=r"CartPole-v1 needs gymnasium: pip install 'asyncrl\[control\]'"):
