@@ -15,6 +15,7 @@ pytest.importorskip("trl")
 
 from asyncrl.config import load_config  # noqa: E402
 from asyncrl.policy.prompts import encode_prompt  # noqa: E402
+from cli_forks import checkout_env  # noqa: E402  (tests/: the checkout on PYTHONPATH)
 
 TINY = [
     "model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
@@ -34,7 +35,7 @@ SUMMARY_KEYS = {"mode", "loss", "seed", "steps", "initial_eval_reward", "final_e
 
 
 def run_peer(cwd: Path, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = checkout_env({**os.environ, "HF_HUB_OFFLINE": "1"})
     return subprocess.run([sys.executable, "-m", "benchmarks.bench.peer_trl", *args], capture_output=True,
                           text=True, cwd=cwd, env=env, timeout=timeout)
 
@@ -109,7 +110,8 @@ def test_bad_config_key_is_one_line_exit_2(tmp_path):
 def test_missing_trl_is_one_line_exit_2(tmp_path):
     code = ("import sys; sys.modules['trl'] = None\n"
             "from benchmarks.bench.peer_trl import main\nsys.exit(main([]))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env=checkout_env())
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert 'pip install "asyncrl[peers]" torch==' in proc.stderr and "Traceback" not in proc.stderr
