@@ -122,10 +122,10 @@ def run_cell(cell: Cell, runs_dir: Path, *, in_process: bool = False, env: dict[
         code = _run_in_process(cell, runs_dir, log_path)
     else:
         command = [sys.executable, "-m", runner.module, *runner.args(cell, runs_dir)]
+        cell_env = {**os.environ, **runner.env, **(env or {})}
+        cell_env["PYTHONPATH"] = checkout_pythonpath(cell_env.get("PYTHONPATH"))
         with open(log_path, "w") as log:
-            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
-                                  env={**os.environ, **runner.env, **(env or {}),
-                                       "PYTHONPATH": checkout_pythonpath(os.environ.get("PYTHONPATH"))}).returncode
+            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=cell_env).returncode
     record_load(run_dir, "end")
     check_cell(cell.name, run_dir, code, log_path)
     return run_dir
