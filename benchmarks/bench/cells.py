@@ -16,7 +16,7 @@ class Cell:
     runner: str  # a key of benchmarks.bench.runner.RUNNERS: which program runs the cell
     overrides: tuple[str, ...]  # dotted key=value, applied on top of the defaults
     params: dict = field(default_factory=dict, compare=False)  # what varies across cells, for the report
-    config: str | None = None  # YAML config file under the overrides (``asyncrl bench --config``)
+    config: str | None = None  # YAML config file under the overrides (``python -m benchmarks --config``)
 
 
 def overrides(*parts: dict[str, object]) -> tuple[str, ...]:

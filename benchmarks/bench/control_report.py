@@ -1,4 +1,4 @@
-"""Report of ``asyncrl bench control``: summary.json, table.md, figures/*.png, report.html.
+"""Report of ``python -m benchmarks control``: summary.json, table.md, figures/*.png, report.html.
 
 Scores: a run's final score (mean raw return of its last 10 % of iterations) is normalised per env
 between fixed reference scores, ``(score − random) / (expert − random)`` (:data:`REFERENCE_SCORES`),

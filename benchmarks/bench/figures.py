@@ -1,4 +1,4 @@
-"""Plotting helpers for `asyncrl bench` reports (matplotlib, Agg, no pyplot).
+"""Plotting helpers for `python -m benchmarks` reports (matplotlib, Agg, no pyplot).
 
 Figures are built with the object API (`Figure` + `FigureCanvasAgg`) rather than pyplot:
 pyplot keeps a global registry of open figures and picks a GUI backend from the environment,

@@ -1,4 +1,4 @@
-"""Paired comparison of two arms run on the same seeds, for `asyncrl bench` reports.
+"""Paired comparison of two arms run on the same seeds, for `python -m benchmarks` reports.
 
 When both arms of a comparison train with the same seeds, much of the seed-to-seed spread (the
 initial weights, the prompt order) is shared by the two runs of a seed; the t test of the per-seed

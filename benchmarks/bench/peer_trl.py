@@ -1,4 +1,4 @@
-"""``asyncrl bench peer-trl``: TRL's ``GRPOTrainer`` (synchronous, no vLLM) on exactly what asyncrl
+"""``python -m benchmarks peer-trl``: TRL's ``GRPOTrainer`` (synchronous, no vLLM) on exactly what asyncrl
 trains: the same warm-started model and tokenizer, task, prompt order, batch sizes, sampling settings,
 optimizer and evaluation function. A peer baseline for speed and learning curves.
 
@@ -317,7 +317,7 @@ def _time_method(obj, name: str, timers: dict, key: str) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="asyncrl bench peer-trl", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench.peer_trl", description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="YAML config file")
     parser.add_argument("overrides", nargs="*", metavar="dotted.key=value")
     return parser

@@ -1,4 +1,4 @@
-"""A study's plan, declared before any run (``asyncrl bench study --plan FILE``, docs/benchmarks.md).
+"""A study's plan, declared before any run (``python -m benchmarks study --plan FILE``, docs/benchmarks.md).
 
 A plan file says what will be run and what will be concluded from it, so the conclusions cannot
 be chosen after the results are seen::

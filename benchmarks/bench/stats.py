@@ -1,4 +1,4 @@
-"""Small statistics helpers for `asyncrl bench` reports.
+"""Small statistics helpers for `python -m benchmarks` reports.
 
 Benchmarks run a handful of seeds per method (3-10), so every headline number is a mean over
 seeds with a Student-t confidence interval, and every comparison of two arms is a Welch test

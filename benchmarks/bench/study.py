@@ -9,7 +9,7 @@ A study folder is what gets committed and shared::
     steps.csv.gz     one row per (run, step): ``cell`` then one column per metric
 
 The per-cell run directories (checkpoints, logs, completions) stay where the run wrote them and are
-not part of the study: ``asyncrl bench SUITE --report-only --out DIR`` rebuilds the report from
+not part of the study: ``python -m benchmarks SUITE --report-only --out DIR`` rebuilds the report from
 these two files alone, in a fresh clone.
 
 Every value in ``steps.csv.gz`` is the JSON text of what the run logged (a float's shortest

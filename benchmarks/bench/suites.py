@@ -5,8 +5,8 @@ training run described by config overrides) and how its report is written. The r
 (:mod:`benchmarks.bench.runner`) runs any suite's cells the same way, and the CLI offers every
 registered suite. A new suite is one file defining ``SUITE = Suite(...)`` and one entry in
 ``SUITES`` (its import path, so a suite is imported only when used): a line here, or, from outside
-the package, a plugin module named on the command line as ``run.plugins=[...]``, which ``asyncrl
-bench`` imports before it reads the suite's name and passes on to every cell::
+the package, a plugin module named on the command line as ``run.plugins=[...]``, which ``python -m
+benchmarks`` imports before it reads the suite's name and passes on to every cell::
 
     from benchmarks.bench.suites import SUITES
     SUITES["mine"] = "my_pkg.bench:SUITE"
@@ -62,7 +62,7 @@ class Suite:
     """One benchmark suite."""
 
     name: str
-    help: str  # one line for ``asyncrl bench --help``
+    help: str  # one line for ``python -m benchmarks --help``
     cells: Builder
     quick: Mapping[str, object]  # --quick: overrides that make every cell short
     full: Mapping[str, object]  # the full run's defaults (a key the --config file sets wins)

@@ -1,7 +1,7 @@
 """A plugin module named in run.plugins registers a task, a mode, a backend, an engine, a weight
-channel, a loss and a tracker at import (a bench suite: tests/bench/test_suite_plugins.py); config accepts each name with no other edit,
-asks each entry what it works with, the runtime resolves each entry, and an unknown name is still
-one line naming the key and the names known."""
+channel, a loss and a tracker at import (a bench suite: tests/bench/test_suite_plugins.py); config
+accepts each name with no other edit, asks each entry what it works with, the runtime resolves each
+entry, and an unknown name is still one line naming the key and the names known."""
 
 import subprocess
 import sys
