@@ -70,6 +70,10 @@ def _run_on_ray(cells, run_one, done) -> None:
     if owns:  # RAY_ADDRESS (a cluster) or a private local one with this machine's cores
         address = os.environ.get("RAY_ADDRESS")
         local = {} if address else {"num_cpus": os.cpu_count(), "_node_ip_address": "127.0.0.1"}
+        if not address:  # the private cluster's workers inherit this environment: they import the apparatus
+            from benchmarks import checkout_pythonpath  # (not installed) from this checkout
+
+            os.environ["PYTHONPATH"] = checkout_pythonpath(os.environ.get("PYTHONPATH"))
         ray.init(address=address, include_dashboard=False, log_to_driver=False, **local)
     try:
         task = ray.remote(num_cpus=1)(run_one)

@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
     TimeRemainingColumn
 
+from benchmarks import checkout_pythonpath
 from benchmarks.bench.cells import Cell
 from benchmarks.bench.load import overload_warning, read_load, record_load
 from benchmarks.bench.study import StudyError, load_study, write_study_data
@@ -78,14 +79,6 @@ RUNNERS: dict[str, CellRunner] = {
     "control": CellRunner("benchmarks.control", lambda c, d: [*c.overrides, f"out_dir={d / c.name}"],
                           env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}),
 }
-
-
-def checkout_pythonpath(current: str | None) -> str:
-    """``PYTHONPATH`` for a cell's own process: the checkout's root first, so that ``python -m
-    benchmarks.…`` imports this apparatus (not installed: it lives in the repository only)."""
-    from benchmarks import REPO_ROOT
-
-    return os.pathsep.join([str(REPO_ROOT), *([current] if current else [])])
 
 
 def cell_command(cell: Cell, runs_dir: Path) -> list[str]:
