@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("run_dir", metavar="RUN_DIR")
     export.add_argument("--out", metavar="DIR", help="the folder to write (default: RUN_DIR/hf); must not exist")
     _plan_parser(sub)
-    # the benchmark suites left the library (issue 57): a checkout runs them as `python -m benchmarks`
+    # the benchmark suites are not part of the installed library: a checkout runs them as `python -m benchmarks`
     sub.add_parser("bench", help="moved: a checkout of the repository runs the suites as `python -m benchmarks SUITE`")
     return parser
 
