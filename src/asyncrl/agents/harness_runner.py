@@ -38,11 +38,13 @@ from asyncrl.agents.episode import Episode, EpisodeRunner, observed_ids
 from asyncrl.agents.harness import (Ended, HarnessEpisode, HarnessSession, Request, Sampling, chat_response,
                                     completion_response, parse_chat, parse_completion)
 from asyncrl.agents.tool_formats import turn_stops
+from asyncrl.core.heap import trim_free_heap
 from asyncrl.tasks import Problem
 
 __all__ = ["HarnessRunner"]
 
 # where a format's calls begin in a turn's text: the text before it is the message's content
+TRIM_EVERY = 64  # ended episodes between two trims of the heap (core.heap): a few ms each
 _CALL_MARKERS = {"hermes": "<tool_call>", "llama3": "<|python_tag|>", "mistral": "[TOOL_CALLS]"}
 
 
@@ -74,6 +76,7 @@ class HarnessRunner(EpisodeRunner):
         self.harness, self.turns_of, self.sampling = harness, turns_of, sampling
         self.host, self.port, self.model, self.parallel = host, port, model, parallel
         self.sessions: dict[str, HarnessEpisode] = {}
+        self.ended_count = 0
         self.lock = threading.Lock()
         self.endpoint: Endpoint | None = None
 
@@ -267,7 +270,11 @@ class HarnessRunner(EpisodeRunner):
     def ended(self, episode: Episode) -> None:
         with self.lock:
             self.sessions.pop(episode.env.key, None)
+            self.ended_count += 1
+            trim = self.ended_count % TRIM_EVERY == 0
         episode.env.close(f"it ended: {episode.end}")
+        if trim:  # the threads of ended episodes and their requests left freed pages in the heap
+            trim_free_heap()
 
 
 def _loopback(host: str) -> bool:
