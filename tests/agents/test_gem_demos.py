@@ -17,6 +17,7 @@ from asyncrl.envs.gem import GemEnv, expert_for, family_of, play
 from asyncrl.tasks.base import EOS_SEGMENT
 from asyncrl.training.demonstrations import warm_start_source
 from asyncrl.training.pretrain import sft_batch
+from asyncrl.tasks import configured_task
 
 EASY = "game:GuessTheNumber-v0-easy"
 
@@ -28,7 +29,7 @@ def gem():
 
 @pytest.fixture(scope="module")
 def easy_task(gem):
-    return load_config(None, ["task=gem", f"env.name=gem:{EASY}"]).task.build()
+    return configured_task(load_config(None, ["task=gem", f"env.name=gem:{EASY}"]).task)
 
 
 @pytest.mark.parametrize("gem_id", [EASY, "game:GuessTheNumber-v0-hard", "game:GuessTheNumber-v0-random"])
@@ -73,7 +74,7 @@ def test_a_demonstrated_row_is_the_episode_of_its_actions_token_for_token(gem, e
 
 
 def test_demonstrations_are_cheap_deterministic_and_train_only(gem, easy_task):
-    again = load_config(None, ["task=gem", f"env.name=gem:{EASY}"]).task.build()
+    again = configured_task(load_config(None, ["task=gem", f"env.name=gem:{EASY}"]).task)
     assert easy_task.problems("train") == again.problems("train")
     assert all(p.segments for p in easy_task.problems("train"))
     assert all(not p.solution and not p.segments for p in easy_task.problems("eval"))

@@ -70,7 +70,7 @@ def test_a_workers_start_bound_is_its_engines_unless_set(engine, device, given, 
 
 @pytest.mark.parametrize("device, refused", [("cuda:1", True), ("cuda:0", False), ("cuda", False)])
 def test_vllm_on_another_gpu_than_the_first_visible_is_refused_in_one_line(device, refused):
-    from asyncrl.config import check_parts
+    from asyncrl.runtime.validate import check_parts
 
     cfg = Config()
     cfg.rollout.engine, cfg.policy.device = "vllm", device
@@ -86,7 +86,7 @@ def test_vllm_on_another_gpu_than_the_first_visible_is_refused_in_one_line(devic
 
 
 def test_vllm_in_ray_actors_beside_a_trainer_on_another_gpu_is_accepted():
-    from asyncrl.config import check_parts
+    from asyncrl.runtime.validate import check_parts
 
     cfg = Config()
     cfg.rollout.engine, cfg.policy.device, cfg.run.mode, cfg.async_.backend = "vllm", "cuda:1", "async", "ray"

@@ -16,6 +16,7 @@ from asyncrl.agents.env import EnvError, env_reset, env_step
 from asyncrl.config import ConfigError, load_config
 from asyncrl.tasks import build_task
 from asyncrl.tasks.rewards import correct_answer
+from asyncrl.tasks import configured_task
 from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,11 +30,11 @@ def rg():
 
 @pytest.fixture(scope="module")
 def task(rg):
-    return load_config(None, TWO).task.build()
+    return configured_task(load_config(None, TWO).task)
 
 
 def test_rows_are_built_from_the_settings_deterministically_and_split_without_a_shared_question(rg, task):
-    again = load_config(None, TWO).task.build()
+    again = configured_task(load_config(None, TWO).task)
     train, evals = task.problems("train"), task.problems("eval")
     assert [p.prompt for p in train] == [p.prompt for p in again.problems("train")]
     assert len(evals) == 6 and len(train) <= 54
@@ -48,7 +49,7 @@ def test_rows_are_built_from_the_settings_deterministically_and_split_without_a_
 
 def test_weights_seed_settings_and_the_system_prompt(rg):
     def build(*extra):
-        return load_config(None, [*TWO, *extra]).task.build().problems("train")
+        return configured_task(load_config(None, [*TWO, *extra]).task).problems("train")
 
     heavy = build("task.rg_weights=[9, 1]", "task.rg_size=200")
     assert sum(p.fields["rg_task"] == "leg_counting" for p in heavy) > 0.75 * len(heavy)

@@ -75,7 +75,7 @@ def test_scores_equal_a_direct_forward_pass_and_join_the_weighted_sum(rm_dir, ti
     completions[0] = problems[0].solution  # the exact answer: exact_answer's 1
     cfg = load_config(None, [f"reward.funcs=[{EXACT}]", f"reward.models=[{rm_dir}]", "reward.weights=[1.0, 0.5]",
                              "reward.model_batch_size=2"])
-    rewards = cfg.reward.build(task)
+    rewards = RewardSet.from_config(cfg.reward, task)
     assert rewards.names == ["exact_answer", "tiny_rm"]
     scores = rewards.score(completions, problems)
     expected = direct_scores(rm_dir, tokenizer, [p.prompt + c for p, c in zip(problems, completions)])
@@ -95,14 +95,14 @@ def test_a_chat_row_is_rendered_by_the_reward_models_template(chat_rm, tiny_poli
     completions = [" 1", " the answer is 2", " 3"]
     chat = [[{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"What is {i} + 1?"},
              {"role": "assistant", "content": c}] for i, c in enumerate(completions)]
-    rewards = load_config(None, [f"reward.models=[{path}]"]).reward.build(task)
+    rewards = RewardSet.from_config(load_config(None, [f"reward.models=[{path}]"]).reward, task)
     assert rewards.names == ["chat_rm"]  # alone: no task correctness reward beside it
     got = [row[0] for row in rewards.score(completions, problems).parts]
     texts = [tokenizer.apply_chat_template(messages, tokenize=False) for messages in chat]
     assert texts[0].startswith("<system>Be brief.\n<user>What is 0 + 1?\n<assistant> 1")
     assert got == pytest.approx(direct_scores(path, tokenizer, texts), abs=1e-5)
     # completion_format=text: the prompt's template-free text, as for a plain row
-    plain = load_config(None, [f"reward.models=[{path}]", "reward.completion_format=text"]).reward.build(task)
+    plain = RewardSet.from_config(load_config(None, [f"reward.models=[{path}]", "reward.completion_format=text"]).reward, task)
     got = [row[0] for row in plain.score(completions, problems).parts]
     assert got == pytest.approx(direct_scores(path, tokenizer, [p.prompt + c for p, c in zip(problems, completions)]),
                                 abs=1e-5)
@@ -155,7 +155,7 @@ def test_the_api_sorts_directories_and_model_objects_into_reward_models(tmp_path
     assert saved.startswith(str(tmp_path / ".inputs" / "reward_model-")) and saved.endswith("/tiny_rm")
     again = build_config(base, reward_funcs=[loaded]).reward.models  # named by content: saved once
     assert again == [saved] and len(list((tmp_path / ".inputs").glob("reward_model-*"))) == 1
-    rewards = cfg.reward.build(tiny_policy[2])
+    rewards = RewardSet.from_config(cfg.reward, tiny_policy[2])
     problems = tiny_policy[2].problems("train")[:3]
     parts = rewards.score([p.solution for p in problems], problems).parts
     assert [row[1] for row in parts] == [row[2] for row in parts]  # the saved copy scores as the original
@@ -184,6 +184,7 @@ def test_the_api_refuses_a_reward_model_it_cannot_use_in_one_line(tmp_path, tiny
 SCRIPT = '''
 import json
 import asyncrl
+from asyncrl.rewards import RewardSet
 from transformers import AutoModelForSequenceClassification
 
 def has_marker(completions, **kwargs):  # defined in the script: pickled into .inputs/ for the worker

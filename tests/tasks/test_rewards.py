@@ -15,6 +15,8 @@ from asyncrl.core.loader import ConfigError
 from asyncrl.rewards import DEFAULT_REWARD, RewardFunctionError, RewardSet, load_function, resolve
 from asyncrl.tasks import TASKS, ArithmeticConfig, ArithmeticTask, Problem
 from asyncrl.types import Batch, batch_from_numpy, batch_to_numpy
+from asyncrl.tasks import configured_task
+from asyncrl.rewards import RewardSet
 
 USER_REWARDS = '''
 import math
@@ -133,7 +135,7 @@ def test_weights_must_match_the_functions(user_file):
 def test_default_is_the_tasks_correctness_reward(task):
     cfg = load_config(None, [])
     assert cfg.reward.funcs == [] and cfg.reward.weights is None
-    rs = cfg.reward.build(task)
+    rs = RewardSet.from_config(cfg.reward, task)
     assert [f.path for f in rs.functions] == [DEFAULT_REWARD] and rs.names == ["correct_answer"]
     problems = rows(task)
     completions = [problems[0].solution, "#### -1", f" #### {problems[2].answer}"]
@@ -254,7 +256,7 @@ def test_a_replaced_task_registry_entry_is_refused(monkeypatch):
 
     monkeypatch.setitem(TASKS, "arithmetic", MyTask)
     with pytest.raises(ConfigError) as err:
-        load_config(None, []).task.build()
+        configured_task(load_config(None, []).task)
     text = str(err.value)
     assert text.startswith("config error: task.name: asyncrl.tasks.TASKS['arithmetic'] was replaced")
     assert "MyTask" in text and "reward.funcs" in text and "\n" not in text
