@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet "$(TORCH_PIN)"
-	$(BIN)/pip install --quiet -e ".[dev,ray,peers,lora,control,envs,harness]" "$(TORCH_PIN)"
+	$(BIN)/pip install --quiet -e ".[dev,bench,ray,peers,lora,control,envs,harness]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Env steps/s of asyncrl.control's PPO (buffer N = 1) against CleanRL's ppo_continuous_action.py on
+# Env steps/s of benchmarks.control's PPO (buffer N = 1) against CleanRL's ppo_continuous_action.py on
 # the same MuJoCo envs, one core (taskset -c 0) and one torch thread each, run one after another.
 #
 #   benchmarks/control_throughput.sh /path/to/cleanrl/ppo_continuous_action.py [steps] [reps]
@@ -15,11 +15,12 @@ CLEANRL=$(absolute "${1:?path to cleanrl ppo_continuous_action.py}")
 STEPS=${2:-61440}
 REPS=${3:-2}
 PY=$(absolute "${PYTHON:-.venv/bin/python}")
+ROOT=$(cd "$(dirname "$0")/.." && pwd)  # the checkout: python -m benchmarks.control imports from it
 OUT=$(mktemp -d)
 for rep in $(seq "$REPS"); do
   for env in Hopper-v5 HalfCheetah-v5; do
     echo -n "asyncrl 8x256  $env rep$rep  "
-    OMP_NUM_THREADS=1 taskset -c 0 "$PY" -m asyncrl.control "out_dir=$OUT/asyncrl-$env-$rep" "env_id=$env" \
+    PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1 taskset -c 0 "$PY" -m benchmarks.control "out_dir=$OUT/asyncrl-$env-$rep" "env_id=$env" \
       arm=ppo buffer_capacity=1 seed=1 "total_steps=$STEPS" | "$PY" -c "import json,sys; print(round(json.load(sys.stdin)['env_steps_per_s']))"
     for layout in "1 2048" "8 256"; do
       set -- $layout

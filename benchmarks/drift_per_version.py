@@ -10,7 +10,7 @@ simulated mode with lag K every token of a step is K versions old, plus the forw
 step's own minibatch updates (which is what K = 0 shows).
 
 An atlas study: its lag-row cells, one row per K (the median over arms of each arm's mean, the
-range over arms, PPO-clip's and A-3PO's own). A plan study (``asyncrl bench study --plan``): every
+range over arms, PPO-clip's and A-3PO's own). A plan study (``python -m benchmarks study --plan``): every
 arm run in simulated mode, K read from the plan (``async.lag`` of the arm, else of ``common``), one
 row per arm (mean over its seeds' steps, and the range of the per-seed means). ``--skip N`` leaves
 out each run's first N steps (at lag K the first K + 1 updates train on warm-start samples).
@@ -24,7 +24,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from asyncrl.bench.study import load_study
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: the benchmarks package
+from benchmarks.bench.study import load_study  # noqa: E402
 
 
 def _tvs(run: dict, skip: int) -> list[float]:

@@ -67,7 +67,7 @@ section 1_trainer 170 "${RT[@]}" --size "$SMALL" "$LARGE" --section trainer --ou
 section 2_channel 50 "${RT[@]}" --size "$LARGE" --section weights --out "$out/2_channel.json"
 section 3_nockpt 80 "${RT[@]}" --size "$LARGE" --section trainer --no-grad-ckpt --out "$out/3_nockpt.json"
 section 4_mismatch 50 "${RT[@]}" --size "$LARGE" --section mismatch --out "$out/4_mismatch.json"
-section 5_a3po 170 "$py" -m asyncrl bench a3po --seeds 1 --methods sync,async-loglinear \
+section 5_a3po 170 env PYTHONPATH="$(dirname "$here")${PYTHONPATH:+:$PYTHONPATH}" "$py" -m benchmarks a3po --seeds 1 --methods sync,async-loglinear \
     --out "$out/5_a3po" --runs-dir /tmp/gpu-check-a3po "${A3PO[@]}"
 if "$py" -c "import vllm" 2>/dev/null; then
   section 6_vllm 90 "${RT[@]}" --size "$LARGE" --section decode --out "$out/6_vllm.json"

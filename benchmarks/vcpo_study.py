@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from asyncrl.bench.stats import bootstrap_ci
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: the benchmarks package
+from benchmarks.bench.stats import bootstrap_ci  # noqa: E402
 
 LAGGED = ["run.mode=simulated", "async.lag={k}", "loss.name=decoupled"]  # exact staleness K
 ASYNC = ["run.mode=async", "loss.name=decoupled", "trainer.prox=loglinear", "async.max_staleness={k}"]

@@ -3,7 +3,8 @@
 ``python cli_forks.py`` imports the CLI (and torch, transformers) once, then serves requests on
 stdin, one JSON line each: ``{"args": [...], "cwd": DIR, "env": {...}, "prelude": CODE}``. For each
 it forks a child that changes to ``cwd``, updates its environment, runs ``prelude`` (a patch, or
-nothing) and then ``asyncrl.cli.main(args)``, exactly what ``python -m asyncrl.cli ARGS`` runs, with
+nothing) and then ``asyncrl.cli.main(args)``, exactly what ``python -m asyncrl.cli ARGS`` runs (or,
+with ``"main": "benchmarks.bench.cli"``, what ``python -m benchmarks ARGS`` runs from the checkout), with
 its stdout and stderr in files, and ends as the interpreter does (``atexit`` handlers, then exit). The
 child's exit status, stdout and stderr come back on stdout as a JSON line. An exception escaping
 ``main`` prints its traceback and exits 1, as the interpreter does.
@@ -16,6 +17,7 @@ come from the server's own environment, which the caller sets when it starts the
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import os
 import signal
@@ -25,6 +27,8 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parents[1]  # the repository: its benchmarks/ package
 
 
 def _child(request: dict, out: str, err: str) -> None:
@@ -39,9 +43,10 @@ def _child(request: dict, out: str, err: str) -> None:
         sys.argv = ["asyncrl", *request["args"]]
         if request.get("prelude"):
             exec(request["prelude"], {})
-        from asyncrl.cli import main
-
-        code = main(request["args"])
+        module = request.get("main", "asyncrl.cli")
+        if module.startswith("benchmarks."):  # the apparatus is not installed: it is the checkout's
+            sys.path.insert(0, str(CHECKOUT))
+        code = importlib.import_module(module).main(request["args"])
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except BaseException:
@@ -98,9 +103,10 @@ class CliForks:
                                      stdout=subprocess.PIPE, text=True, env=env)
 
     def run(self, args: list[str], cwd: Path, env: dict[str, str] | None = None,
-            prelude: str = "", timeout: float = 120, replace_env: bool = False) -> subprocess.CompletedProcess:
+            prelude: str = "", timeout: float = 120, replace_env: bool = False,
+            main: str = "asyncrl.cli") -> subprocess.CompletedProcess:
         request = {"args": [str(a) for a in args], "cwd": str(cwd), "env": env or {}, "prelude": prelude,
-                   "timeout": timeout, "replace_env": replace_env}
+                   "timeout": timeout, "replace_env": replace_env, "main": main}
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
@@ -137,6 +143,21 @@ def run_cli(args: list[str], cwd: Path, env: dict[str, str] | None = None,
     environment, this process's when None)."""
     return shared_forks().run(args, cwd, dict(os.environ) if env is None else env, timeout=timeout,
                               replace_env=True)
+
+
+def run_bench(args: list[str], cwd: Path, env: dict[str, str] | None = None,
+              timeout: float = 300) -> subprocess.CompletedProcess:
+    """What ``python -m benchmarks ARGS`` (run with the checkout on PYTHONPATH) returns, as :func:`run_cli`."""
+    env = checkout_env(dict(os.environ) if env is None else env)
+    return shared_forks().run(args, cwd, env, timeout=timeout, replace_env=True, main="benchmarks.bench.cli")
+
+
+def checkout_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (this process's when None) with the checkout first on PYTHONPATH: what a process needs
+    to import the benchmark apparatus (``python -m benchmarks``) from any directory."""
+    env = dict(os.environ) if env is None else dict(env)
+    env["PYTHONPATH"] = os.pathsep.join([str(CHECKOUT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""``asyncrl train | pretrain | eval | config | bench | export | plan``: parse, call the library, nothing else.
+"""``asyncrl train | pretrain | eval | config | export | plan``: parse, call the library, nothing else.
 
 Bad input (config key, file, value) exits 2 with one line on stderr and no traceback.
 """
@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 
 from asyncrl.config import ConfigError
@@ -16,6 +15,10 @@ from asyncrl.runtime.validate import load_run_config
 from asyncrl.config.help import config_yaml, describe_keys, keys_epilog
 from asyncrl.core.loader import guarded
 from asyncrl.config.presets import PRESETS_DIR, preset_names
+
+
+BENCH_MOVED = ("the benchmark suites are no longer part of the installed package: from a checkout of the "
+               "repository run `python -m benchmarks SUITE ...` (docs/benchmarks.md)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,50 +60,13 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--out", metavar="DIR", help="write DIR/eval.json and DIR/problems.jsonl "
                                                           "(per-problem completions); same as eval.outputs=DIR")
         cmd.add_argument("overrides", nargs="*", metavar="dotted.key=value")
-    from asyncrl.bench.suites import suite_names
 
     export = sub.add_parser("export", help="write a run's newest checkpoint as a plain Hugging Face model folder")
     export.add_argument("run_dir", metavar="RUN_DIR")
     export.add_argument("--out", metavar="DIR", help="the folder to write (default: RUN_DIR/hf); must not exist")
     _plan_parser(sub)
-    bench = sub.add_parser("bench", help=f"run a benchmark suite ({' | '.join(suite_names())}) and write its report")
-    bench.add_argument("suite", choices=suite_names())
-    bench.add_argument("--quick", action="store_true", help="the few-minute variant (smoke test)")
-    bench.add_argument("--config", help="YAML config or preset every cell starts from (e.g. gpu-embedded)")
-    bench.add_argument("--seeds", type=int, help="seeds per cell (default: 3; peer-trl 1; --quick 1)")
-    bench.add_argument("--out", help="output directory (default: runs/bench/<suite>[-quick])")
-    bench.add_argument("--methods", help="comma-separated subset of the suite's methods / losses")
-    bench.add_argument("--ks", help="atlas: comma-separated lags K (default 0,1,2,4,8,16; --quick 0,2,8); "
-                                    "a3po: run the async methods at W = K for each K (default: W = 1); "
-                                    "control: policy buffer capacities (default 1,4,8,16; --quick 1,4)")
-    bench.add_argument("--rows", help="atlas: comma-separated rows: lag (every loss × K), buffer (policy buffer "
-                                      "of N past versions), forward (M minibatch updates per batch); "
-                                      "default all three, --quick lag")
-    bench.add_argument("--envs", help="control: comma-separated gymnasium env ids (default: the MuJoCo set; "
-                                      "--quick CartPole-v1)")
-    bench.add_argument("--plan", metavar="FILE",
-                       help="study: the plan file (arms, seeds, primary endpoint, one Holm family), frozen "
-                            "into --out before the first run (default: OUT/plan.yaml)")
-    bench.add_argument("--jobs", type=int, default=1,
-                       help="cells run at once on this machine, each its own process (default 1)")
-    bench.add_argument("--ray", action="store_true",
-                       help="run each cell as a Ray task (RAY_ADDRESS, else a local cluster); --out must "
-                            "be on storage every node sees")
-    bench.add_argument("--in-process", action="store_true",
-                       help="run asyncrl cells in this process (faster start-up; default for atlas)")
-    bench.add_argument("--only", metavar="GLOBS",
-                       help="comma-separated globs over cell names without the seed (e.g. 'ppo-k0,*-k16'): run "
-                            "and report only the cells they match")
-    bench.add_argument("--list", action="store_true", help="print the cells and exit")
-    bench.add_argument("--runs-dir", metavar="DIR",
-                       help="where each cell's run directory goes (default: OUT/runs); the study in --out "
-                            "keeps only summaries and one per-step table")
-    bench.add_argument("--report-only", action="store_true",
-                       help="run no cell: write the report from the cells already finished in the runs "
-                            "directory (a partial report says how many), else re-render the study stored "
-                            "in --out (results.json + steps.csv.gz, e.g. a committed folder)")
-    bench.add_argument("overrides", nargs="*", metavar="dotted.key=value",
-                       help="applied to every cell; run.plugins=[pkg.module] also adds the suites a plugin registers")
+    # the benchmark suites are not part of the installed library: a checkout runs them as `python -m benchmarks`
+    sub.add_parser("bench", help="moved: a checkout of the repository runs the suites as `python -m benchmarks SUITE`")
     return parser
 
 
@@ -232,87 +198,11 @@ def _eval(cfg) -> int:
 COMMANDS = {"train": _train, "pretrain": _pretrain, "eval": _eval}
 
 
-def _csv(text: str | None, kind=str, option: str = "") -> list | None:
-    """Items of a comma-separated option; None when not given. An empty list is an error: `--ks=`
-    once ran nothing and exited 0, `--methods=` ran every method."""
-    if text is None:
-        return None
-    items = [kind(item) for item in text.split(",") if item.strip()]
-    if not items:
-        raise ValueError(f"{option + ': ' if option else ''}expected a non-empty comma-separated list, got {text!r}")
-    return items
-
-
-def _ks(args) -> list[int] | None:
-    """``--ks`` as integers (ValueError naming the option otherwise)."""
-    try:
-        return _csv(args.ks, int, "--ks")
-    except ValueError as err:
-        if str(err).startswith("--ks"):
-            raise
-        raise ValueError(f"--ks: expected comma-separated integers, got {args.ks!r}") from None
-
-
-def _run_reported(run, out) -> int:
-    """Run a suite; print its scalar summary and the report's path (exit 0), or its error (exit 1)."""
-    from asyncrl.bench.runner import BenchError
-
-    try:
-        summary = run()
-    except BenchError as err:
-        print(f"asyncrl: {err}", file=sys.stderr)
-        return 1
-    print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, (dict, list))}))
-    print(f"report: {out / 'report.html'}")
-    return 0
-
-
-def _bench(args) -> int:
-    from pathlib import Path
-
-    from asyncrl.bench.runner import cell_command, run_suite
-    from asyncrl.bench.suites import CellRequest, build_cells, get_suite
-
-    suite = get_suite(args.suite)
-    try:
-        if args.jobs < 1:
-            raise ValueError(f"--jobs: must be >= 1, got {args.jobs}")
-        out = Path(args.out or f"runs/bench/{suite.name}{'-quick' if args.quick else ''}")
-        request = CellRequest(quick=args.quick, seeds=args.seeds, methods=_csv(args.methods, str, "--methods"),
-                              ks=_ks(args), rows=_csv(args.rows, str, "--rows"), envs=_csv(args.envs, str, "--envs"),
-                              extra=tuple(args.overrides), config=args.config,
-                              only=_csv(args.only, str, "--only"), plan=args.plan, out=str(out))
-        cells = build_cells(suite.name, request)
-        if suite.validate is not None:  # every cell's config, before running anything
-            suite.validate(cells)
-        header = suite.header(request) if suite.header is not None else None
-        if suite.prepare is not None and not (args.list or args.report_only):
-            suite.prepare(request, out)
-    except (ValueError, ConfigError) as err:
-        print(f"asyncrl: {err}", file=sys.stderr)
-        return 2
-    runs_dir = Path(args.runs_dir) if args.runs_dir else out / "runs"
-    if args.list:
-        try:
-            for cell in cells:
-                print(cell.name, shlex.join(cell_command(cell, runs_dir)), flush=True)
-        except BrokenPipeError:  # `| head`: the reader has what it wanted
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
-        return 0
-    serial = args.jobs == 1 and not args.ray  # only a serial suite can run cells in this process
-    in_process = serial and (args.in_process or suite.in_process)
-    return _run_reported(lambda: run_suite(suite, cells, out, runs_dir=runs_dir, quick=args.quick, command=_redo(args),
-                                           in_process=in_process, jobs=args.jobs, ray=args.ray,
-                                           report_only=args.report_only, header=header), out)
-
-
-def _redo(args) -> str:
-    """The command a report records: the one that runs the suite (a --report-only rebuild records the run)."""
-    return "asyncrl " + shlex.join(a for a in args.argv if a != "--report-only")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # whatever follows: the suites are not here any more
+        print(f"asyncrl: {BENCH_MOVED}", file=sys.stderr)
+        return 2
     code = guarded(lambda: _import_named_plugins(argv))  # before the parser, which lists what they register
     if code:
         return code
@@ -324,9 +214,6 @@ def main(argv: list[str] | None = None) -> int:
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.argv = argv
-    if args.command == "bench":
-        _quiet_hub()
-        return _bench(args)
     if args.command == "export":
         return _export(args)
     if args.command == "plan":

@@ -1,15 +1,18 @@
-"""Harness episodes end to end, as subprocesses: the example agent (an OpenAI-client loop) trains
-by ``asyncrl train`` and by ``asyncrl.train(harness=...)``; async with K = 0 equals sync bit for bit
+"""Harness episodes end to end, as subprocesses: the example agents (OpenAI-client loops) train
+by ``asyncrl train`` and by ``asyncrl.train(harness=...)``, the guess example's return value being
+the episode's reward; async with K = 0 equals sync bit for bit
 through the endpoint; a harness that crashes on some rows and summarises its context on others
 is counted (failed episodes, forked rows) while the run goes on."""
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from .test_agents_e2e import CALCULATOR, ENV, SMALL, rows, train, train_by_api, weights
 
-EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "harness_agent.py")
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLE = str(EXAMPLES / "harness_agent.py")
 HARNESS = [*CALCULATOR, "env.tools=[]", f"env.harness={EXAMPLE}:agent"]
 
 FLAKY = '''
@@ -62,6 +65,21 @@ def test_the_example_harness_trains_by_cli_in_sync_and_by_the_api_in_async(tmp_p
                  prelude=f"import sys\nsys.path.insert(0, {str(Path(EXAMPLE).parent)!r})\nfrom harness_agent import agent\n")
     api_rows = [r for r in rows(tmp_path / "runs" / "api" / "metrics.jsonl") if "episode/count" in r]
     assert api_rows and all(r["episode/failed"] == 0 for r in api_rows)
+
+
+def test_the_guess_example_trains_by_the_api_and_its_return_is_the_reward(tmp_path, cache):
+    """As docs/harness.md shows it: the preset's own environment set to none, the function passed."""
+    train_by_api(tmp_path, [*SMALL, "env.name=none", "run.mode=sync", "trainer.steps=2", "run.name=guess",
+                            "run.log_episodes_every=1", f"policy.cache_dir={cache}"], ENV,
+                 call="asyncrl.train('guess-agent', harness=agent, overrides=overrides)",
+                 prelude=f"import sys\nsys.path.insert(0, {str(EXAMPLES)!r})\nfrom harness_guess import agent\n")
+    episodes = rows(tmp_path / "runs" / "guess" / "episodes.jsonl")
+    assert len(episodes) == 16 and all(e["end"] != "failed" and e["turns"] for e in episodes)
+    # the harness's number: 0.8^(t-1) for the number found at turn t (then it stops asking), else 0
+    for e in episodes:
+        assert e["reward"] == pytest.approx(0.8 ** (len(e["turns"]) - 1) if e["reward"] else 0.0)
+        assert e["reward"] == 0.0 or "</guess>" in e["turns"][-1]["assistant"]
+    assert any(e["reward"] > 0 for e in episodes) and any(len(e["turns"]) > 1 for e in episodes)
 
 
 def test_async_k0_equals_sync_through_the_endpoint(tmp_path, cache):

@@ -1,4 +1,4 @@
-"""The agent suite (``asyncrl bench agent``): its cells, its report on synthetic runs with every
+"""The agent suite (``python -m benchmarks agent``): its cells, its report on synthetic runs with every
 number checked by hand, and one ``--quick`` run end to end."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import math
 import os
 
 import pytest
-from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
+from cli_forks import run_bench  # tests/: the CLI forked from one imported copy
 
-from asyncrl.bench.agent_report import ideal_overlap, token_staleness_shares
-from asyncrl.bench.report import write_report
-from asyncrl.bench.suites import build_cells
+from benchmarks.bench.agent_report import ideal_overlap, token_staleness_shares
+from benchmarks.bench.report import write_report
+from benchmarks.bench.suites import build_cells
 from asyncrl.config import load_config
 
 from .test_bench_cli import BENCH_TINY, check_report
@@ -198,7 +198,7 @@ AGENT_TINY = [o for o in BENCH_TINY if not o.startswith(("pretrain.steps=", "pre
 @pytest.mark.slow
 def test_agent_quick_runs_and_reports(tmp_path, cache):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = run_cli(["bench", "agent", "--quick", "--out", "out", *AGENT_TINY, f"policy.cache_dir={cache}"],
+    proc = run_bench(["agent", "--quick", "--out", "out", *AGENT_TINY, f"policy.cache_dir={cache}"],
                    tmp_path, env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = check_report(tmp_path / "out", 5)

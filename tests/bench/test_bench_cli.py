@@ -1,4 +1,4 @@
-"""`asyncrl bench <suite> --quick` end to end on the tiny test model (one smoke test per suite), plus
+"""`python -m benchmarks <suite> --quick` end to end on the tiny test model (one smoke test per suite), plus
 resumability: a second invocation skips finished cells and only rebuilds the report."""
 
 import json
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
+from cli_forks import checkout_env, run_bench  # tests/: the CLI forked from one imported copy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "foundation"))
 from test_e2e_train import TINY  # noqa: E402
 
-from asyncrl.bench.study import load_study  # noqa: E402
+from benchmarks.bench.study import load_study  # noqa: E402
 
 # the suite sets run.mode per method: drop the tiny config's mode; one step of two is enough to
 # exercise every metric and figure
@@ -26,7 +26,7 @@ BENCH_TINY = [o for o in TINY if not o.startswith(("run.mode=", "eval.every=", "
 
 def bench(tmp_path: Path, cache: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return run_cli(["bench", *args, *BENCH_TINY, f"policy.cache_dir={cache}"], tmp_path, env, timeout=timeout)
+    return run_bench([*args, *BENCH_TINY, f"policy.cache_dir={cache}"], tmp_path, env, timeout=timeout)
 
 
 def check_report(out: Path, n_runs: int) -> dict:
@@ -34,7 +34,7 @@ def check_report(out: Path, n_runs: int) -> dict:
     assert "metrics" not in json.loads((out / "results.json").read_text())["runs"][0]
     assert len(results["runs"]) == n_runs
     assert all([r["step"] for r in run["metrics"]] == [0, 1, 2] for run in results["runs"])  # 0: eval before
-    assert results["command"].startswith("asyncrl bench")
+    assert results["command"].startswith("python -m benchmarks ")
     for name in ("summary.json", "table.md", "report.html"):
         assert (out / name).is_file(), name
     pngs = list((out / "figures").glob("*.png"))
@@ -129,12 +129,12 @@ def test_peer_trl_quick(tmp_path, cache):
 
 
 def test_list_into_a_pipe_closed_early_ends_quietly():
-    """``asyncrl bench atlas --list | head -1``: the reader leaves early; no traceback, exit 0."""
+    """``python -m benchmarks atlas --list | head -1``: the reader leaves early; no traceback, exit 0."""
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "asyncrl.cli", "bench", "atlas", "--list"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks", "atlas", "--list"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=checkout_env())
     assert proc.stdout.readline().startswith("ppo-k0-s0 ")  # more lines than a pipe buffer holds follow
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)

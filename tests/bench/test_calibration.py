@@ -1,4 +1,4 @@
-"""Monte Carlo calibration of the two-arm statistics (asyncrl.bench.stats, asyncrl.bench.paired).
+"""Monte Carlo calibration of the two-arm statistics (benchmarks.bench.stats, benchmarks.bench.paired).
 
 Each property is checked for our implementation AND for a deliberately wrong variant that must
 violate it by a clear margin, so every test here can fail. All simulations are vectorised along
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from scipy import stats as ss
 
-from asyncrl.bench.paired import compare_paired, paired, paired_p, paired_tost_p
-from asyncrl.bench.stats import ALPHA, POWER, compare_arms, holm, tost_p, verdicts_within, welch, welch_p
+from benchmarks.bench.paired import compare_paired, paired, paired_p, paired_tost_p
+from benchmarks.bench.stats import ALPHA, POWER, compare_arms, holm, tost_p, verdicts_within, welch, welch_p
 
 DRAWS = 20_000
 

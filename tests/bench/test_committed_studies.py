@@ -1,6 +1,7 @@
 """The committed studies under benchmarks/results: compact (summaries and one per-step table, no
-run directories), and every one re-renders from its stored data alone to the report that is
-committed, so the numbers quoted in the README are the ones the data give."""
+run directories, no rendered report.html and no run logs: both are regenerated), and every one
+re-renders from its stored data alone to the summary and table that are committed, so the numbers
+quoted in the README are the ones the data give."""
 
 import json
 import shutil
@@ -9,15 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl.bench import wording as W
-from asyncrl.bench.runner import run_suite
-from asyncrl.bench.study import RESULTS_FILE, STEPS_FILE
+from benchmarks.bench import wording as W
+from benchmarks.bench.runner import run_suite
+from benchmarks.bench.study import RESULTS_FILE, STEPS_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 README = (ROOT / "README.md").read_text()
 STUDIES = sorted(p.parent for p in RESULTS.glob(f"*/{RESULTS_FILE}"))
-STUDY_FILES = {"README.md", "table.md", "summary.json", "report.html", RESULTS_FILE, STEPS_FILE}
+STUDY_FILES = {"README.md", "table.md", "summary.json", RESULTS_FILE, STEPS_FILE}
+# rendered or logged, not data: `python -m benchmarks SUITE --report-only --out DIR` writes a study's
+# report.html again from the files above; the run logs (*.log) are in no study's data
+GENERATED = ("report.html", ".log")
 
 
 def test_the_studies_are_compact():
@@ -26,12 +30,15 @@ def test_the_studies_are_compact():
         pytest.skip("not a git checkout")
     files = [ROOT / line for line in tracked.stdout.splitlines()]
     # 301 with the K = 16 study; run directories would add hundreds. The short-warm-start lifts of
-    # 2026-11-28 add 26 (eight runs of config, summary and per-step table, the plan and the README)
-    assert len(files) <= 390
+    # 2026-11-28 add 26 (eight runs of config, summary and per-step table, the plan and the README);
+    # 27 rendered reports and run logs left on 2026-12-05 (361 files)
+    assert len(files) <= 365
+    assert not [f for f in files if f.name.endswith(GENERATED)]
     # about 16 MB on 2026-11-26, 7.6 MB of it the two largest studies' per-step tables (atlas, power);
     # the pre-registered staleness study of 2026-11-27 (lr grid, 140 runs at K = 16) adds about 3.5 MB
-    # the agent suite's study of 2026-11-28 (50 multi-turn runs) adds about 1.3 MB
-    assert sum(f.stat().st_size for f in files if f.exists()) <= 27 * 2**20
+    # the agent suite's study of 2026-11-28 (50 multi-turn runs) adds about 1.3 MB; without the
+    # rendered reports and run logs (3.7 MB) 23.0 MB on 2026-12-05, 15.9 MB of it per-step tables
+    assert sum(f.stat().st_size for f in files if f.exists()) <= 22 * 2**20
     assert not [f for f in files if "/runs/" in str(f)]
     assert {p.name for p in STUDIES} >= {"2026-11-25-atlas-full", "2026-11-25-a3po-stale", "2026-11-25-control"}
     for study in STUDIES:

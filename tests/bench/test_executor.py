@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl.bench.executor import run_cells
+from benchmarks.bench.executor import run_cells
 
 
 def _write_cell(cell: tuple[str, str]) -> Path:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import sys
 
-import asyncrl.bench.load as load_module
-from asyncrl.bench import runner
-from asyncrl.bench.cells import Cell
-from asyncrl.bench.load import overload_warning, read_load
-from asyncrl.bench.study import write_study_data
+import benchmarks.bench.load as load_module
+from benchmarks.bench import runner
+from benchmarks.bench.cells import Cell
+from benchmarks.bench.load import overload_warning, read_load
+from benchmarks.bench.study import write_study_data
 
 FAKE_CELL = """
 import json, sys

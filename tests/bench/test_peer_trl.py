@@ -1,4 +1,4 @@
-"""The TRL GRPOTrainer peer baseline (``python -m asyncrl.bench.peer_trl``): tiny end-to-end run, prompt
+"""The TRL GRPOTrainer peer baseline (``python -m benchmarks.bench.peer_trl``): tiny end-to-end run, prompt
 token ids identical to asyncrl's, one-line errors."""
 
 import copy
@@ -15,6 +15,7 @@ pytest.importorskip("trl")
 
 from asyncrl.config import load_config  # noqa: E402
 from asyncrl.policy.prompts import encode_prompt  # noqa: E402
+from cli_forks import checkout_env  # noqa: E402  (tests/: the checkout on PYTHONPATH)
 
 TINY = [
     "model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
@@ -34,8 +35,8 @@ SUMMARY_KEYS = {"mode", "loss", "seed", "steps", "initial_eval_reward", "final_e
 
 
 def run_peer(cwd: Path, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "asyncrl.bench.peer_trl", *args], capture_output=True,
+    env = checkout_env({**os.environ, "HF_HUB_OFFLINE": "1"})
+    return subprocess.run([sys.executable, "-m", "benchmarks.bench.peer_trl", *args], capture_output=True,
                           text=True, cwd=cwd, env=env, timeout=timeout)
 
 
@@ -67,7 +68,7 @@ def _tiny_trainer(tiny_policy, tokenizer, tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from asyncrl.bench.peer_trl import prompt_for, trl_options
+    from benchmarks.bench.peer_trl import prompt_for, trl_options
 
     model, _, task = tiny_policy
     cfg = load_config(None, ["rollout.prompts_per_step=2", "rollout.samples_per_prompt=4", "trainer.steps=1"])
@@ -82,7 +83,7 @@ def _tiny_trainer(tiny_policy, tokenizer, tmp_path):
 
 @pytest.mark.parametrize("chat", [False, True], ids=["plain", "chat-template"])
 def test_trl_sees_the_prompt_ids_asyncrl_encodes(tiny_policy, tmp_path, chat):
-    from asyncrl.bench.peer_trl import check_prompt_ids
+    from benchmarks.bench.peer_trl import check_prompt_ids
 
     tokenizer = copy.deepcopy(tiny_policy[1])
     if chat:
@@ -92,7 +93,7 @@ def test_trl_sees_the_prompt_ids_asyncrl_encodes(tiny_policy, tmp_path, chat):
     ours = [encode_prompt(tokenizer, t, True) for t in texts]
     if not chat:  # our tokenizer's post-processor adds BOS; TRL must keep exactly one
         assert all(ids[0] == tokenizer.bos_token_id and ids[1] != tokenizer.bos_token_id for ids in ours)
-    from asyncrl.bench.peer_trl import prompt_for
+    from benchmarks.bench.peer_trl import prompt_for
 
     theirs, _, _ = trainer._tokenize_prompts([prompt_for(tokenizer, t, True) for t in texts])
     assert [list(map(int, ids)) for ids in theirs] == ours
@@ -108,8 +109,9 @@ def test_bad_config_key_is_one_line_exit_2(tmp_path):
 
 def test_missing_trl_is_one_line_exit_2(tmp_path):
     code = ("import sys; sys.modules['trl'] = None\n"
-            "from asyncrl.bench.peer_trl import main\nsys.exit(main([]))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+            "from benchmarks.bench.peer_trl import main\nsys.exit(main([]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env=checkout_env())
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert 'pip install "asyncrl[peers]" torch==' in proc.stderr and "Traceback" not in proc.stderr

@@ -3,7 +3,7 @@
 import subprocess
 from pathlib import Path
 
-from asyncrl.bench import runner
+from benchmarks.bench import runner
 
 
 def test_host_info_records_the_commit_the_tree_state_and_package_versions():

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asyncrl.bench.report import md_to_html, write_report
-from asyncrl.bench.stats import mean_ci, mean_curve
+from benchmarks.bench.report import md_to_html, write_report
+from benchmarks.bench.stats import mean_ci, mean_curve
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -158,7 +158,7 @@ def test_atlas_report(tmp_path):
     assert "within 3 points of the same loss at K = 0 (point estimate): decoupled 4, ppo 0, tis 0." in table
     assert "| ppo at K = 4 | −30.0 [−36.1, −23.9] |" in table  # Welch: ±t_{0.975, 2} · 1.414 = ±6.08
     assert table.count("Diagnostics at K =") == 1 and "Diagnostics at K = 4" in table  # no K >= 8: the largest
-    from asyncrl.bench.atlas_report import _matrix
+    from benchmarks.bench.atlas_report import _matrix
 
     # the weight heatmap shows log10 of each cell's mean maximum (1.3 here); a missing cell stays NaN
     logw = _matrix(lag, "importance_weight_max", "mean", math.log10)
@@ -171,7 +171,7 @@ def test_atlas_report(tmp_path):
 
 
 def test_atlas_target_and_steps_to_it():
-    from asyncrl.bench.atlas_report import steps_to, target_reward
+    from benchmarks.bench.atlas_report import steps_to, target_reward
 
     sync = [{"metrics": [{"reward_mean": 0.2 + 0.01 * s} for s in range(20)]}]
     # start = mean of 0.20..0.24 = 0.22, end = mean of 0.30..0.39 = 0.345 → target 0.2825
@@ -260,7 +260,7 @@ def test_empty_results_still_render(tmp_path, suite):
 
 
 def test_noisy_long_curves_stay_small(tmp_path):
-    from asyncrl.bench.figures import line_band_figure
+    from benchmarks.bench.figures import line_band_figure
 
     rng = np.random.default_rng(0)
     x = np.arange(1, 301, dtype=float)
@@ -273,7 +273,7 @@ def test_noisy_long_curves_stay_small(tmp_path):
 
 def test_method_line_figure_draws_every_seed(tmp_path, monkeypatch):
     """Per method: the mean line plus one thin line per seed (2 methods × 3 seeds → 8 lines)."""
-    from asyncrl.bench import figures
+    from benchmarks.bench import figures
 
     seen = {}
     monkeypatch.setattr(figures, "_save", lambda fig, path, **kw: seen.setdefault("lines", [
@@ -314,14 +314,14 @@ def test_a3po_staleness_variant_reports_the_approximation_error(tmp_path):
     assert k4["realized_staleness"] == pytest.approx((1.2 + 2.4 + 3.6 + 3.9) / 4)
     assert k4["prox_abs_err_mean"] == pytest.approx(0.0275 + 0.005)
     assert k4["prox_abs_err_mean_stale_steps"] == pytest.approx(0.0275 + 0.005)  # every step here is stale
-    from asyncrl.bench.a3po_report import _stale_steps_error
+    from benchmarks.bench.a3po_report import _stale_steps_error
 
     fresh_first = {"metrics": [{"staleness_token_mean": 0.0, "prox_abs_err_mean": 0.0},
                                {"staleness_token_mean": 2.0, "prox_abs_err_mean": 0.04},
                                {"staleness_token_mean": 3.0, "prox_abs_err_mean": 0.02}]}
     assert _stale_steps_error([fresh_first]) == pytest.approx(0.03)  # not 0.02: the fresh step is left out
     assert _stale_steps_error([{"metrics": [{"staleness_token_mean": 0.0, "prox_abs_err_mean": 0.0}]}]) is None
-    from asyncrl.bench.a3po_report import _error_curves
+    from benchmarks.bench.a3po_report import _error_curves
 
     x, mean, low, high = _error_curves({"ll": [r for r in runs if r["method"] == "async-loglinear-k4"]})["ll"]
     # bins 1, 2, 4 (3.6 and 3.9 round to 4: their errors average); seeds differ by 0.01
@@ -341,7 +341,7 @@ def test_a3po_staleness_variant_reports_the_approximation_error(tmp_path):
 
 
 def test_atlas_diagnostics_for_every_k_from_8():
-    from asyncrl.bench.atlas_report import _diagnostics_tables
+    from benchmarks.bench.atlas_report import _diagnostics_tables
 
     stat = {"mean": 0.5, "ci_low": 0.5, "ci_high": 0.5, "n": 1}
     cell = {"n": 1, "steps_to_target": math.nan, "reached_target": 0, **{key: stat for key in (

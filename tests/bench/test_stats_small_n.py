@@ -11,8 +11,8 @@ from scipy import stats as ss
 from scipy.integrate import quad
 from scipy.optimize import brentq
 
-from asyncrl.bench.paired import compare_paired, paired, paired_p, paired_tost_p
-from asyncrl.bench.stats import (compare_arms, holm, mean_ci, min_detectable_diff, tost_p, verdict, verdicts_within,
+from benchmarks.bench.paired import compare_paired, paired, paired_p, paired_tost_p
+from benchmarks.bench.stats import (compare_arms, holm, mean_ci, min_detectable_diff, tost_p, verdict, verdicts_within,
                                  welch, welch_p)
 
 SIMULATED_PAIRS = 2000

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl.bench.plan_file import PLAN_COPY, PlanError, freeze_plan, load_plan, parse_plan, stored_plan
-from asyncrl.bench.study_report import build_study, eval_auc
+from benchmarks.bench.plan_file import PLAN_COPY, PlanError, freeze_plan, load_plan, parse_plan, stored_plan
+from benchmarks.bench.study_report import build_study, eval_auc
+from cli_forks import checkout_env  # tests/: the checkout on PYTHONPATH
 
 PLAN = """\
 name: smoke
@@ -102,8 +103,8 @@ def test_the_report_gives_verdicts_for_the_family_only(tmp_path):
 
 
 def _bench(tmp_path, *args):
-    return subprocess.run([sys.executable, "-m", "asyncrl", "bench", "study", *args], capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path)
+    return subprocess.run([sys.executable, "-m", "benchmarks", "study", *args], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path, env=checkout_env())
 
 
 def test_cells_share_warm_starts_by_seed_block_and_the_plan_fixes_seeds(tmp_path):
@@ -119,7 +120,7 @@ def test_cells_share_warm_starts_by_seed_block_and_the_plan_fixes_seeds(tmp_path
                           (("--list",), "--plan: the study suite needs a plan file"),
                           (("--plan", "nope.yaml"), "--plan: cannot read nope.yaml")):
         proc = _bench(tmp_path, *args)
-        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"asyncrl: {proc.stderr.strip()[9:]}"]
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"benchmarks: {proc.stderr.strip()[12:]}"]
         assert message in proc.stderr
 
 

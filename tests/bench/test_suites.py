@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl.bench.suite_a3po import A3PO_METHODS
-from asyncrl.bench.suite_atlas import ATLAS_BUFFERS, ATLAS_KS, ATLAS_LOSSES, ATLAS_MINIBATCHES, ATLAS_ROW_LOSSES
-from asyncrl.bench.suites import build_cells
+from benchmarks.bench.suite_a3po import A3PO_METHODS
+from benchmarks.bench.suite_atlas import ATLAS_BUFFERS, ATLAS_KS, ATLAS_LOSSES, ATLAS_MINIBATCHES, ATLAS_ROW_LOSSES
+from benchmarks.bench.suites import build_cells
 from asyncrl.config import load_config
 from asyncrl.objectives import LOSSES
 
@@ -162,8 +162,8 @@ def test_a3po_floor_arm_runs_at_each_k_with_its_error_measured():
 
 
 def test_scale_cells_run_world_two_under_torchrun():
-    from asyncrl.bench.runner import cell_command
-    from asyncrl.bench.suite_scale import train_phase_samples_per_s
+    from benchmarks.bench.runner import cell_command
+    from benchmarks.bench.suite_scale import train_phase_samples_per_s
 
     cells = {c.method: c for c in build_cells("scale", seeds=1)}
     assert list(cells) == ["sync-w1", "sync-w1-t2", "sync-w2", "async-w1", "async-w2"]

@@ -2,7 +2,8 @@
 
 import math
 
-from asyncrl.bench.wording import decimals, headline_a3po, headline_items, mean_pm, number, seconds, seeds
+from benchmarks.bench.wording import (ONE_SEED, decimals, headline_a3po, headline_a3po_by_k, headline_items, headline_peer_trl,
+                                      mean_pm, number, seconds, seeds)
 
 
 def _stat(mean, half, n=3):
@@ -44,7 +45,7 @@ def test_headline_items_use_words_not_keys():
 def test_bar_chart_draws_one_dot_per_seed(tmp_path, monkeypatch):
     from matplotlib.axes import Axes
 
-    from asyncrl.bench import figures
+    from benchmarks.bench import figures
 
     drawn = []
     real = Axes.scatter
@@ -55,9 +56,42 @@ def test_bar_chart_draws_one_dot_per_seed(tmp_path, monkeypatch):
 
 
 def test_step_zero_row_starts_the_wall_time_axis():
-    from asyncrl.bench.stats import mean_curve
+    from benchmarks.bench.stats import mean_curve
 
     run = [{"step": 0, "eval_reward": 0.2, "elapsed_s": 0.1},
            {"step": 1, "reward_mean": 0.5, "step_time_s": 2.0}, {"step": 2, "reward_mean": 0.7, "step_time_s": 3.0}]
     x, mean, _, _ = mean_curve([run], "reward_mean", "wall_time")
     assert list(x) == [2.0, 5.0] and list(mean) == [0.5, 0.7]  # cumulative step time, not elapsed_s
+
+
+# one seed: no claim about seed noise
+
+
+def test_one_seed_claims_no_seed_noise():
+    methods = {"sync": {"final_eval_reward": _stat(0.60, 0.0, 1)},
+               "async-loglinear": {"final_eval_reward": _stat(0.569, 0.0, 1)}}
+    first, verdict = headline_a3po({"speedup_vs_sync": 1.5}, methods)
+    assert "3.1 points below sync" in verdict and f"({ONE_SEED})" in verdict
+    assert "seed noise" not in first + verdict
+    peers = {"asyncrl-async-loglinear": {"final_eval_reward": _stat(0.5, 0.0, 1), "samples_per_s": _stat(9, 0, 1)},
+             "trl-grpo": {"final_eval_reward": _stat(0.6, 0.0, 1), "samples_per_s": _stat(3, 0, 1)}}
+    assert "seed noise" not in " ".join(headline_peer_trl({"samples_per_s_ratio_vs_trl": 3.0}, peers))
+    # three seeds still get the test
+    methods = {m: {"final_eval_reward": _stat(v, 0.01, 3)} for m, v in (("sync", 0.6), ("async-loglinear", 0.569))}
+    assert "(outside seed noise)" in headline_a3po({"speedup_vs_sync": 1.5}, methods)[1]
+
+
+def test_one_seed_by_k_verdict_claims_nothing():
+    gap = {"mean": -3.1, "ci_low": -3.1, "ci_high": -3.1}
+    by_k = {"2": {"eval_gap_loglinear_minus_recompute": gap, "eval_gap_loglinear_minus_sync": gap}}
+    one = {m: {"final_eval_reward": _stat(0.5, 0.0, 1)} for m in ("sync", "async-loglinear-k2", "async-recompute-k2")}
+    lines = headline_a3po_by_k(by_k, one)
+    assert lines[0].count(ONE_SEED) == 2 and "[" not in lines[0]
+    assert lines[-1].startswith("Verdict: none") and "beyond the seed spread" not in lines[-1]
+    # two seeds each: the verdict is the Welch test's (stats.compare_arms), a gap without one claims nothing
+    two = {m: {"final_eval_reward": _stat(0.5, 0.0, 2)} for m in one}
+    assert headline_a3po_by_k(by_k, two)[-1].startswith("Verdict: no K where A-3PO's difference")
+    tested = {**gap, "verdict": "differs", "p_holm": 0.01, "mde": 2.0, "n_a": 2, "n_b": 2}
+    lines = headline_a3po_by_k({"2": {**by_k["2"], "eval_gap_loglinear_minus_recompute": tested}}, two)
+    assert lines[-1] == "Verdict: A-3PO ends below recompute (differs: Welch, Holm p < 0.05) at K = 2."
+    assert "(Holm p = 0.010, MDE 2.0: differs)" in lines[0]

@@ -6,10 +6,10 @@ import importlib
 import pytest
 import torch
 
-from asyncrl.control import ARMS, make_config, train
-from asyncrl.control.arms import ADVANTAGES, AdvantageInputs
+from benchmarks.control import ARMS, make_config, train
+from benchmarks.control.arms import ADVANTAGES, AdvantageInputs
 
-train_module = importlib.import_module("asyncrl.control.train")  # the package re-exports the function
+train_module = importlib.import_module("benchmarks.control.train")  # the package re-exports the function
 
 
 def _inputs(learner_shift: float) -> AdvantageInputs:

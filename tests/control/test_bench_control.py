@@ -1,4 +1,4 @@
-"""`asyncrl bench control --quick` end to end (a reduced matrix), resumability, and bad input."""
+"""`python -m benchmarks control --quick` end to end (a reduced matrix), resumability, and bad input."""
 
 import json
 import os
@@ -8,9 +8,10 @@ import time
 
 import pytest
 
-from asyncrl.bench.study import load_study
-from asyncrl.bench.suites import build_cells
-from asyncrl.cli import main
+from benchmarks.bench.study import load_study
+from benchmarks.bench.suites import build_cells
+from benchmarks.bench.cli import main
+from cli_forks import checkout_env  # tests/: the checkout on PYTHONPATH
 
 pytest.importorskip("gymnasium")  # the `control` extra
 
@@ -18,9 +19,9 @@ SMALL = ["--seeds", "1", "--methods", "ppo,vaco", "--ks", "2", "--jobs", "2", "t
 
 
 def test_quick_runs_reports_and_resumes(tmp_path, monkeypatch, capsys):
-    proc = subprocess.run([sys.executable, "-m", "asyncrl.cli", "bench", "control", "--quick", "--out", "out",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "control", "--quick", "--out", "out",
                            *SMALL], capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                          env=checkout_env({**os.environ, "HF_HUB_OFFLINE": "1"}))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "out"
     results = load_study(out)
@@ -42,7 +43,7 @@ def test_quick_runs_reports_and_resumes(tmp_path, monkeypatch, capsys):
     rerun.unlink()
     time.sleep(0.05)
     monkeypatch.chdir(tmp_path)
-    assert main(["bench", "control", "--quick", "--out", "out", *SMALL]) == 0
+    assert main(["control", "--quick", "--out", "out", *SMALL]) == 0
     assert "1 of 2 cells already finished" in capsys.readouterr().err
     assert rerun.exists()
     assert all(p.stat().st_mtime == t for p, t in stamps.items() if p != rerun)
@@ -71,6 +72,6 @@ def test_quick_matrix_is_cartpole_every_arm_two_capacities():
     (["clip_coef=1.5"], "eps_low"),  # checked by the arm's loss when the cells are built
 ])
 def test_bad_input_exits_2_with_one_line(capsys, args, field):
-    assert main(["bench", "control", "--quick", "--list", *args]) == 2
+    assert main(["control", "--quick", "--list", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and field in err and "Traceback" not in err

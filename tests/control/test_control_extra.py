@@ -1,5 +1,5 @@
-"""gymnasium and MuJoCo are the optional ``control`` extra: without them the package imports, and the
-commands that need them exit 2 with one line naming the pip command.
+"""gymnasium and MuJoCo are the optional ``control`` extra: without them the benchmark apparatus imports,
+and the commands that need them exit 2 with one line naming the pip command.
 
 "Without gymnasium" is simulated by ``sys.modules[name] = None``, which makes ``import name`` raise
 ImportError exactly as for a package that is not installed.
@@ -12,73 +12,76 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl.control import make_config
-from asyncrl.control.extra import MissingControlExtra, require_control_extra
+from benchmarks.control import make_config
+from benchmarks.control.extra import MissingControlExtra, require_control_extra
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+from cli_forks import checkout_env  # tests/: the checkout on PYTHONPATH
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: the modules below are benchmarks.*
 INSTALL = "pip install 'asyncrl[control]'"
 BLOCK = "import sys\nsys.modules['gymnasium'] = sys.modules['mujoco'] = None\n"
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def control_importers() -> list[str]:
-    """Every module of asyncrl.control, and every module that imports it (at any level)."""
+    """Every module of benchmarks.control, and every module that imports it (at any level)."""
     names = []
-    for path in sorted(SRC.rglob("*.py")):
+    for path in sorted((ROOT / "benchmarks").rglob("*.py")):
         name = _module_name(path)
         tree = ast.parse(path.read_text())
         imported = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
         imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
-        touches_control = name.startswith("asyncrl.control") or any(m.startswith("asyncrl.control") for m in imported)
-        if touches_control and path.name != "__main__.py":  # __main__ runs a command on import
+        touches_control = name.startswith("benchmarks.control") or any(m.startswith("benchmarks.control") for m in imported)
+        if touches_control and path.name != "__main__.py" and path.parent.name != "benchmarks":  # scripts run on import
             names.append(name)
     return names
 
 
 def test_scan_finds_the_control_corner():
     names = control_importers()
-    assert {"asyncrl.control", "asyncrl.control.train", "asyncrl.control.envs", "asyncrl.control.run"} <= set(names)
-    assert len(names) > len([n for n in names if n.startswith("asyncrl.control")])  # the bench's importers too
+    assert {"benchmarks.control", "benchmarks.control.train", "benchmarks.control.envs", "benchmarks.control.run"} <= set(names)
+    assert len(names) > len([n for n in names if n.startswith("benchmarks.control")])  # the bench's importers too
 
 
 def test_without_gymnasium_everything_imports_and_bench_control_exits_2_with_one_line():
     """One process: import every module of the control corner and every module that imports it, then
-    run ``asyncrl bench control --quick --list`` (what a user without the extra would type), which
+    run ``python -m benchmarks control --quick --list`` (what a user without the extra would type), which
     imports the CLI and whatever it loads for the suite."""
     script = BLOCK + (f"import importlib\nfor name in {control_importers()!r}:\n    importlib.import_module(name)\n"
                       "assert sys.modules['gymnasium'] is None  # nothing slipped past the block\n"
-                      "from asyncrl.cli import main\n"
-                      "sys.exit(main(['bench', 'control', '--quick', '--list']))\n")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+                      "from benchmarks.bench.cli import main\n"
+                      "sys.exit(main(['control', '--quick', '--list']))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env=checkout_env())
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.splitlines() == [f"asyncrl: bench control needs gymnasium: {INSTALL}"]
+    assert proc.stderr.splitlines() == [f"benchmarks: bench control needs gymnasium: {INSTALL}"]
     assert proc.stdout == ""
 
 
 def test_without_gymnasium_a_mujoco_study_names_both(monkeypatch, capsys):
-    from asyncrl.cli import main
+    from benchmarks.bench.cli import main
 
     monkeypatch.setitem(sys.modules, "gymnasium", None)
     monkeypatch.setitem(sys.modules, "mujoco", None)
-    assert main(["bench", "control", "--list"]) == 2
-    assert capsys.readouterr().err.splitlines() == [f"asyncrl: bench control needs gymnasium and MuJoCo: {INSTALL}"]
+    assert main(["control", "--list"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"benchmarks: bench control needs gymnasium and MuJoCo: {INSTALL}"]
 
 
 def test_control_run_without_gymnasium_exits_2_with_one_line(monkeypatch, capsys, tmp_path):
-    from asyncrl.control.run import main
+    from benchmarks.control.run import main
 
     monkeypatch.setitem(sys.modules, "gymnasium", None)
     assert main([f"out_dir={tmp_path / 'run'}"]) == 2
-    assert capsys.readouterr().err.splitlines() == [f"asyncrl.control: CartPole-v1 needs gymnasium: {INSTALL}"]
+    assert capsys.readouterr().err.splitlines() == [f"benchmarks.control: CartPole-v1 needs gymnasium: {INSTALL}"]
     assert not (tmp_path / "run").exists()
 
 
 def test_building_envs_without_gymnasium_names_the_extra(monkeypatch):
-    from asyncrl.control.envs import make_vector_env
+    from benchmarks.control.envs import make_vector_env
 
     monkeypatch.setitem(sys.modules, "gymnasium", None)
     with pytest.raises(MissingControlExtra, match=r"CartPole-v1 needs gymnasium: pip install 'asyncrl\[control\]'"):

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from asyncrl.bench.control_stats import iqm, iqm_ci, min_max_normalise, normalised_curve, performance_profile
+from benchmarks.bench.control_stats import iqm, iqm_ci, min_max_normalise, normalised_curve, performance_profile
 
 
 def test_iqm_drops_the_outer_quartiles():

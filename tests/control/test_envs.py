@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.control import make_config
-from asyncrl.control.agent import Agent
-from asyncrl.control.envs import make_vector_env
-from asyncrl.control.policy_buffer import LiveActors
-from asyncrl.control.rollout import collect
+from benchmarks.control import make_config
+from benchmarks.control.agent import Agent
+from benchmarks.control.envs import make_vector_env
+from benchmarks.control.policy_buffer import LiveActors
+from benchmarks.control.rollout import collect
 
 pytest.importorskip("gymnasium")  # the `control` extra
 

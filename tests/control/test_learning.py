@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from asyncrl.control import make_config, train
-from asyncrl.control.run import final_score
+from benchmarks.control import make_config, train
+from benchmarks.control.run import final_score
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ exactly as it serves an LLM token batch, and the advantage helpers handle episod
 import pytest
 import torch
 
-from asyncrl.control import ARMS, make_config, train
+from benchmarks.control import ARMS, make_config, train
 from asyncrl.objectives import gae, policy_loss, vtrace
 
 

@@ -5,11 +5,11 @@ import pytest
 import torch
 from torch import nn
 
-from asyncrl.control import make_config
-from asyncrl.control.agent import Agent
-from asyncrl.control.envs import make_vector_env
-from asyncrl.control.policy_buffer import ACTOR_POOLS, PolicyBuffer, snapshot_equal
-from asyncrl.control.rollout import collect
+from benchmarks.control import make_config
+from benchmarks.control.agent import Agent
+from benchmarks.control.envs import make_vector_env
+from benchmarks.control.policy_buffer import ACTOR_POOLS, PolicyBuffer, snapshot_equal
+from benchmarks.control.rollout import collect
 
 
 def _module(value: float) -> nn.Module:

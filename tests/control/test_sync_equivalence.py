@@ -3,8 +3,8 @@ itself (on-policy PPO), for discrete and continuous actions; a larger buffer is 
 
 import pytest
 
-from asyncrl.control import make_config, train
-from asyncrl.control.policy_buffer import snapshot_equal
+from benchmarks.control import make_config, train
+from benchmarks.control.policy_buffer import snapshot_equal
 
 pytest.importorskip("gymnasium")  # the `control` extra
 

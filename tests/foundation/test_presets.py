@@ -77,6 +77,8 @@ def test_wheel_contains_the_presets(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"asyncrl/config/presets/{n}.yaml" for n in preset_names()} <= names
     assert "asyncrl/config/presets/__init__.py" in names
+    # the benchmark apparatus is the repository's (benchmarks/), never the installed package's
+    assert not [n for n in names if n.startswith(("asyncrl/bench/", "asyncrl/control/", "benchmarks/"))]
 
 
 def test_async_names_the_defaults_as_sync_names_the_baseline():

@@ -6,10 +6,11 @@
   arguments: every key, value, file, preset, model directory and reward function is checked),
   in a scratch directory holding the files the README's recipes name (examples/recipe2's among
   them: its `cd examples/recipe2` line must name a folder of the repository);
-- `asyncrl bench ...` builds and validates every cell (`--list`);
 - `asyncrl plan ...` runs as written (it only prints an estimate);
 - the Python recipe runs with `asyncrl.train` swapped for `asyncrl.api.build_config`, which takes
-  the same arguments and checks them without training.
+  the same arguments and checks them without training;
+- `python -m benchmarks ...` (the benchmark apparatus, run from a checkout) builds and validates
+  every cell (`--list`): tests/bench/test_readme_bench_commands.py.
 
 Training itself is covered by the end-to-end tests (the recipes' data and reward forms by
 tests/runtime/test_any_dataset_e2e.py).
@@ -57,10 +58,11 @@ def asyncrl_args(line: str) -> list[str]:
 
 
 COMMANDS = [line for line in shell_lines() if line.startswith("asyncrl ")]
+BENCH = "python -m benchmarks "  # the apparatus' lines: tests/bench/test_readme_bench_commands.py
 
 
 def test_every_readme_shell_line_is_checked():
-    others = [line for line in shell_lines() if not line.startswith(("asyncrl ", "echo ", "cd ", *NOT_ASYNCRL))]
+    others = [line for line in shell_lines() if not line.startswith(("asyncrl ", BENCH, "echo ", "cd ", *NOT_ASYNCRL))]
     assert others == []
     moves = [line.split(None, 1)[1] for line in shell_lines() if line.startswith("cd ")]
     assert moves == [RECIPE_DIR] and (ROOT / RECIPE_DIR).is_dir()
@@ -99,12 +101,10 @@ def test_readme_command_is_valid(line, scratch, monkeypatch, capsys):
     monkeypatch.chdir(scratch)
     args = _localised(asyncrl_args(line), scratch)
     command, rest = args[0], args[1:]
-    if command == "bench":
-        code = main([*args, "--list"])
-    elif command == "plan":
+    if command == "plan":
         code = main(args)
     else:
-        assert command in ("train", "eval", "pretrain"), line
+        assert command in ("train", "eval", "pretrain"), line  # not `bench`: moved to python -m benchmarks
         if "--out" in rest:  # eval's output folder: not a config key
             i = rest.index("--out")
             rest = rest[:i] + rest[i + 2:]

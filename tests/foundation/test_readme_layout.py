@@ -1,5 +1,5 @@
-"""The README's "## Layout" block names every package of src/asyncrl, each with a description, and
-names nothing that is gone.
+"""The README's "## Layout" block names every package of src/asyncrl (and of the benchmark apparatus,
+benchmarks/), each with a description, and names nothing that is gone.
 
 A package is a directory directly under src/asyncrl that holds Python modules (an ``__init__.py``, or
 plain modules as in the namespace package ``policy/``); a subpackage (``runtime/channels/``) is
@@ -22,11 +22,11 @@ def layout_block(readme: str) -> str:
     return section.split("```", 2)[1]
 
 
-def layout_entries(block: str) -> dict[str, str]:
-    """Entry name (``bench/``, ``buffer.py``) → its description, for the lines under ``src/asyncrl/``."""
+def layout_entries(block: str, top: str = "src/asyncrl/") -> dict[str, str]:
+    """Entry name (``runtime/``, ``buffer.py``) → its description, for the lines under ``top``."""
     entries, inside = {}, False
     for line in block.splitlines():
-        if line.strip() == "src/asyncrl/":
+        if line.strip() == top or line.startswith(top + " "):
             inside = True
         elif inside and (match := ENTRY.match(line)):
             entries[match["name"]] = match["description"]
@@ -40,8 +40,8 @@ def packages(root: Path) -> set[str]:
             if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py"))}
 
 
-def missing_and_stale(block: str, root: Path) -> tuple[set[str], set[str]]:
-    named = layout_entries(block)
+def missing_and_stale(block: str, root: Path, top: str = "src/asyncrl/") -> tuple[set[str], set[str]]:
+    named = layout_entries(block, top)
     stale = {name for name in named if not (root / name.rstrip("/")).exists()}
     return packages(root) - set(named), stale
 
@@ -51,7 +51,10 @@ def test_layout_names_every_package_and_nothing_gone():
     missing, stale = missing_and_stale(block, PACKAGE)
     assert not missing, f"README's Layout does not name: {', '.join(sorted(missing))}"
     assert not stale, f"README's Layout names what src/asyncrl no longer has: {', '.join(sorted(stale))}"
-    assert {"control/", "stability/", "rewards/", "tracking/", "policy/"} <= set(layout_entries(block))
+    assert {"stability/", "rewards/", "tracking/", "policy/"} <= set(layout_entries(block))
+    missing, stale = missing_and_stale(block, ROOT / "benchmarks", top="benchmarks/")
+    assert not missing and not stale, (missing, stale)
+    assert {"bench/", "control/"} <= set(layout_entries(block, "benchmarks/"))
 
 
 def test_every_package_line_has_a_description():

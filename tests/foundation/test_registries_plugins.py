@@ -1,7 +1,7 @@
 """A plugin module named in run.plugins registers a task, a mode, a backend, an engine, a weight
-channel, a loss, a tracker and a bench suite at import; config accepts each name with no other edit,
-asks each entry what it works with, the runtime resolves each entry, and an unknown name is still
-one line naming the key and the names known."""
+channel, a loss and a tracker at import (a bench suite: tests/bench/test_suite_plugins.py); config
+accepts each name with no other edit, asks each entry what it works with, the runtime resolves each
+entry, and an unknown name is still one line naming the key and the names known."""
 
 import subprocess
 import sys
@@ -9,7 +9,6 @@ import textwrap
 
 import pytest
 
-from asyncrl.bench.suites import SUITES
 from asyncrl.core import registries
 from asyncrl.config import Config, ConfigError
 from asyncrl.config.help import config_keys
@@ -25,8 +24,6 @@ PLUGIN_SOURCE = textwrap.dedent('''
 
     import torch
 
-    from asyncrl.bench.cells import Cell, overrides
-    from asyncrl.bench.suites import SUITES, Suite
     from asyncrl.core.registries import (BACKENDS, CHANNELS, ENGINES, MODES, RAY, BackendEntry, ChannelEntry,
                                          EngineEntry, ModeEntry)
     from asyncrl.objectives import LOSSES, PROX_REQUIRED, LossEntry
@@ -118,15 +115,6 @@ PLUGIN_SOURCE = textwrap.dedent('''
         return ListTracker(run_dir)
 
 
-    def tiny_cells(suite, request, seed):
-        return [Cell(f"{method}-s{seed}", method, seed, "train",
-                     overrides(suite.base(request), {"loss.name": method, "run.seed": seed}) + request.extra)
-                for method in (request.methods or ["ppo", "marked_plugin"])]
-
-
-    TINY_SUITE = Suite(name="tiny_plugin", help="two losses, one short run each", cells=tiny_cells,
-                       quick={"trainer.steps": 1}, full={"trainer.steps": 2}, seeds=1)
-
     TASKS["count_plugin"] = CountTask
     MODES["replay_plugin"] = ModeEntry(f"{__name__}:replay_source")
     MODES["window_plugin"] = ModeEntry(f"{__name__}:replay_source", window=True)
@@ -139,13 +127,11 @@ PLUGIN_SOURCE = textwrap.dedent('''
     LOSSES["marked_plugin"] = LossEntry(marked_loss, PPOParams, micro_batch_exact=True)
     LOSSES["whole_plugin"] = LossEntry(marked_loss, PPOParams, reads_prox=PROX_REQUIRED, natural_prox="loglinear")
     TRACKERS["list_plugin"] = TrackerEntry(f"{__name__}:open_list_tracker")
-    SUITES["tiny_plugin"] = f"{__name__}:TINY_SUITE"
 ''')
 PLUGIN_NAMES = {"task.name": "count_plugin", "run.mode": "replay_plugin", "async.backend": "inline_plugin",
                 "async.weight_channel": "null_plugin", "rollout.engine": "echo_plugin", "loss.name": "marked_plugin"}
 # every registry a plugin may add to (a fixture restores each)
-TABLES = (TASKS, registries.MODES, registries.BACKENDS, registries.CHANNELS, registries.ENGINES, LOSSES, TRACKERS,
-          SUITES)
+TABLES = (TASKS, registries.MODES, registries.BACKENDS, registries.CHANNELS, registries.ENGINES, LOSSES, TRACKERS)
 
 
 @pytest.fixture
@@ -185,7 +171,6 @@ def test_config_accepts_every_name_a_plugin_registers(plugin_dir):
     assert registries.resolve(registries.BACKENDS["inline_plugin"].target) is plugin.inline_pool
     assert registries.resolve(registries.CHANNELS["null_plugin"].target) is plugin.open_null
     assert registries.resolve(TRACKERS["list_plugin"].target) is plugin.open_list_tracker
-    assert registries.resolve(SUITES["tiny_plugin"]) is plugin.TINY_SUITE
     assert TASKS["count_plugin"] is plugin.CountTask and LOSSES["marked_plugin"].fn is plugin.marked_loss
 
 
@@ -326,17 +311,3 @@ def test_a_short_run_reports_to_the_plugins_tracker(plugin_dir, model_dir):
     tracked = sys.modules[PLUGIN].TRACKED
     assert {step for step, _ in tracked} >= {1, 2}
     assert any(scalars for step, scalars in tracked if step == 2)
-
-
-def test_bench_offers_runs_and_lists_a_plugins_suite(plugin_dir, capsys):
-    from asyncrl.cli import main
-
-    with pytest.raises(SystemExit) as err:  # without the plugin: not a suite
-        main(["bench", "tiny_plugin", "--list"])
-    assert err.value.code == 2 and "invalid choice: 'tiny_plugin'" in capsys.readouterr().err
-    assert main(["bench", "tiny_plugin", "--list", f"run.plugins=[{PLUGIN}]"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == ["ppo-s0", "marked_plugin-s0"]
-    # every cell imports the plugin too, so its loss is a valid name there
-    assert all(f"run.plugins=[{PLUGIN}]" in line and "trainer.steps=2" in line for line in lines)
-    assert "loss.name=marked_plugin" in lines[1]

@@ -137,20 +137,3 @@ def test_a_running_train_refuses_a_second_and_a_killed_one_resumes(tmp_path, mod
     assert f"resuming from step {last} of {last + 2}" in err
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(last + 3))
-
-
-def test_a_bench_cell_another_process_runs_is_not_deleted(tmp_path):
-    """bench starts an unfinished cell over by deleting its directory: never one a live run holds."""
-    from asyncrl.bench.runner import BenchError, fresh_cell_dir
-
-    cell = tmp_path / "runs" / "cell"
-    holder = _holder(cell)
-    try:
-        (cell / "metrics.jsonl").write_text('{"step": 0}\n')
-        with pytest.raises(BenchError, match=rf"cell cell: .*in use by another run \(pid {holder.pid}\)"):
-            fresh_cell_dir(cell)
-        assert (cell / "metrics.jsonl").exists()
-    finally:
-        holder.kill()
-        holder.wait()
-    assert fresh_cell_dir(cell) and list(cell.iterdir()) == []  # a dead attempt: started over

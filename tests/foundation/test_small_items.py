@@ -1,6 +1,6 @@
 """The smaller items of a TRL user's first hour: --version, the resume line, the report's path on
 stdout, summary floats without noise, run.mode=sync's objective, the TRL names table against the
-installed TRL, --help-keys for other libraries' names, one-seed bench wording, the live line at
+installed TRL, --help-keys for other libraries' names, the live line at
 80 columns and the report's training-signal curves."""
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import torch
 from rich.console import Console
 
 from asyncrl import __version__
-from asyncrl.bench.wording import ONE_SEED, headline_a3po, headline_a3po_by_k, headline_peer_trl
 from asyncrl.cli import main
 from asyncrl.config.help import describe_keys, peer_matches
 from asyncrl.config.peers import PEER_NAMES
@@ -141,43 +140,6 @@ def test_help_keys_cli_exit_status(capsys):
     assert main(["train", "--help-keys", "num_generations"]) == 0
     assert "rollout.samples_per_prompt" in capsys.readouterr().out
     assert main(["train", "--help-keys", "no_such_name_anywhere"]) == 2
-
-
-# bench wording
-
-
-def _stat(mean, half, n):
-    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "n": n}
-
-
-def test_one_seed_claims_no_seed_noise():
-    methods = {"sync": {"final_eval_reward": _stat(0.60, 0.0, 1)},
-               "async-loglinear": {"final_eval_reward": _stat(0.569, 0.0, 1)}}
-    first, verdict = headline_a3po({"speedup_vs_sync": 1.5}, methods)
-    assert "3.1 points below sync" in verdict and f"({ONE_SEED})" in verdict
-    assert "seed noise" not in first + verdict
-    peers = {"asyncrl-async-loglinear": {"final_eval_reward": _stat(0.5, 0.0, 1), "samples_per_s": _stat(9, 0, 1)},
-             "trl-grpo": {"final_eval_reward": _stat(0.6, 0.0, 1), "samples_per_s": _stat(3, 0, 1)}}
-    assert "seed noise" not in " ".join(headline_peer_trl({"samples_per_s_ratio_vs_trl": 3.0}, peers))
-    # three seeds still get the test
-    methods = {m: {"final_eval_reward": _stat(v, 0.01, 3)} for m, v in (("sync", 0.6), ("async-loglinear", 0.569))}
-    assert "(outside seed noise)" in headline_a3po({"speedup_vs_sync": 1.5}, methods)[1]
-
-
-def test_one_seed_by_k_verdict_claims_nothing():
-    gap = {"mean": -3.1, "ci_low": -3.1, "ci_high": -3.1}
-    by_k = {"2": {"eval_gap_loglinear_minus_recompute": gap, "eval_gap_loglinear_minus_sync": gap}}
-    one = {m: {"final_eval_reward": _stat(0.5, 0.0, 1)} for m in ("sync", "async-loglinear-k2", "async-recompute-k2")}
-    lines = headline_a3po_by_k(by_k, one)
-    assert lines[0].count(ONE_SEED) == 2 and "[" not in lines[0]
-    assert lines[-1].startswith("Verdict: none") and "beyond the seed spread" not in lines[-1]
-    # two seeds each: the verdict is the Welch test's (stats.compare_arms), a gap without one claims nothing
-    two = {m: {"final_eval_reward": _stat(0.5, 0.0, 2)} for m in one}
-    assert headline_a3po_by_k(by_k, two)[-1].startswith("Verdict: no K where A-3PO's difference")
-    tested = {**gap, "verdict": "differs", "p_holm": 0.01, "mde": 2.0, "n_a": 2, "n_b": 2}
-    lines = headline_a3po_by_k({"2": {**by_k["2"], "eval_gap_loglinear_minus_recompute": tested}}, two)
-    assert lines[-1] == "Verdict: A-3PO ends below recompute (differs: Welch, Holm p < 0.05) at K = 2."
-    assert "(Holm p = 0.010, MDE 2.0: differs)" in lines[0]
 
 
 # the live line at 80 columns

@@ -20,7 +20,7 @@ class RunConfig:
         "async", "sync: generate then train; async: workers generate meanwhile; simulated: exact lag; "
                   "or a plugin's (asyncrl.core.registries.MODES)", names=MODES.keys)
     # imported by the run's validation (asyncrl.runtime.validate) before any name is checked; every
-    # rollout worker and bench cell validates its config the same way, so they import them too
+    # rollout worker and benchmark cell validates its config the same way, so they import them too
     # (docs/runtime.md)
     plugins: list[str] = setting(
         help="modules (pkg.module) that register parts at import: tasks, losses, modes, backends, engines, "

@@ -1,5 +1,6 @@
 """Figure basics shared by the run report (asyncrl.runtime.run_report) and the bench reports
-(asyncrl.bench.figures): a blank Agg figure of the house size, and a figure as PNG bytes.
+(benchmarks.bench.figures in a checkout): a blank Agg figure of the house size, and a figure as
+PNG bytes.
 
 Figures are built with the object API (`Figure` + `FigureCanvasAgg`) rather than pyplot: pyplot
 keeps a global registry of open figures and picks a GUI backend from the environment, neither of

@@ -5,8 +5,8 @@ Every extension registry of asyncrl has one shape: a plain dict, name → entry,
 small frozen record that says what builds the part and what the part needs and works with. Config
 validation asks the entries (their fields, :meth:`ChannelEntry.refuses`, :func:`auto_channel`) and
 never compares a name. The other registries sit beside their parts: ``asyncrl.tasks.TASKS``,
-``asyncrl.objectives.LOSSES`` and ``PROX_STRATEGIES``, ``asyncrl.tracking.TRACKERS`` and
-``asyncrl.bench.suites.SUITES``.
+``asyncrl.objectives.LOSSES`` and ``PROX_STRATEGIES``, ``asyncrl.tracking.TRACKERS`` (and, in the
+repository's benchmark apparatus, ``benchmarks.bench.suites.SUITES``).
 
 An entry here names what builds its part by import path (``target``, ``"module:attr"``), so config
 checks names and compatibilities without importing the runtime, which imports a part only when it

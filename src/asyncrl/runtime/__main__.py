@@ -1,5 +1,6 @@
 """``python -m asyncrl.runtime [--config FILE] [dotted.key=value ...]``: one training run, without the
-CLI (what ``asyncrl bench`` runs in a fresh interpreter per cell). Bad input exits 2 with one line."""
+CLI (what a benchmark suite, ``python -m benchmarks``, runs in a fresh interpreter per cell). Bad
+input exits 2 with one line."""
 
 from __future__ import annotations
 

@@ -1,0 +1,120 @@
+"""A study folder's stored data: ``results.json`` (one summary per run) and ``steps.csv.gz`` (every
+run's per-step metrics in one table).
+
+A study folder is what gets committed and shared::
+
+    README.md  table.md  summary.json  report.html  figures/*.png    what a reader opens
+    results.json     the suite, command, host, and per run: cell, method, seed, params, summary,
+                     load (the machine's load averages at the cell's start and end: benchmarks.bench.load)
+    steps.csv.gz     one row per (run, step): ``cell`` then one column per metric
+
+The per-cell run directories (checkpoints, logs, completions) stay where the run wrote them and are
+not part of the study: ``python -m benchmarks SUITE --report-only --out DIR`` rebuilds the report from
+these two files alone, in a fresh clone.
+
+Every value in ``steps.csv.gz`` is the JSON text of what the run logged (a float's shortest
+round-trip repr, an int, ``null``, a list), and an empty field means the run did not log that key
+at that step. So a table read back gives the same Python values, and the same report, as the run
+directories did. The gzip header carries no timestamp: re-rendering an unchanged study rewrites
+byte-identical files.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from asyncrl.tracking.metrics import json_safe
+
+RESULTS_FILE = "results.json"
+STEPS_FILE = "steps.csv.gz"
+RUN_KEYS = ("cell", "method", "seed", "params", "summary", "load")  # what results.json keeps of each run
+
+
+class StudyError(RuntimeError):
+    """The study folder is missing a file or holds one that cannot be read; one line."""
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    """Atomic: a reader never sees a half-written file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _columns(runs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every metric key, in the order first logged."""
+    seen: dict[str, None] = {}
+    for run in runs:
+        for rec in run.get("metrics") or []:
+            seen.update(dict.fromkeys(rec))
+    return list(seen)
+
+
+def steps_table(runs: list[Mapping[str, Any]]) -> bytes:
+    """The gzipped CSV of every run's per-step metrics (see the module docstring)."""
+    columns = _columns(runs)
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(["cell", *columns])
+    for run in runs:
+        for rec in run.get("metrics") or []:
+            writer.writerow([run["cell"], *(json.dumps(rec[c]) if c in rec else "" for c in columns)])
+    raw = io.BytesIO()
+    with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0) as gz:
+        gz.write(text.getvalue().encode("utf-8"))
+    return raw.getvalue()
+
+
+def write_study_data(out_dir: Path, results: Mapping[str, Any]) -> None:
+    """Write results.json (summaries only) and steps.csv.gz for ``results`` (runs carry ``metrics``)."""
+    runs = results.get("runs") or []
+    header = {k: v for k, v in results.items() if k != "runs"}
+    header["runs"] = [{k: run[k] for k in RUN_KEYS if k in run} for run in runs]
+    _write_bytes(out_dir / STEPS_FILE, steps_table(runs))
+    _write_bytes(out_dir / RESULTS_FILE, json.dumps(json_safe(header), indent=1).encode("utf-8"))
+
+
+def read_steps(path: Path) -> dict[str, list[dict]]:
+    """{cell: [per-step record, in logged order]} from a steps table."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8", newline="") as handle:
+            reader = csv.reader(handle)
+            header = next(reader)
+            steps: dict[str, list[dict]] = {}
+            for line, row in enumerate(reader, start=2):
+                if len(row) != len(header):
+                    raise StudyError(f"{path}: line {line} has {len(row)} fields, expected {len(header)}")
+                steps.setdefault(row[0], []).append(
+                    {key: json.loads(text) for key, text in zip(header[1:], row[1:]) if text != ""})
+    except (OSError, EOFError, StopIteration, json.JSONDecodeError, csv.Error) as err:
+        raise StudyError(f"{path}: unreadable steps table ({type(err).__name__}: {err})") from None
+    return steps
+
+
+def has_study_data(out_dir: Path) -> bool:
+    return (out_dir / RESULTS_FILE).exists()
+
+
+def load_study(out_dir: Path) -> dict:
+    """results.json with each run's per-step ``metrics`` put back from steps.csv.gz (a run the table
+    lacks gets none). StudyError naming the file when either is missing or unreadable."""
+    results_path = out_dir / RESULTS_FILE
+    try:
+        results = json.loads(results_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StudyError(f"{out_dir}: no {RESULTS_FILE} and no finished cell: nothing to report") from None
+    except (OSError, json.JSONDecodeError) as err:
+        raise StudyError(f"{results_path}: unreadable ({err})") from None
+    steps_path = out_dir / STEPS_FILE
+    steps = read_steps(steps_path) if steps_path.exists() else {}
+    for run in results.get("runs") or []:
+        if "metrics" not in run:  # older folders embedded them in results.json
+            run["metrics"] = steps.get(run["cell"], [])
+    return results

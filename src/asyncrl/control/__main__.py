@@ -1,5 +1,0 @@
-import sys
-
-from asyncrl.control.run import main
-
-sys.exit(main(sys.argv[1:]))
