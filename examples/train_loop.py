@@ -16,8 +16,8 @@ lists them). The trained policy is written at the end as a Hugging Face folder,
 
 The parts, and where the full run builds the same ones:
 
-    config        asyncrl.config.load_config                     (asyncrl.cli)
-    task, rewards cfg.task.build(), cfg.reward.build(task)       (asyncrl.runtime.session)
+    config        asyncrl.runtime.validate.load_run_config       (asyncrl.cli)
+    task, rewards asyncrl.tasks.configured_task, RewardSet.from_config (asyncrl.runtime.session)
     warm start    asyncrl.training.pretrain.warm_start           (cached: built once, then reused)
     prompts       asyncrl.rollout.PromptStream                   (asyncrl.runtime.sources.lockstep)
     generation    asyncrl.runtime.engines.rollout_engine
@@ -33,14 +33,17 @@ from pathlib import Path
 
 import torch
 
-from asyncrl.config import Config, load_config
+from asyncrl.config import Config
 from asyncrl.config.threads import trainer_threads
 from asyncrl.policy.lora import apply_lora
 from asyncrl.policy.model import check_device, load_policy_for, set_deterministic
 from asyncrl.policy.prompts import encode_problems
+from asyncrl.rewards import RewardSet
 from asyncrl.rollout import PromptStream, score
 from asyncrl.runtime.engines import rollout_engine
 from asyncrl.runtime.preflight import check_task
+from asyncrl.runtime.validate import load_run_config
+from asyncrl.tasks import configured_task
 from asyncrl.training.pretrain import warm_start
 from asyncrl.training.reference import build_reference
 from asyncrl.training.trainer import Trainer
@@ -67,7 +70,7 @@ def build_trainer(cfg: Config, model: torch.nn.Module, policy_dir: Path) -> Trai
 
 def train_loop(overrides: list[str]) -> torch.nn.Module:
     """Train for ``trainer.steps`` steps; returns the trained model (also written to disk)."""
-    cfg = load_config(overrides=overrides)  # defaults ← overrides, checked (a bad key is one line)
+    cfg = load_run_config(overrides=overrides)  # defaults ← overrides, checked (a bad key is one line)
     if cfg.run.mode != "sync":
         print(f"train_loop: this is the sync loop; run.mode={cfg.run.mode} is not used", file=sys.stderr)
     ro = cfg.rollout
@@ -80,8 +83,8 @@ def train_loop(overrides: list[str]) -> torch.nn.Module:
     torch.manual_seed(cfg.run.seed)
 
     # The problem set and its reward functions, then the policy to train.
-    task = cfg.task.build()
-    rewards = cfg.reward.build(task)
+    task = configured_task(cfg.task)
+    rewards = RewardSet.from_config(cfg.reward, task)
     model, tokenizer, policy_dir = starting_policy(cfg, task)
     # The reward works on a gold solution, and the training prompts that fit task.max_prompt_length
     # (over-long ones are dropped or truncated per task.long_prompts, or refused).

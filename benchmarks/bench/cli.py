@@ -19,12 +19,13 @@ PROG = "python -m benchmarks"
 def _import_named_plugins(argv: list[str]) -> int:
     """Import the modules of a ``run.plugins=[...]`` argument before the parser is built, so that the
     suites they register are offered like the built-in ones (ConfigError naming ``run.plugins[i]``)."""
-    from asyncrl.config import Config, RunConfig
+    from asyncrl.config import Config
     from asyncrl.core.loader import parse_override
+    from asyncrl.runtime.validate import import_plugins
 
     for item in argv:
         if item.startswith("run.plugins="):
-            RunConfig(plugins=parse_override(item, Config)[1])  # building the section imports them
+            import_plugins(parse_override(item, Config)[1])
     return 0
 
 

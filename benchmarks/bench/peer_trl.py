@@ -53,7 +53,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from transformers import TrainerCallback  # noqa: E402
 
-from asyncrl.config import Config, ConfigError, load_config  # noqa: E402
+from asyncrl.config import Config, ConfigError  # noqa: E402
+from asyncrl.runtime.validate import load_run_config  # noqa: E402
 from asyncrl.core.loader import read_yaml  # noqa: E402
 
 MODE = "trl-grpo"
@@ -337,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     # transformers 5.2x deprecates `gradient_checkpointing` (TRL 1.16 still sets it): noise only
     warnings.filterwarnings("ignore", category=FutureWarning)
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_run_config(args.config, args.overrides)
         summary = run(cfg)
     except ConfigError as err:
         print(f"asyncrl: {err}", file=sys.stderr)

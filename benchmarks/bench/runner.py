@@ -89,12 +89,12 @@ def cell_command(cell: Cell, runs_dir: Path) -> list[str]:
 
 
 def _run_in_process(cell: Cell, runs_dir: Path, log_path: Path) -> int:
-    from asyncrl.config import load_config
+    from asyncrl.runtime.validate import load_run_config
     from asyncrl.runtime import train
 
     with open(log_path, "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
-            train(load_config(cell.config, _asyncrl_args(cell, runs_dir)))
+            train(load_run_config(cell.config, _asyncrl_args(cell, runs_dir)))
             return 0
         except Exception:  # a crashing cell fails the suite with its log, not the bench process
             traceback.print_exc()

@@ -141,9 +141,9 @@ def keep_only(cells: list[Cell], globs: list[str]) -> list[Cell]:
 def validate_train_cells(cells: list[Cell]) -> None:
     """Load every cell's config (ConfigError naming the key, before anything runs), and refuse a
     speed comparison whose best synchronous arm has fewer cores than an asynchronous one."""
-    from asyncrl.config import load_config
+    from asyncrl.runtime.validate import load_run_config
 
-    configs = {cell.name: load_config(cell.config, list(cell.overrides)) for cell in cells}
+    configs = {cell.name: load_run_config(cell.config, list(cell.overrides)) for cell in cells}
     check_fair_threads(cells, configs)
 
 

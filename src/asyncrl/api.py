@@ -147,13 +147,13 @@ def build_config(config: Any = None, *, reward_funcs: Sequence[Callable | str] |
                  environment_factory: Callable | str | None = None, tools: Sequence[Callable | str] | None = None,
                  harness: Callable | str | None = None, overrides: Mapping[str, Any] | None = None, **keys: Any):
     """The :class:`~asyncrl.config.Config` that :func:`train` runs (arguments as there), built by
-    :func:`asyncrl.config.load_config` like every other config; writes the in-memory inputs under
+    :func:`asyncrl.runtime.validate.load_run_config` like every other config; writes the in-memory inputs under
     ``<run.out_dir>/.inputs/`` first, so the config names files every process can read."""
-    from asyncrl.config import load_config
+    from asyncrl.runtime.validate import load_run_config
 
     settings = {**(overrides or {}), **{key.replace("__", "."): value for key, value in keys.items()}}
     # where the inputs go: the run's out_dir (task and reward may name files not written yet)
-    out_dir = load_config(config, settings=settings, ignore=("task", "reward")).run.out_dir
+    out_dir = load_run_config(config, settings=settings, ignore=("task", "reward")).run.out_dir
     inputs = Path(out_dir) / INPUTS_DIR
     for key, dataset in (("task.path", train_dataset), ("task.eval_path", eval_dataset)):
         if dataset is not None:
@@ -167,11 +167,12 @@ def build_config(config: Any = None, *, reward_funcs: Sequence[Callable | str] |
             tools = [tools]
         settings["env.tools"] = [tool_path(fn, inputs, f"tools[{i}]") for i, fn in enumerate(tools)]
     if environment_factory is not None:
-        # a class with get_reward gets its reward function in reward.funcs at load (config.add_factory_reward)
+        # a class with get_reward gets its reward function in reward.funcs when the config is validated
+        # (asyncrl.runtime.validate.add_factory_reward)
         settings["env.factory"] = factory_path(environment_factory, inputs, settings.get("env.kwargs"))
     if harness is not None:
         settings["env.harness"] = harness if isinstance(harness, str) else harness_path(harness, inputs)
-    return load_config(config, settings=settings)
+    return load_run_config(config, settings=settings)
 
 
 # -- in-memory inputs → files every process can read -----------------------------------------------

@@ -10,7 +10,8 @@ import json
 import os
 import sys
 
-from asyncrl.config import ConfigError, load_config
+from asyncrl.config import ConfigError
+from asyncrl.runtime.validate import load_run_config
 from asyncrl.config.help import config_yaml, describe_keys, keys_epilog
 from asyncrl.core.loader import guarded
 from asyncrl.config.presets import PRESETS_DIR, preset_names
@@ -169,15 +170,17 @@ def _eval(cfg) -> int:
     from asyncrl.runtime.preflight import check_prompts, check_writable
     from asyncrl.runtime.session import warm_start_if_needed
     from asyncrl.config.threads import trainer_threads
+    from asyncrl.rewards import RewardSet
+    from asyncrl.tasks import configured_task
 
     torch.set_num_threads(trainer_threads(cfg))
     check_device(cfg.policy.device)
     if cfg.eval.outputs:  # before the evaluation's minutes, not after them
         check_writable(cfg.eval.outputs, "eval.outputs")
-    task = cfg.task.build()
+    task = configured_task(cfg.task)
     model, tokenizer = load_policy_for(cfg.policy, warm_start_if_needed(cfg, task))
     problems = check_prompts(cfg, task, tokenizer, model).eval[: cfg.eval.n_problems]  # task.long_prompts
-    metrics, result = eval_metrics(model, tokenizer, task, problems, cfg, rewards=cfg.reward.build(task))
+    metrics, result = eval_metrics(model, tokenizer, task, problems, cfg, rewards=RewardSet.from_config(cfg.reward, task))
     report = cli_report(metrics, result, cfg)
     lines = summary_lines(report)  # for people (stderr); stdout stays one JSON line
     if cfg.eval.outputs:
@@ -269,12 +272,13 @@ def _import_named_plugins(argv: list[str]) -> int:
     """Import the modules of a ``run.plugins=[...]`` argument before the parser is built, so that
     what they register is offered like the built-in parts: a bench suite's name (checked by the
     parser), a loss, a tracker. ConfigError naming ``run.plugins[i]`` for one that fails."""
-    from asyncrl.config import Config, RunConfig
+    from asyncrl.config import Config
     from asyncrl.core.loader import parse_override
+    from asyncrl.runtime.validate import import_plugins
 
     for item in argv:
         if item.startswith("run.plugins="):
-            RunConfig(plugins=parse_override(item, Config)[1])  # building the section imports them
+            import_plugins(parse_override(item, Config)[1])
     return 0
 
 
@@ -323,7 +327,7 @@ def _quiet_hub(value=None):
 def _config(args):
     if getattr(args, "resume", None) is None:
         out = [f"eval.outputs={args.out}"] if getattr(args, "out", None) else []
-        return load_config(args.config, [*args.overrides, *out])
+        return load_run_config(args.config, [*args.overrides, *out])
     from asyncrl.runtime.resume import resume_config
 
     if args.config:

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from asyncrl.config import load_config
+from asyncrl.runtime.validate import load_run_config
 from asyncrl.runtime.step_log import StepLog
 
 
@@ -14,13 +14,13 @@ from asyncrl.runtime.step_log import StepLog
                                          (["env.turn_tokens=40", "env.episode_tokens=39"], "env.turn_tokens=40")])
 def test_a_budget_smaller_than_a_turn_is_refused(args, limit):
     with pytest.raises(ValueError, match=rf"^config error: env\.episode_tokens: \d+ is less than one turn \({limit}\)"):
-        load_config(None, ["env.tools=[calculator]", *args])
+        load_run_config(None, ["env.tools=[calculator]", *args])
 
 
 def test_one_turn_budget_and_single_turn_runs_are_accepted():
-    accepted = load_config(None, ["env.tools=[calculator]", "env.tool_schemas=none", "env.episode_tokens=48"])
+    accepted = load_run_config(None, ["env.tools=[calculator]", "env.tool_schemas=none", "env.episode_tokens=48"])
     assert accepted.env.episode_tokens == 48
-    assert load_config(None, ["env.episode_tokens=1"]).env.episode_tokens == 1  # no episodes: not used
+    assert load_run_config(None, ["env.episode_tokens=1"]).env.episode_tokens == 1  # no episodes: not used
 
 
 def test_cut_episodes_are_warned_once(capsys):

@@ -12,11 +12,12 @@ from .episode_fakes import ScriptedEngine
 
 from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner
 from asyncrl.agents.render import PlainTurns
-from asyncrl.config import load_config
+from asyncrl.runtime.validate import load_run_config
 from asyncrl.envs.gem import GemEnv, expert_for, family_of, play
 from asyncrl.tasks.base import EOS_SEGMENT
 from asyncrl.training.demonstrations import warm_start_source
 from asyncrl.training.pretrain import sft_batch
+from asyncrl.tasks import configured_task
 
 EASY = "game:GuessTheNumber-v0-easy"
 
@@ -28,7 +29,7 @@ def gem():
 
 @pytest.fixture(scope="module")
 def easy_task(gem):
-    return load_config(None, ["task=gem", f"env.name=gem:{EASY}"]).task.build()
+    return configured_task(load_run_config(None, ["task=gem", f"env.name=gem:{EASY}"]).task)
 
 
 @pytest.mark.parametrize("gem_id", [EASY, "game:GuessTheNumber-v0-hard", "game:GuessTheNumber-v0-random"])
@@ -73,7 +74,7 @@ def test_a_demonstrated_row_is_the_episode_of_its_actions_token_for_token(gem, e
 
 
 def test_demonstrations_are_cheap_deterministic_and_train_only(gem, easy_task):
-    again = load_config(None, ["task=gem", f"env.name=gem:{EASY}"]).task.build()
+    again = configured_task(load_run_config(None, ["task=gem", f"env.name=gem:{EASY}"]).task)
     assert easy_task.problems("train") == again.problems("train")
     assert all(p.segments for p in easy_task.problems("train"))
     assert all(not p.solution and not p.segments for p in easy_task.problems("eval"))
@@ -83,12 +84,12 @@ def test_demonstrations_are_cheap_deterministic_and_train_only(gem, easy_task):
 
 
 def test_the_warm_start_plays_the_game_and_others_fall_back(gem):
-    cfg = load_config(None, ["task=gem", f"env.name=gem:{EASY}"])
+    cfg = load_run_config(None, ["task=gem", f"env.name=gem:{EASY}"])
     source = warm_start_source(cfg)
     assert not source.general and len(source.demonstrations) == 2000
     assert all("\\boxed{" in p.solution for p in source.demonstrations)
-    off = load_config(None, ["task=gem", f"env.name=gem:{EASY}", "task.gem_demos=false"])
+    off = load_run_config(None, ["task=gem", f"env.name=gem:{EASY}", "task.gem_demos=false"])
     assert warm_start_source(off).general
-    other = load_config(None, ["task=gem", "env.name=gem:game:Mastermind-v0-easy"])
+    other = load_run_config(None, ["task=gem", "env.name=gem:game:Mastermind-v0-easy"])
     assert other.task.gem_env["id"] == "game:Mastermind-v0-easy"
     assert warm_start_source(other).general  # no expert: the general (arithmetic) warm start

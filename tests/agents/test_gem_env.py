@@ -20,7 +20,8 @@ from asyncrl.agents import ENVIRONMENTS
 from asyncrl.agents.env import build_env, env_reset, env_step
 from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling
 from asyncrl.agents.render import make_turns
-from asyncrl.config import ConfigError, load_config
+from asyncrl.config import ConfigError
+from asyncrl.runtime.validate import load_run_config
 from asyncrl.core.registries import resolve
 from asyncrl.tasks import build_task
 from cli_forks import run_cli, shared_forks  # tests/: the CLI forked from one imported copy
@@ -45,7 +46,7 @@ def rows():
 
 
 def test_a_game_plays_through_the_seam(gem, rows):
-    cfg = load_config(None, ["task=gem", f"env.name=gem:{EASY}"])
+    cfg = load_run_config(None, ["task=gem", f"env.name=gem:{EASY}"])
     assert cfg.env.name == f"gem:{EASY}" and cfg.env.episodes
     env, row = gem_env(EASY), rows[0]
     prompt = env_reset(env, row, 10)
@@ -165,7 +166,7 @@ REFUSED = [
 @pytest.mark.parametrize("gem_id, why", REFUSED, ids=[r[0] for r in REFUSED])
 def test_an_id_that_cannot_run_offline_is_refused_at_config_load_in_one_line(gem, gem_id, why):
     with pytest.raises(ConfigError) as err:
-        load_config(None, ["task=gem", f"env.name=gem:{gem_id}"])
+        load_run_config(None, ["task=gem", f"env.name=gem:{gem_id}"])
     text = str(err.value)
     assert "\n" not in text and text.startswith(f"config error: env.name: gem:{gem_id} ") and why in text
     if "not a GEM id" not in text and "does not start" not in text and not gem_id.startswith("rg:"):
@@ -188,11 +189,11 @@ def test_every_registered_gem_id_is_run_or_refused_and_only_the_offline_games_ru
 def test_gem_not_installed_is_one_line_with_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "gem", None)  # `import gem` now fails, as without the package
     with pytest.raises(ConfigError) as err:
-        load_config(None, [f"env.name=gem:{EASY}"])
+        load_run_config(None, [f"env.name=gem:{EASY}"])
     text = str(err.value)
     assert "\n" not in text and text.startswith(f"config error: env.name: gem:{EASY} needs GEM")
     assert text.endswith("pip install asyncrl[envs]")
-    assert load_config(None, ["env.name=guess"]).env.name == "guess"  # the other names never import gem
+    assert load_run_config(None, ["env.name=guess"]).env.name == "guess"  # the other names never import gem
 
 
 def test_the_root_logger_is_left_as_it_was(gem):

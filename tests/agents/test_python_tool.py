@@ -186,13 +186,13 @@ def test_default_python_function():
 
 
 def test_config_names_the_opt_in_where_the_sandbox_cannot_start(monkeypatch):
-    from asyncrl.config import load_config
+    from asyncrl.runtime.validate import load_run_config
 
     def no_sandbox(spec=None):
         raise SandboxUnavailable("bwrap failed: setting up uid map: Permission denied")
 
     monkeypatch.setattr(python_tool_module, "check_sandbox", no_sandbox)
     with pytest.raises(ValueError, match=r"tools\[0\]: python: the sandbox .* Permission denied.*env.python_sandbox=none"):
-        load_config(None, ["env.tools=[python]"])
-    unsandboxed = load_config(None, ["env.tools=[python]", "env.python_sandbox=none", "env.tool_schemas=none"])
+        load_run_config(None, ["env.tools=[python]"])
+    unsandboxed = load_run_config(None, ["env.tools=[python]", "env.python_sandbox=none", "env.tool_schemas=none"])
     assert unsandboxed.env.python_sandbox == "none"

@@ -88,11 +88,11 @@ def test_a_tool_that_returns_none_is_failed():
 
 
 def test_two_tools_of_one_name_refused_at_config_load(tmp_path):
-    from asyncrl.config import load_config
+    from asyncrl.runtime.validate import load_run_config
 
     (tmp_path / "more_tools.py").write_text(
         'def calculator(expression: str) -> str:\n    """Mine.\n\n    Args:\n        expression: x.\n    """\n'
         "    return expression\n")
     with pytest.raises(ValueError, match=r"^config error: env\.tools\[1\]: .*more_tools\.py:calculator' is named 'calculator', "
                                          r"like env\.tools\[0\]; a call must name one function$"):
-        load_config(None, ["env.tools=[calculator," + f"{tmp_path}/more_tools.py:calculator]"])
+        load_run_config(None, ["env.tools=[calculator," + f"{tmp_path}/more_tools.py:calculator]"])

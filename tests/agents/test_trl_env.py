@@ -22,7 +22,8 @@ from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling
 from asyncrl.agents.rollout import EpisodeRollout
 from asyncrl.agents.tools import ToolBox
 from asyncrl.envs.trl import GET_REWARD, get_reward, load_factory, tool_names, wrap
-from asyncrl.config import ConfigError, load_config
+from asyncrl.config import ConfigError
+from asyncrl.runtime.validate import load_run_config
 from asyncrl.tasks import Problem
 from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
 
@@ -179,7 +180,7 @@ def test_errors_of_a_tool_method_are_observations_and_the_last_turn_runs_no_tool
 def test_get_reward_is_a_reward_of_weight_one_read_from_each_episodes_instance(envs):
     from asyncrl.rewards import RewardSet
 
-    cfg = load_config(None, [f"env.factory={envs}:CounterEnv", f"reward.funcs=[{GET_REWARD}]", *NO_SCHEMAS])
+    cfg = load_run_config(None, [f"env.factory={envs}:CounterEnv", f"reward.funcs=[{GET_REWARD}]", *NO_SCHEMAS])
     tok = chat_tokenizer(DROPS_THINK)
     rollout = EpisodeRollout(cfg, RewardSet.from_config(cfg.reward), tok)
     eot = tok.eos_token_id
@@ -213,18 +214,18 @@ def test_a_get_reward_that_raises_stops_the_run_like_any_reward_function():
         def get_reward(self):
             raise ValueError("no board")
 
-    rewards = RewardSet.from_config(load_config(None, [f"reward.funcs=[{GET_REWARD}]"]).reward)
+    rewards = RewardSet.from_config(load_run_config(None, [f"reward.funcs=[{GET_REWARD}]"]).reward)
     with pytest.raises(RewardFunctionError, match=f"reward function {GET_REWARD} raised ValueError: no board on "
                                                   "a batch of 1 rows starting at row uid=p0"):
         rewards.score(["x"], [PROBLEM], extra={"environments": [Bad()]})
 
 
 def test_get_reward_joins_reward_funcs_at_load_by_cli_as_trl_adds_it(envs):
-    assert load_config(None, [f"env.factory={envs}:CounterEnv", *NO_SCHEMAS]).reward.funcs == [GET_REWARD]  # alone
-    cfg = load_config(None, [f"env.factory={envs}:CounterEnv", *NO_SCHEMAS,
+    assert load_run_config(None, [f"env.factory={envs}:CounterEnv", *NO_SCHEMAS]).reward.funcs == [GET_REWARD]  # alone
+    cfg = load_run_config(None, [f"env.factory={envs}:CounterEnv", *NO_SCHEMAS,
                              "reward.funcs=[asyncrl.tasks.rewards:correct_answer]", "reward.weights=[0.5]"])
     assert cfg.reward.funcs[-1] == GET_REWARD and cfg.reward.weights == [0.5, 1.0]
-    again = load_config(cfg.to_dict())  # a resumed run's saved config: added once
+    again = load_run_config(cfg.to_dict())  # a resumed run's saved config: added once
     assert again.reward.funcs == cfg.reward.funcs and again.reward.weights == cfg.reward.weights
 
 
@@ -234,7 +235,7 @@ def test_a_trl_reward_function_written_environments_first_is_called_by_keyword(t
     (tmp_path / "trl_rewards.py").write_text(
         "def solved(environments, **kwargs):\n    return [float(e.value) for e in environments]\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    rewards = RewardSet.from_config(load_config(None, ["reward.funcs=[trl_rewards:solved]"]).reward)
+    rewards = RewardSet.from_config(load_run_config(None, ["reward.funcs=[trl_rewards:solved]"]).reward)
 
     class Env:
         value = 0.5
@@ -264,7 +265,7 @@ def test_an_environment_that_breaks_names_the_users_class(envs):
 ])
 def test_a_class_that_breaks_trls_contract_is_refused_at_load(envs, cls, expected):
     with pytest.raises(ConfigError) as err:
-        load_config(None, [f"env.factory={envs}:{cls}"])
+        load_run_config(None, [f"env.factory={envs}:{cls}"])
     assert str(err.value).startswith("config error: env.factory: ") and expected in str(err.value)
     assert "\n" not in str(err.value)
 
@@ -274,9 +275,9 @@ def test_a_factory_method_named_like_a_tool_and_a_factory_with_an_env_are_refuse
                                        '        step: how much\n    """\n    return step\n')
     with pytest.raises(ConfigError, match=r"env.factory: .*CounterEnv.increment has the name of the tool of "
                                           r"env.tools\[0\]"):
-        load_config(None, [f"env.factory={envs}:CounterEnv", f"env.tools=[{tmp_path}/clash.py:increment]"])
+        load_run_config(None, [f"env.factory={envs}:CounterEnv", f"env.tools=[{tmp_path}/clash.py:increment]"])
     with pytest.raises(ConfigError, match="env.factory: is the environment itself; it does not go with env.name=guess"):
-        load_config(None, [f"env.factory={envs}:CounterEnv", "env=guess"])
+        load_run_config(None, [f"env.factory={envs}:CounterEnv", "env=guess"])
 
 
 def test_the_api_refuses_what_cannot_travel_or_be_a_tool_in_one_line(tmp_path):

@@ -347,9 +347,10 @@ def test_table_is_documented():
 def test_gold_that_can_never_score_is_a_warning_naming_its_line(tmp_path, capsys):
     """One `#### banana` among good rows: the run may go on, but stderr names the line."""
     from asyncrl.config import load_config
+    from asyncrl.tasks import configured_task
 
     args = _gsm8k(tmp_path, [GOOD_ROW, {"question": "q2", "answer": "#### banana"}, GOOD_ROW])
-    load_config(None, args).task.build()
+    configured_task(load_config(None, args).task)
     err = capsys.readouterr().err
     assert "1 gold answer(s) with no number" in err and f"{tmp_path}/data.jsonl:2" in err
 

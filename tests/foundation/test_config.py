@@ -4,6 +4,7 @@ import sys
 import pytest
 
 from asyncrl.config import Config, ConfigError, load_config
+from asyncrl.runtime.validate import load_run_config
 
 
 def test_defaults_validate():
@@ -59,7 +60,7 @@ def test_name_shorthand():
 ])
 def test_bad_values_name_the_key(override, key):
     with pytest.raises(ConfigError) as info:
-        load_config(None, [override])
+        load_run_config(None, [override])  # the loss's and the proximal strategy's names: the run's checks
     message = str(info.value)
     assert key in message
     assert "\n" not in message

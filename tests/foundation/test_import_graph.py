@@ -29,6 +29,10 @@ LAYERS: list[tuple[str, ...]] = [
     # foundations: no knowledge of any component (asyncrl.core: loader, registries, disk, cache,
     # progress, plotting)
     ("asyncrl.types", "asyncrl.core"),
+    # the typed run configuration (its presets and the parts' own settings sections, config.parts):
+    # a leaf over core, which every part may read. It checks what the config alone can tell; what
+    # needs the parts (registries, plugins, user code) is asyncrl.runtime.validate's
+    ("asyncrl.config",),
     # the parts, each usable alone: pure objectives, problems and rewards, trackers and metric rows
     ("asyncrl.objectives", "asyncrl.stability", "asyncrl.tasks", "asyncrl.rewards",
      "asyncrl.tracking",
@@ -40,16 +44,14 @@ LAYERS: list[tuple[str, ...]] = [
     # each, built on the tasks and the agents' seam; those name them by import path, never import them
     # (asyncrl.agents.trl_env: the TRL adapter's old import path, a re-export of asyncrl.envs.trl)
     ("asyncrl.envs", "asyncrl.agents.trl_env"),
-    # the typed run configuration (its presets and peer names too), which checks names against the
-    # registries below it
-    ("asyncrl.config",),
     # machinery over one model: weights, generation engines, the trainer and its parts, evaluation,
     # warm start, checkpoints
     # (episodes played with an engine and scored into batches included)
     ("asyncrl.policy", "asyncrl.rollout", "asyncrl.training", "asyncrl.agents.episode", "asyncrl.agents.rollout",
      "asyncrl.agents.harness_runner",
      "asyncrl.distributed.data_parallel", "asyncrl.distributed.fsdp", "asyncrl.distributed.sharded_state"),
-    # the training loop, batch sources, the buffer, workers, weight channels, backends
+    # the training loop, batch sources, the buffer, workers, weight channels, backends, and the run's
+    # check of its config against the parts (asyncrl.runtime.validate)
     ("asyncrl.runtime", "asyncrl.distributed.ranks"),
     # what describes the config to users (plan: its memory and time on paper) and the public face:
     # the root package, whose ``asyncrl.train`` is the API's (loaded by name on first use, so
@@ -202,6 +204,20 @@ def test_every_module_has_a_layer():
     assert [m for m in import_graph() if layer_of(m) is None] == []
     assert layer_of("asyncrl") == layer_of("asyncrl.api") and layer_of("asyncrl.types") == 0 and layer_of("asyncrl.runtime.channels.flat") == layer_of("asyncrl.runtime")
     assert layer_of("asyncrl.core.loader") < layer_of("asyncrl.config") < layer_of("asyncrl.config.help")
+
+
+def test_config_imports_only_core():
+    """asyncrl.config is a leaf: its modules (help and peers included) import asyncrl.core and each
+    other, nothing else of asyncrl, lazily or not; the checks that need a part live in
+    asyncrl.runtime.validate."""
+    graph = import_graph()
+    config = [name for name in graph if name == "asyncrl.config" or name.startswith("asyncrl.config.")]
+    assert {"asyncrl.config.run", "asyncrl.config.parts", "asyncrl.config.help"} <= set(config)
+    leaf = ("asyncrl.config", "asyncrl.core")
+    outside = {(module, target) for module in config for target in graph[module]
+               if not any(target == p or target.startswith(p + ".") for p in leaf)}
+    assert outside == set(), sorted(outside)
+    assert layer_of("asyncrl.config") == layer_of("asyncrl.core") + 1
 
 
 def test_no_upward_import_in_src():

@@ -17,7 +17,7 @@ import pytest
 
 from asyncrl.config import load_config
 from asyncrl.core.loader import ConfigError
-from asyncrl.tasks import records
+from asyncrl.tasks import configured_task, records
 from test_bad_input import GOOD_ROW, _gsm8k, run_case
 
 HUGE = {"question": "x " * 2_500_000, "answer": "#### 1"}  # a 5 MB prompt
@@ -78,10 +78,10 @@ def test_the_bound_follows_max_prompt_length_or_the_setting(tmp_path):
     with pytest.raises(ConfigError, match=r"^config error: task.max_prompt_chars: .*data.jsonl:4: prompt is 338 "
                                           r"characters, over the bound of 320 \(task.max_prompt_chars: 32 per token "
                                           r"of task.max_prompt_length=10\); refused before tokenizing$"):
-        _task(tmp_path, 320, "task.max_prompt_length=10").build()
+        configured_task(_task(tmp_path, 320, "task.max_prompt_length=10"))
     with pytest.raises(ConfigError, match=r"prompt is 338 characters, over the bound of 300 \(task.max_prompt_chars\)"):
-        _task(tmp_path, 320, "task.max_prompt_chars=300", "task.long_prompts=drop").build()  # drop: still refused
-    assert len(_task(tmp_path, 320, "task.max_prompt_chars=338").build().problems("train")) == 4
+        configured_task(_task(tmp_path, 320, "task.max_prompt_chars=300", "task.long_prompts=drop"))  # drop: still refused
+    assert len(configured_task(_task(tmp_path, 320, "task.max_prompt_chars=338")).problems("train")) == 4
 
 
 def test_a_chat_prompt_is_measured_by_its_messages(tmp_path):
@@ -92,7 +92,7 @@ def test_a_chat_prompt_is_measured_by_its_messages(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = load_config(None, [f"task.path={path}", "task.eval_fraction=0.5", "task.max_prompt_chars=300"])
     with pytest.raises(ConfigError, match=r"chat.jsonl:2: prompt is 4\d\d characters, over the bound of 300"):
-        cfg.task.build()
+        configured_task(cfg.task)
 
 
 def test_a_json_line_over_the_row_bound_is_refused_without_reading_it_whole(tmp_path, monkeypatch):

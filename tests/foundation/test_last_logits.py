@@ -14,6 +14,7 @@ from asyncrl.policy.prompts import encode_problems
 from asyncrl.policy.sampling import last_logits, left_pad, positions
 from asyncrl.rollout.engine import EngineSpec, make_engine
 from asyncrl.runtime.engines import rollout_engine
+from asyncrl.runtime.validate import load_run_config
 
 
 def _full_logits(model, *, lm_head_fp32=False, **inputs):
@@ -106,5 +107,5 @@ def test_lm_head_fp32_reaches_the_engine_and_is_refused_with_vllm(tiny_policy):
     engine = rollout_engine(cfg, model=model, tokenizer=tokenizer, policy_dir=None, seed=0, chunked=False)
     assert engine.spec.lm_head_fp32
     with pytest.raises(ConfigError, match=r"policy\.lm_head_fp32.*vllm"):
-        load_config(None, ["policy.lm_head_fp32=true", "rollout.engine=vllm"])
+        load_run_config(None, ["policy.lm_head_fp32=true", "rollout.engine=vllm"])  # the engine's entry refuses it
     assert not load_config(None, ["rollout.engine=vllm"]).policy.lm_head_fp32

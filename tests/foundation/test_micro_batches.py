@@ -11,7 +11,7 @@ import torch
 
 import asyncrl.training.trainer as trainer_module
 from asyncrl.config import LossConfig, TrainerConfig
-from asyncrl.config.training import check_micro_batching
+from asyncrl.objectives.micro_batching import check_micro_batching
 from asyncrl.training.reference import ReferencePolicy
 from asyncrl.training.trainer import Trainer
 from asyncrl.training.steps import micro_bounds

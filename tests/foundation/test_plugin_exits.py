@@ -15,6 +15,7 @@ import time
 import pytest
 
 from asyncrl.config import load_config
+from asyncrl.runtime.validate import load_run_config
 from asyncrl.core.loader import ConfigError
 from cli_forks import shared_forks
 
@@ -54,7 +55,7 @@ def test_the_python_api_gets_the_same_config_error(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError, match=r"^config error: run.plugins\[1\]: cannot import 'interrupts_api': the "
                                           r"module raised KeyboardInterrupt while being imported$"):
-        load_config(None, ["run.plugins=[json, interrupts_api]"])
+        load_run_config(None, ["run.plugins=[json, interrupts_api]"])
 
 
 def test_a_reward_module_raising_keyboardinterrupt_at_import_is_one_line(tmp_path):

@@ -10,11 +10,12 @@ import textwrap
 import pytest
 
 from asyncrl.core import registries
-from asyncrl.config import Config, ConfigError, load_config
+from asyncrl.config import Config, ConfigError
 from asyncrl.config.help import config_keys
 from asyncrl.core.loader import from_dict
+from asyncrl.runtime.validate import load_run_config, validate_run
 from asyncrl.objectives import LOSSES
-from asyncrl.tasks import TASKS
+from asyncrl.tasks import TASKS, configured_task
 from asyncrl.tracking import TRACKERS
 
 PLUGIN = "asyncrl_test_plugin_parts"
@@ -161,7 +162,7 @@ def _plugin_overrides() -> list[str]:
 
 
 def test_config_accepts_every_name_a_plugin_registers(plugin_dir):
-    cfg = load_config(None, _plugin_overrides())
+    cfg = load_run_config(None, _plugin_overrides())
     assert (cfg.task.name, cfg.run.mode, cfg.async_.backend, cfg.async_.weight_channel, cfg.rollout.engine,
             cfg.loss.name) == tuple(PLUGIN_NAMES.values())
     plugin = sys.modules[PLUGIN]
@@ -179,8 +180,8 @@ def test_the_runtime_builds_the_plugins_parts(plugin_dir):
     from asyncrl.runtime.channels import open_channel
     from asyncrl.runtime.sources import open_source
 
-    cfg = load_config(None, [*_plugin_overrides(), "rollout.engine_kwargs={depth: 2}"])
-    task = cfg.task.build()  # the task's own settings: config_from gives n=5
+    cfg = load_run_config(None, [*_plugin_overrides(), "rollout.engine_kwargs={depth: 2}"])
+    task = configured_task(cfg.task)  # the task's own settings: config_from gives n=5
     assert [p.answer for p in task.problems("eval")] == ["0", "1", "2", "3", "4"]
     assert task.reward(" #### 3", task.problems("train")[3]) == 1.0
     assert open_source(cfg, session=None) == ("replay", "replay_plugin")
@@ -191,18 +192,18 @@ def test_the_runtime_builds_the_plugins_parts(plugin_dir):
 
 
 def test_every_process_imports_the_plugins_before_checking_names(plugin_dir):
-    saved = load_config(None, _plugin_overrides()).to_dict()  # what a worker receives
+    saved = load_run_config(None, _plugin_overrides()).to_dict()  # what a worker receives
     _forget_plugin()
     with pytest.raises(ConfigError, match="run.mode: must be one of sync, async, simulated; got 'replay_plugin'"):
-        load_config(None, ["run.mode=replay_plugin"])
-    rebuilt = from_dict(Config, saved)  # as a rollout worker builds its config
+        load_run_config(None, ["run.mode=replay_plugin"])
+    rebuilt = validate_run(from_dict(Config, saved))  # as a rollout worker builds its config
     assert rebuilt.run.mode == "replay_plugin" and PLUGIN in sys.modules
 
 
 @pytest.mark.parametrize("key", sorted(PLUGIN_NAMES))
 def test_an_unknown_name_is_one_line_naming_the_key_and_the_known_names(plugin_dir, key):
     with pytest.raises(ConfigError) as err:
-        load_config(None, [f"run.plugins=[{PLUGIN}]", f"{key}=no_such_part"])
+        load_run_config(None, [f"run.plugins=[{PLUGIN}]", f"{key}=no_such_part"])
     text = str(err.value)
     assert "\n" not in text and text.startswith(f"config error: {key}: must be one of ")
     assert text.endswith("; got 'no_such_part'") and PLUGIN_NAMES[key] in text  # the plugin's name is known
@@ -212,7 +213,7 @@ def test_help_lists_the_plugins_names(plugin_dir):
     before = {k.key: k.type for k in config_keys()}
     assert before["async.backend"] == "local|ray"
     assert before["task.name"] == "auto|arithmetic|gsm8k|math|dataset|calculator|guess|gem|guess_tail|reasoning_gym"
-    load_config(None, [f"run.plugins=[{PLUGIN}]"])
+    load_run_config(None, [f"run.plugins=[{PLUGIN}]"])
     after = {k.key: k.type for k in config_keys()}
     assert after["async.backend"] == "local|ray|inline_plugin|cluster_plugin"
     assert after["async.weight_channel"] == "auto|shm|cuda|ray|collective|null_plugin|raystore_plugin"
@@ -223,22 +224,24 @@ def test_a_plugin_that_does_not_import_is_one_line(plugin_dir):
     (plugin_dir / "broken_plugin_mod.py").write_text("raise RuntimeError('boom')\n")
     with pytest.raises(ConfigError, match=r"^config error: run.plugins\[1\]: cannot import 'broken_plugin_mod': "
                                           r"RuntimeError: boom$"):
-        load_config(None, [f"run.plugins=[{PLUGIN}, broken_plugin_mod]"])
+        load_run_config(None, [f"run.plugins=[{PLUGIN}, broken_plugin_mod]"])
     with pytest.raises(ConfigError, match=r"run.plugins\[0\]: cannot import 'nowhere_mod'.*on PYTHONPATH"):
-        load_config(None, ["run.plugins=[nowhere_mod]"])
+        load_run_config(None, ["run.plugins=[nowhere_mod]"])
     sys.modules.pop("broken_plugin_mod", None)
 
 
-def test_config_checks_names_without_importing_the_runtime():
-    code = ("import sys; from asyncrl.config import load_config; load_config(None, ['run.mode=sync']); "
+def test_the_name_checks_load_no_loop_engine_or_worker():
+    code = ("import sys; from asyncrl.runtime.validate import load_run_config; "
+            "load_run_config(None, ['run.mode=sync']); "
             "print(sorted(m for m in sys.modules if m.startswith(('asyncrl.runtime', 'asyncrl.rollout'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.strip() == "[]"
+    # the name checks are asyncrl.runtime.validate's, which loads no loop, engine or worker
+    assert out.stdout.strip() == "['asyncrl.runtime', 'asyncrl.runtime.validate']"
 
 
 def _refusal(overrides: list[str]) -> str:
     with pytest.raises(ConfigError) as err:
-        load_config(None, [f"run.plugins=[{PLUGIN}]", *overrides])
+        load_run_config(None, [f"run.plugins=[{PLUGIN}]", *overrides])
     assert "\n" not in str(err.value)
     return str(err.value)
 
@@ -248,16 +251,16 @@ def test_config_asks_each_entry_what_it_works_with(plugin_dir):
     refused by what their entries declare, in one line naming the key."""
     assert "async.weight_channel: 'raystore_plugin' does not work with async.backend='local' (it needs Ray actors" \
         in _refusal(["async.weight_channel=raystore_plugin"])
-    load_config(None, [f"run.plugins=[{PLUGIN}]", "async.backend=cluster_plugin",
+    load_run_config(None, [f"run.plugins=[{PLUGIN}]", "async.backend=cluster_plugin",
                        "async.weight_channel=raystore_plugin"])
-    load_config(None, [f"run.plugins=[{PLUGIN}]", "async.backend=ray", "async.weight_channel=null_plugin"])
+    load_run_config(None, [f"run.plugins=[{PLUGIN}]", "async.backend=ray", "async.weight_channel=null_plugin"])
     assert "async.weight_channel: auto finds no channel for async.backend='cluster_plugin'" \
         in _refusal(["async.backend=cluster_plugin"])
     assert "rollout.engine: 'gpu_echo_plugin' runs on policy.device=cuda only, got 'cpu'" \
         in _refusal(["rollout.engine=gpu_echo_plugin"])
     assert "policy.lm_head_fp32: not supported with rollout.engine=echo_plugin (engines that support it: " \
            "transformers)" in _refusal(["rollout.engine=echo_plugin", "policy.lm_head_fp32=true"])
-    load_config(None, [f"run.plugins=[{PLUGIN}]", "run.mode=window_plugin", "async.adaptive.enabled=true"])
+    load_run_config(None, [f"run.plugins=[{PLUGIN}]", "run.mode=window_plugin", "async.adaptive.enabled=true"])
     assert "async.adaptive: adapts the async look-ahead window; run.mode='replay_plugin' has none" \
         in _refusal(["run.mode=replay_plugin", "async.adaptive.enabled=true"])
 
@@ -265,7 +268,7 @@ def test_config_asks_each_entry_what_it_works_with(plugin_dir):
 def test_a_plugins_loss_declares_its_micro_batching_and_its_proximal_policy(plugin_dir):
     from asyncrl.objectives import LOSS_PARAMS, loss_param_names, natural_prox
 
-    load_config(None, [f"run.plugins=[{PLUGIN}]", "loss.name=marked_plugin", "trainer.micro_batch_size=2"])
+    load_run_config(None, [f"run.plugins=[{PLUGIN}]", "loss.name=marked_plugin", "trainer.micro_batch_size=2"])
     message = _refusal(["loss.name=whole_plugin", "trainer.micro_batch_size=2"])
     assert message.startswith("config error: trainer.micro_batch_size: loss 'whole_plugin' is not split exactly")
     assert "marked_plugin" in message.split("one of ")[1]  # the exact losses listed, the plugin's among them
@@ -283,7 +286,7 @@ def _short_run(tmp_path, model_dir, *overrides: str) -> list[dict]:
 
     from asyncrl.runtime import train
 
-    cfg = load_config(None, [
+    cfg = load_run_config(None, [
         f"run.plugins=[{PLUGIN}]", f"policy.model_path={model_dir}", "run.mode=sync", "run.name=r",
         f"run.out_dir={tmp_path / 'runs'}", "run.progress=false", "run.report=false", "run.report_to=[]",
         "run.log_completions_every=0", "trainer.steps=2", "trainer.n_minibatches=1", "rollout.prompts_per_step=2",

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from asyncrl.config import load_config
+from asyncrl.runtime.validate import load_run_config
 from asyncrl.config.presets import PRESETS_DIR
 
 CONFIG = PRESETS_DIR / "gpu-gsm8k.yaml"
@@ -15,7 +15,7 @@ def test_gpu_gsm8k_config_loads(tmp_path):
     (model_dir / "tokenizer.json").write_text("{}")  # ... with tokenizer files
     data = tmp_path / "train.jsonl"
     data.write_text('{"question": "What is 2 + 3?", "answer": "2 + 3 = 5\\n#### 5"}\n')
-    cfg = load_config(CONFIG, [f"policy.model_path={model_dir}", f"task.path={data}"])
+    cfg = load_run_config(CONFIG, [f"policy.model_path={model_dir}", f"task.path={data}"])
     assert cfg.policy.device == "cuda" and cfg.policy.gradient_checkpointing
     assert cfg.rollout.engine == "vllm" and cfg.rollout.max_new_tokens == 512
     assert cfg.rollout.engine_kwargs["dtype"] == "bfloat16" and cfg.rollout.dtype == "bfloat16"
@@ -29,10 +29,10 @@ def test_rollout_engine_option():
 
     from asyncrl.config import ConfigError
 
-    assert load_config().rollout.engine == "transformers"
-    assert load_config(overrides=["rollout.engine=vllm"]).rollout.engine == "vllm"
+    assert load_run_config().rollout.engine == "transformers"
+    assert load_run_config(overrides=["rollout.engine=vllm"]).rollout.engine == "vllm"
     with pytest.raises(ConfigError, match="rollout.engine"):
-        load_config(overrides=["rollout.engine=sglang"])
+        load_run_config(overrides=["rollout.engine=sglang"])
 
 
 def test_missing_vllm_is_one_line_config_error(monkeypatch, tiny_policy):
@@ -55,7 +55,7 @@ EMBEDDED_GPU = PRESETS_DIR / "gpu-embedded.yaml"
 
 
 def test_gpu_embedded_preset_loads_with_mixed_precision():
-    cfg = load_config(EMBEDDED_GPU)
+    cfg = load_run_config(EMBEDDED_GPU)
     assert cfg.policy.device == "cuda" and cfg.policy.dtype == "float32"
     assert cfg.trainer.autocast == "bfloat16" and cfg.rollout.dtype == "bfloat16"
     assert (cfg.model.hidden_size, cfg.model.num_layers, cfg.model.num_kv_heads) == (896, 24, 2)

@@ -103,19 +103,20 @@ def test_every_pairing_the_benchmarks_run_is_consistent():
 
 
 def test_config_refuses_an_inconsistent_pairing_in_one_line_naming_both_fields():
-    from asyncrl.config import ConfigError, load_config
+    from asyncrl.config import ConfigError
+    from asyncrl.runtime.validate import load_run_config
 
     with pytest.raises(ConfigError) as err:
-        load_config(None, ["loss.name=decoupled", "trainer.prox=none"])
+        load_run_config(None, ["loss.name=decoupled", "trainer.prox=none"])
     message = str(err.value)
     assert "trainer.prox" in message and "loss.name='decoupled'" in message and "\n" not in message
     with pytest.raises(ConfigError, match="trainer.prox.*loss.name='vaco'.*use loglinear, linear, behav, none"):
-        load_config(None, ["loss=vaco", "trainer.prox=recompute"])
+        load_run_config(None, ["loss=vaco", "trainer.prox=recompute"])
     with pytest.raises(ConfigError, match="trainer.prox: must be one of recompute, loglinear, linear, behav, none"):
-        load_config(None, ["trainer.prox=sometimes"])
+        load_run_config(None, ["trainer.prox=sometimes"])
     for loss, prox, params in [("decoupled", "recompute", {}), ("ppo", "behav", {}), ("vaco", "none", {}),
                                ("vaco", "loglinear", {})]:
-        cfg = load_config(None, [f"loss.name={loss}", f"trainer.prox={prox}"])
+        cfg = load_run_config(None, [f"loss.name={loss}", f"trainer.prox={prox}"])
         assert (cfg.loss.name, cfg.trainer.prox) == (loss, prox)
 
 

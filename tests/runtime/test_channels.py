@@ -43,9 +43,10 @@ def test_shm_channel_is_a_weight_channel(tiny_policy):
 
 
 def test_cuda_channel_refused_on_cpu_config():
-    from asyncrl.config import ConfigError, load_config
+    from asyncrl.config import ConfigError
+    from asyncrl.runtime.validate import load_run_config  # the channels' entries are asked
 
     with pytest.raises(ConfigError, match="async.weight_channel"):
-        load_config(overrides=["async.weight_channel=cuda"])
+        load_run_config(overrides=["async.weight_channel=cuda"])
     with pytest.raises(ConfigError, match="async.weight_channel"):
-        load_config(overrides=["async.weight_channel=ray"])
+        load_run_config(overrides=["async.weight_channel=ray"])

@@ -9,6 +9,7 @@ from asyncrl.core.loader import ConfigError
 from asyncrl.policy.prompts import encode_problems
 from asyncrl.runtime.preflight import check_prompts
 from asyncrl.tasks import Problem
+from asyncrl.tasks import configured_task
 
 SHORT = {"question": "What is 1 plus 1?", "answer": "#### 2"}
 
@@ -31,13 +32,13 @@ def test_error_names_the_line_and_the_ways_on(tmp_path, tiny_policy):
     cfg = _cfg(tmp_path)
     with pytest.raises(ConfigError, match=r"task.max_prompt_length: .*data.jsonl:2\d: prompt is \d+ tokens, over "
                                           r"the limit of 40 \(task.long_prompts=drop or truncate to go on\)"):
-        check_prompts(cfg, cfg.task.build(), tok, model=None)
+        check_prompts(cfg, configured_task(cfg.task), tok, model=None)
 
 
 def test_drop_removes_long_prompts_and_counts_them(tmp_path, tiny_policy):
     _, tok, _ = tiny_policy
     cfg = _cfg(tmp_path, "task.long_prompts=drop")
-    task = cfg.task.build()
+    task = configured_task(cfg.task)
     fit = check_prompts(cfg, task, tok, model=None)
     long_uids = {p.uid for s in ("train", "eval") for p in task.problems(s) if p.prompt.startswith("Question: Long")}
     assert len(long_uids) == 4
@@ -52,7 +53,7 @@ def test_drop_removes_long_prompts_and_counts_them(tmp_path, tiny_policy):
 def test_truncate_keeps_every_prompt_and_the_last_tokens(tmp_path, tiny_policy):
     _, tok, _ = tiny_policy
     cfg = _cfg(tmp_path, "task.long_prompts=truncate")
-    task = cfg.task.build()
+    task = configured_task(cfg.task)
     fit = check_prompts(cfg, task, tok, model=None)
     assert len(fit.train) + len(fit.eval) == 24 and sum(fit.over.values()) == 4
     assert set(fit.counts()) == {"prompts_truncated_train", "prompts_truncated_eval"}

@@ -7,7 +7,8 @@ import os
 import pytest
 import torch
 
-from asyncrl.config import Config, check_parts
+from asyncrl.config import Config
+from asyncrl.runtime.validate import check_parts
 from asyncrl.runtime import ray_backend
 from asyncrl.runtime.backends import _trainer_gpu_kept_out
 

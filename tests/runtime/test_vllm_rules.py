@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl.config import load_config
+from asyncrl.runtime.validate import load_run_config
 from asyncrl.core.loader import ConfigError
 from asyncrl.rollout.base import EngineSpec
 from cli_forks import run_cli, shared_forks  # tests/: the CLI forked from one imported copy
@@ -73,35 +73,35 @@ def test_vllm_inside_a_torchrun_rank_is_refused_at_config_load(monkeypatch, mode
     for key, value in TORCHRUN_OF_TWO.items():
         monkeypatch.setenv(key, value)
     with pytest.raises(ConfigError) as err:
-        load_config(None, [f"run.mode={mode}", "rollout.engine=vllm"])
+        load_run_config(None, [f"run.mode={mode}", "rollout.engine=vllm"])
     line = str(err.value)
     assert line.startswith("config error: rollout.engine: ") and f"run.mode={mode}" in line
     assert "2-rank" in line and "run.mode=async" in line
 
 
 def test_vllm_in_workers_under_torchrun_or_in_one_process_loads(monkeypatch):
-    assert load_config(None, ["run.mode=sync", "rollout.engine=vllm"]).rollout.engine == "vllm"  # one process
+    assert load_run_config(None, ["run.mode=sync", "rollout.engine=vllm"]).rollout.engine == "vllm"  # one process
     for key, value in TORCHRUN_OF_TWO.items():
         monkeypatch.setenv(key, value)
-    assert load_config(None, ["run.mode=async", "rollout.engine=vllm"]).run.mode == "async"
-    assert load_config(None, ["run.mode=sync", "rollout.engine=transformers"]).rollout.engine == "transformers"
+    assert load_run_config(None, ["run.mode=async", "rollout.engine=vllm"]).run.mode == "async"
+    assert load_run_config(None, ["run.mode=sync", "rollout.engine=transformers"]).rollout.engine == "transformers"
 
 
 @pytest.mark.parametrize("override", ["rollout.top_p=0.9", "rollout.top_k=20"])
 def test_truncated_sampling_with_vllm_is_refused_unless_the_bias_is_accepted(override):
     key, value = override.split("=")
     with pytest.raises(ConfigError) as err:
-        load_config(None, ["rollout.engine=vllm", override])
+        load_run_config(None, ["rollout.engine=vllm", override])
     line = str(err.value)
     assert line.startswith(f"config error: {key}: ") and f"{key.split('.')[1]}={value}" in line
     assert "rollout.allow_truncated_logprobs=true" in line
-    cfg = load_config(None, ["rollout.engine=vllm", override, "rollout.allow_truncated_logprobs=true"])
+    cfg = load_run_config(None, ["rollout.engine=vllm", override, "rollout.allow_truncated_logprobs=true"])
     assert cfg.rollout.allow_truncated_logprobs
 
 
 def test_truncated_sampling_with_transformers_is_not_refused():
     """The transformers engine records the untruncated log-probs (asyncrl.policy.sampling)."""
-    cfg = load_config(None, ["rollout.top_p=0.9", "rollout.top_k=20"])
+    cfg = load_run_config(None, ["rollout.top_p=0.9", "rollout.top_k=20"])
     assert (cfg.rollout.top_p, cfg.rollout.top_k) == (0.9, 20)
 
 
@@ -109,9 +109,9 @@ def test_vllm_workers_are_not_pinned(monkeypatch):
     from asyncrl.runtime.sources.async_source import cpu_plan
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    pinned = load_config(None, ["run.mode=async", "async.n_workers=2"])
+    pinned = load_run_config(None, ["run.mode=async", "async.n_workers=2"])
     assert cpu_plan(pinned) == (0, [1, 2])  # the transformers engine keeps its pinning
-    vllm = load_config(None, ["run.mode=async", "async.n_workers=2", "rollout.engine=vllm"])
+    vllm = load_run_config(None, ["run.mode=async", "async.n_workers=2", "rollout.engine=vllm"])
     assert vllm.async_.pin_cpus  # the default, which does not apply to vLLM workers
     assert cpu_plan(vllm) == (None, [None, None])
 

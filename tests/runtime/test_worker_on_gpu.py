@@ -35,14 +35,15 @@ def test_inside_an_actor_a_reward_models_gpu_is_its_own():
 
 def test_a_worker_loads_its_rewards_before_its_engine(monkeypatch):
     order = []
-    import asyncrl.config.task as task_config
     import asyncrl.policy.model as policy_model
     import asyncrl.runtime.engines as engines
+    import asyncrl.tasks as tasks
+    from asyncrl.rewards import RewardSet
 
     monkeypatch.setattr(policy_model, "load_policy", lambda *a, **k: (SimpleNamespace(eval=lambda: None), None))
     monkeypatch.setattr(worker, "worker_engine_kwargs", lambda cfg, staging=None: {})
-    monkeypatch.setattr(task_config.TaskConfig, "build", lambda self, need_eval=True: None)
-    monkeypatch.setattr(task_config.RewardConfig, "build", lambda self, task=None: order.append("rewards"))
+    monkeypatch.setattr(tasks, "configured_task", lambda section, need_eval=True: None)
+    monkeypatch.setattr(RewardSet, "from_config", staticmethod(lambda section, task=None: order.append("rewards")))
 
     def engine(*args, **kwargs):
         order.append("engine")
@@ -70,7 +71,7 @@ def test_a_workers_start_bound_is_its_engines_unless_set(engine, device, given, 
 
 @pytest.mark.parametrize("device, refused", [("cuda:1", True), ("cuda:0", False), ("cuda", False)])
 def test_vllm_on_another_gpu_than_the_first_visible_is_refused_in_one_line(device, refused):
-    from asyncrl.config import check_parts
+    from asyncrl.runtime.validate import check_parts
 
     cfg = Config()
     cfg.rollout.engine, cfg.policy.device = "vllm", device
@@ -86,7 +87,7 @@ def test_vllm_on_another_gpu_than_the_first_visible_is_refused_in_one_line(devic
 
 
 def test_vllm_in_ray_actors_beside_a_trainer_on_another_gpu_is_accepted():
-    from asyncrl.config import check_parts
+    from asyncrl.runtime.validate import check_parts
 
     cfg = Config()
     cfg.rollout.engine, cfg.policy.device, cfg.run.mode, cfg.async_.backend = "vllm", "cuda:1", "async", "ray"

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from asyncrl.config import ConfigError, RewardConfig, load_config
+from asyncrl.config import ConfigError, RewardConfig
+from asyncrl.runtime.validate import load_run_config
 from asyncrl.rewards import RewardSet
 from asyncrl.tasks import build_task
 
@@ -23,11 +24,11 @@ def write(tmp_path, rows, name="d.jsonl"):
 
 def test_task_path_alone_selects_the_dataset_task_and_arithmetic_refuses_a_file(tmp_path):
     path = write(tmp_path, [{"prompt": "hi"}])
-    assert load_config(None, [f"task.path={path}"]).task.name == "dataset"
-    assert load_config(None, []).task.name == "arithmetic"
-    assert load_config(None, ["task=gsm8k", f"task.path={path}"]).task.name == "gsm8k"
+    assert load_run_config(None, [f"task.path={path}"]).task.name == "dataset"
+    assert load_run_config(None, []).task.name == "arithmetic"
+    assert load_run_config(None, ["task=gsm8k", f"task.path={path}"]).task.name == "gsm8k"
     with pytest.raises(ConfigError, match="task.path: the arithmetic task generates its problems and reads no file"):
-        load_config(None, ["task=arithmetic", f"task.path={path}"])
+        load_run_config(None, ["task=arithmetic", f"task.path={path}"])
 
 
 def test_prompts_as_written_columns_without_the_prompt_and_optional_gold(tmp_path):

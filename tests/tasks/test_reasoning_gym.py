@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from asyncrl.agents.env import EnvError, env_reset, env_step
-from asyncrl.config import ConfigError, load_config
-from asyncrl.tasks import build_task
+from asyncrl.config import ConfigError
+from asyncrl.runtime.validate import load_run_config
+from asyncrl.tasks import build_task, configured_task
 from asyncrl.tasks.rewards import correct_answer
 from cli_forks import run_cli  # tests/: the CLI forked from one imported copy
 
@@ -29,11 +30,11 @@ def rg():
 
 @pytest.fixture(scope="module")
 def task(rg):
-    return load_config(None, TWO).task.build()
+    return configured_task(load_run_config(None, TWO).task)
 
 
 def test_rows_are_built_from_the_settings_deterministically_and_split_without_a_shared_question(rg, task):
-    again = load_config(None, TWO).task.build()
+    again = configured_task(load_run_config(None, TWO).task)
     train, evals = task.problems("train"), task.problems("eval")
     assert [p.prompt for p in train] == [p.prompt for p in again.problems("train")]
     assert len(evals) == 6 and len(train) <= 54
@@ -48,7 +49,7 @@ def test_rows_are_built_from_the_settings_deterministically_and_split_without_a_
 
 def test_weights_seed_settings_and_the_system_prompt(rg):
     def build(*extra):
-        return load_config(None, [*TWO, *extra]).task.build().problems("train")
+        return configured_task(load_run_config(None, [*TWO, *extra]).task).problems("train")
 
     heavy = build("task.rg_weights=[9, 1]", "task.rg_size=200")
     assert sum(p.fields["rg_task"] == "leg_counting" for p in heavy) > 0.75 * len(heavy)
@@ -107,14 +108,14 @@ BAD = [
 @pytest.mark.parametrize("overrides, expected", BAD, ids=[b[1].split(":")[0] + str(i) for i, b in enumerate(BAD)])
 def test_bad_settings_are_one_line_at_config_load(rg, overrides, expected):
     with pytest.raises(ConfigError) as err:
-        load_config(None, ["task=reasoning_gym", *overrides])
+        load_run_config(None, ["task=reasoning_gym", *overrides])
     assert "\n" not in str(err.value) and str(err.value).startswith(f"config error: {expected}")
 
 
 def test_reasoning_gym_not_installed_is_one_line_with_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # `import reasoning_gym` fails, as without it
     with pytest.raises(ConfigError) as err:
-        load_config(None, ["task=reasoning_gym", "task.rg_tasks=[gcd]"])
+        load_run_config(None, ["task=reasoning_gym", "task.rg_tasks=[gcd]"])
     text = str(err.value)
     assert "\n" not in text and text.startswith("config error: task.name: reasoning_gym needs the reasoning-gym")
     assert text.endswith("pip install asyncrl[envs]")

@@ -15,9 +15,10 @@ import textwrap
 import pytest
 import torch
 
-from asyncrl.config import load_config
+from asyncrl.runtime.validate import load_run_config
 from asyncrl.core.hf_tokenizer import load_tokenizer
 from asyncrl.core.loader import ConfigError
+from asyncrl.rewards import RewardSet
 from asyncrl.tasks import Problem
 
 EXACT = "asyncrl.tasks.rewards:exact_answer"
@@ -73,9 +74,9 @@ def test_scores_equal_a_direct_forward_pass_and_join_the_weighted_sum(rm_dir, ti
     problems = task.problems("train")[:5]
     completions = [p.solution[: 3 + 4 * i] for i, p in enumerate(problems)]  # lengths differ: padding in a batch
     completions[0] = problems[0].solution  # the exact answer: exact_answer's 1
-    cfg = load_config(None, [f"reward.funcs=[{EXACT}]", f"reward.models=[{rm_dir}]", "reward.weights=[1.0, 0.5]",
+    cfg = load_run_config(None, [f"reward.funcs=[{EXACT}]", f"reward.models=[{rm_dir}]", "reward.weights=[1.0, 0.5]",
                              "reward.model_batch_size=2"])
-    rewards = cfg.reward.build(task)
+    rewards = RewardSet.from_config(cfg.reward, task)
     assert rewards.names == ["exact_answer", "tiny_rm"]
     scores = rewards.score(completions, problems)
     expected = direct_scores(rm_dir, tokenizer, [p.prompt + c for p, c in zip(problems, completions)])
@@ -95,14 +96,14 @@ def test_a_chat_row_is_rendered_by_the_reward_models_template(chat_rm, tiny_poli
     completions = [" 1", " the answer is 2", " 3"]
     chat = [[{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"What is {i} + 1?"},
              {"role": "assistant", "content": c}] for i, c in enumerate(completions)]
-    rewards = load_config(None, [f"reward.models=[{path}]"]).reward.build(task)
+    rewards = RewardSet.from_config(load_run_config(None, [f"reward.models=[{path}]"]).reward, task)
     assert rewards.names == ["chat_rm"]  # alone: no task correctness reward beside it
     got = [row[0] for row in rewards.score(completions, problems).parts]
     texts = [tokenizer.apply_chat_template(messages, tokenize=False) for messages in chat]
     assert texts[0].startswith("<system>Be brief.\n<user>What is 0 + 1?\n<assistant> 1")
     assert got == pytest.approx(direct_scores(path, tokenizer, texts), abs=1e-5)
     # completion_format=text: the prompt's template-free text, as for a plain row
-    plain = load_config(None, [f"reward.models=[{path}]", "reward.completion_format=text"]).reward.build(task)
+    plain = RewardSet.from_config(load_run_config(None, [f"reward.models=[{path}]", "reward.completion_format=text"]).reward, task)
     got = [row[0] for row in plain.score(completions, problems).parts]
     assert got == pytest.approx(direct_scores(path, tokenizer, [p.prompt + c for p, c in zip(problems, completions)]),
                                 abs=1e-5)
@@ -128,17 +129,17 @@ def test_a_bad_reward_model_is_one_line_naming_it(tmp_path, model_dir, tiny_poli
     elif case == "no_tokenizer":
         save_tiny_reward_model(path, tiny_policy[1], with_tokenizer=False)
     with pytest.raises(ConfigError) as err:
-        load_config(None, [f"reward.models=[{path}]"])
+        load_run_config(None, [f"reward.models=[{path}]"])
     text = str(err.value)
     assert text.startswith("config error: reward.models[0]: ") and "\n" not in text
     assert message.format(path=path) in text
 
 
 def test_weights_count_functions_then_models(rm_dir):
-    cfg = load_config(None, [f"reward.models=[{rm_dir}]", "reward.weights=[2.0]"])  # the model alone
+    cfg = load_run_config(None, [f"reward.models=[{rm_dir}]", "reward.weights=[2.0]"])  # the model alone
     assert cfg.reward.funcs == [] and cfg.reward.weights == [2.0]
     with pytest.raises(ConfigError, match=r"reward.weights: 1 weight\(s\) for 2 reward function\(s\) and model\(s\)"):
-        load_config(None, [f"reward.funcs=[{EXACT}]", f"reward.models=[{rm_dir}]", "reward.weights=[2.0]"])
+        load_run_config(None, [f"reward.funcs=[{EXACT}]", f"reward.models=[{rm_dir}]", "reward.weights=[2.0]"])
 
 
 def test_the_api_sorts_directories_and_model_objects_into_reward_models(tmp_path, rm_dir, tiny_policy):
@@ -155,7 +156,7 @@ def test_the_api_sorts_directories_and_model_objects_into_reward_models(tmp_path
     assert saved.startswith(str(tmp_path / ".inputs" / "reward_model-")) and saved.endswith("/tiny_rm")
     again = build_config(base, reward_funcs=[loaded]).reward.models  # named by content: saved once
     assert again == [saved] and len(list((tmp_path / ".inputs").glob("reward_model-*"))) == 1
-    rewards = cfg.reward.build(tiny_policy[2])
+    rewards = RewardSet.from_config(cfg.reward, tiny_policy[2])
     problems = tiny_policy[2].problems("train")[:3]
     parts = rewards.score([p.solution for p in problems], problems).parts
     assert [row[1] for row in parts] == [row[2] for row in parts]  # the saved copy scores as the original

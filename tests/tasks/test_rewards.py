@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from asyncrl.runtime.buffer import Group, concat_groups
-from asyncrl.config import RewardConfig, load_config
+from asyncrl.config import RewardConfig
+from asyncrl.runtime.validate import load_run_config
 from asyncrl.core.loader import ConfigError
 from asyncrl.rewards import DEFAULT_REWARD, RewardFunctionError, RewardSet, load_function, resolve
-from asyncrl.tasks import TASKS, ArithmeticConfig, ArithmeticTask, Problem
+from asyncrl.tasks import TASKS, ArithmeticConfig, ArithmeticTask, Problem, configured_task
 from asyncrl.types import Batch, batch_from_numpy, batch_to_numpy
 
 USER_REWARDS = '''
@@ -95,7 +96,7 @@ def test_module_path_and_file_path_resolve(user_file):
 
 def test_relative_file_path_is_made_absolute_at_load(user_file, monkeypatch):
     monkeypatch.chdir(user_file.parent)
-    cfg = load_config(None, ["reward.funcs=[my_rewards.py:has_marker]"])
+    cfg = load_run_config(None, ["reward.funcs=[my_rewards.py:has_marker]"])
     assert cfg.reward.funcs == [f"{user_file}:has_marker"]
 
 
@@ -111,7 +112,7 @@ def test_relative_file_path_is_made_absolute_at_load(user_file, monkeypatch):
 def test_bad_path_or_signature_is_a_config_error_naming_key_and_path(user_file, path, message):
     path = path.format(file=user_file, dir=user_file.parent)
     with pytest.raises(ConfigError) as err:
-        load_config(None, [f"reward.funcs=[{path}]"])
+        load_run_config(None, [f"reward.funcs=[{path}]"])
     text = str(err.value)
     assert text.startswith("config error: reward.funcs[0]: ") and "\n" not in text
     assert message in text and path.split(":")[0] in text
@@ -120,20 +121,20 @@ def test_bad_path_or_signature_is_a_config_error_naming_key_and_path(user_file, 
 def test_a_broken_module_names_its_error(tmp_path):
     (tmp_path / "broken.py").write_text("raise RuntimeError('import-time failure')\n")
     with pytest.raises(ConfigError, match=r"reward.funcs\[0\]: cannot import .*RuntimeError: import-time failure"):
-        load_config(None, [f"reward.funcs=[{tmp_path}/broken.py:fn]"])
+        load_run_config(None, [f"reward.funcs=[{tmp_path}/broken.py:fn]"])
 
 
 def test_weights_must_match_the_functions(user_file):
     with pytest.raises(ConfigError, match="reward.weights: 1 weight"):
-        load_config(None, [f"reward.funcs=[{user_file}:has_marker, {user_file}:trl_style]", "reward.weights=[2]"])
+        load_run_config(None, [f"reward.funcs=[{user_file}:has_marker, {user_file}:trl_style]", "reward.weights=[2]"])
     with pytest.raises(ConfigError, match="reward.on_error"):
-        load_config(None, ["reward.on_error=ignore"])
+        load_run_config(None, ["reward.on_error=ignore"])
 
 
 def test_default_is_the_tasks_correctness_reward(task):
-    cfg = load_config(None, [])
+    cfg = load_run_config(None, [])
     assert cfg.reward.funcs == [] and cfg.reward.weights is None
-    rs = cfg.reward.build(task)
+    rs = RewardSet.from_config(cfg.reward, task)
     assert [f.path for f in rs.functions] == [DEFAULT_REWARD] and rs.names == ["correct_answer"]
     problems = rows(task)
     completions = [problems[0].solution, "#### -1", f" #### {problems[2].answer}"]
@@ -254,16 +255,16 @@ def test_a_replaced_task_registry_entry_is_refused(monkeypatch):
 
     monkeypatch.setitem(TASKS, "arithmetic", MyTask)
     with pytest.raises(ConfigError) as err:
-        load_config(None, []).task.build()
+        configured_task(load_run_config(None, []).task)
     text = str(err.value)
     assert text.startswith("config error: task.name: asyncrl.tasks.TASKS['arithmetic'] was replaced")
     assert "MyTask" in text and "reward.funcs" in text and "\n" not in text
 
 
 def test_reward_config_round_trips_through_to_dict(user_file):
-    cfg = load_config(None, [f"reward.funcs=[{user_file}:has_marker]", "reward.weights=[0.5]",
+    cfg = load_run_config(None, [f"reward.funcs=[{user_file}:has_marker]", "reward.weights=[0.5]",
                              "reward.on_error=zero"])
-    again = load_config(None, [f"reward={cfg.to_dict()['reward']}"])
+    again = load_run_config(None, [f"reward={cfg.to_dict()['reward']}"])
     assert again.reward == cfg.reward == RewardConfig([f"{user_file}:has_marker"], [0.5], "zero")
 
 

@@ -15,6 +15,7 @@ from asyncrl.core.loader import ConfigError
 from asyncrl.policy.prompts import encode_problems, encode_prompt, prompt_of
 from asyncrl.tasks import build_task
 from asyncrl.tasks.chat import render_plain
+from asyncrl.tasks import configured_task
 
 ROWS = [{"question": f"What is {i} plus {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"} for i in range(12)]
 CHAT_TEMPLATE = ("{% for m in messages %}<bos>[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
@@ -85,7 +86,7 @@ def test_hub_name_reads_the_local_cache_offline_or_says_it_is_missing(tmp_path, 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(cache))
     cfg = load_config(None, ["task=gsm8k", "task.path=openai/gsm8k"])  # a Hub name passes validation
     with pytest.raises(ConfigError) as err:
-        cfg.task.build()
+        configured_task(cfg.task)
     message = str(err.value)
     assert "\n" not in message and "openai/gsm8k: not a local file and not in the local datasets cache" in message
     assert "task.path to a local .jsonl" in message

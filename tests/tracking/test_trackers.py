@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from asyncrl.config import ConfigError, load_config
+from asyncrl.config import ConfigError
+from asyncrl.runtime.validate import load_run_config
 from asyncrl.tracking.metrics import MetricsWriter
 from asyncrl.runtime.record import step_record
 from asyncrl.tracking import TRACKERS, check_available, markdown_table, open_trackers
@@ -98,16 +99,16 @@ def test_staleness_histogram_hand_worked():
 @pytest.mark.parametrize("name", [n for n in ("wandb", "mlflow", "trackio") if importlib.util.find_spec(n) is None])
 def test_missing_tracker_package_is_a_one_line_config_error(name):
     with pytest.raises(ConfigError) as err:
-        load_config(None, [f"run.report_to=[tensorboard,{name}]"])
+        load_run_config(None, [f"run.report_to=[tensorboard,{name}]"])
     message = str(err.value)
     assert "\n" not in message and "run.report_to" in message and f"pip install {TRACKERS[name].pip}" in message
 
 
 def test_report_to_default_unknown_and_deprecated_alias():
-    assert load_config(None, []).run.report_to == ["tensorboard"]
-    assert load_config(None, ["run.tensorboard=false"]).run.report_to == []
+    assert load_run_config(None, []).run.report_to == ["tensorboard"]
+    assert load_run_config(None, ["run.tensorboard=false"]).run.report_to == []
     with pytest.raises(ConfigError, match="unknown tracker 'tensorbord'"):
-        load_config(None, ["run.report_to=[tensorbord]"])
+        load_run_config(None, ["run.report_to=[tensorbord]"])
     check_available(["tensorboard"])
 
 
@@ -133,7 +134,7 @@ def test_metrics_writer_sends_namespaced_names_to_trackers(tmp_path):
 def test_tensorboard_tracker_writes_scalars_histogram_and_text(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    cfg = load_config(None, [])
+    cfg = load_run_config(None, [])
     (tracker,) = open_trackers(["tensorboard"], tmp_path, cfg)
     writer = MetricsWriter(tmp_path, [tracker])
     writer.write(1, {"reward_mean": 0.5, "staleness_token_hist": [3, 0, 1]})
@@ -156,7 +157,7 @@ def test_wandb_tracker_in_disabled_mode_does_not_raise(tmp_path, monkeypatch):
     """WANDB_MODE=disabled records nothing to read back: this checks the calls go through."""
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    (tracker,) = open_trackers(["wandb"], tmp_path, load_config(None, []))
+    (tracker,) = open_trackers(["wandb"], tmp_path, load_run_config(None, []))
     writer = MetricsWriter(tmp_path, [tracker])
     writer.write(1, {"reward_mean": 0.5, "staleness_token_hist": [3, 1]})
     writer.write_table(1, "completions", ["prompt", "reward"], [["1+1", 1.0]])
@@ -181,7 +182,7 @@ def test_a_backend_that_fails_to_start_is_one_line_and_closes_the_others(tmp_pat
     monkeypatch.setitem(TRACKERS, "good", TrackerEntry(f"{fake.__name__}:open_good"))
     monkeypatch.setitem(TRACKERS, "bad", TrackerEntry(f"{fake.__name__}:open_bad"))
     with pytest.raises(ConfigError) as err:
-        open_trackers(["good", "bad"], tmp_path, load_config())
+        open_trackers(["good", "bad"], tmp_path, load_run_config())
     message = str(err.value)
     assert "run.report_to" in message and "bad could not start: RuntimeError" in message
     assert "\n" not in message and "more detail" not in message

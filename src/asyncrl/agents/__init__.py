@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from asyncrl.config.env import NO_ENV
 from asyncrl.core.loader import ConfigError
 from asyncrl.core.registries import resolve
 
-__all__ = ["ENVIRONMENTS", "FACTORY_ADAPTER", "NO_ENV", "EnvRegistry", "NameFamily"]
+__all__ = ["ENVIRONMENTS", "FACTORY_ADAPTER", "NO_ENV", "EnvRegistry", "NameFamily", "env_names"]
 
 
 class NameFamily(str):
@@ -78,7 +79,6 @@ class EnvRegistry(dict):
         raise KeyError(name)
 
 
-NO_ENV = "none"  # env.name of single-turn runs: one prompt, one completion
 ENVIRONMENTS: dict[str, str] = EnvRegistry({
     "answer": "asyncrl.agents.envs:FinalAnswer",
     "guess": "asyncrl.envs.guess:GuessNumber",
@@ -88,3 +88,9 @@ ENVIRONMENTS: dict[str, str] = EnvRegistry({
 })
 # env.factory -> (a callable that builds one episode's environment, the class's method tools)
 FACTORY_ADAPTER = "asyncrl.envs.trl:factory_environment"
+
+
+def env_names() -> list[str]:
+    """The names ``env.name`` accepts now (``setting(names="asyncrl.agents:env_names")`` in
+    asyncrl.config.env): ``none`` and the registered environments, plugins' included."""
+    return [NO_ENV, *ENVIRONMENTS]

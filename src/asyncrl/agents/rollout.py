@@ -38,6 +38,7 @@ __all__ = ["EpisodeRollout"]
 
 class EpisodeRollout:
     def __init__(self, cfg, rewards, tokenizer):
+        from asyncrl.agents.python_tool import PythonLimits
         from asyncrl.agents.tools import ToolBox
         from asyncrl.agents.toolset import load_tools
 
@@ -47,7 +48,7 @@ class EpisodeRollout:
             self.tools, self.runner = None, _harness_runner(cfg, tokenizer)
             self.tool_format = self.runner.tool_format
             return
-        tools = load_tools(env.tools, python_limits=env.python_limits)
+        tools = load_tools(env.tools, python_limits=PythonLimits(sandbox=env.python_sandbox))
         if env.factory:  # a TRL environment class: its public methods are tools too, after env.tools (TRL's order)
             make_env, method_tools = resolve(FACTORY_ADAPTER)(env)
             tools += method_tools

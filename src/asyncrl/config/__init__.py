@@ -1,16 +1,17 @@
-"""Typed run configuration: one small dataclass per component, validated at load.
+"""Typed run configuration: one small dataclass per component, checked at load for what the
+config alone can tell (types, ranges, keys that go together).
 
 Load order: defaults ← ``--config FILE`` (YAML) ← ``dotted.key=value`` overrides. A section whose
 dataclass has a ``name`` field accepts a bare string as shorthand (``task=arithmetic`` ≡
 ``task.name=arithmetic``). Every error is a :class:`ConfigError` whose message names the key.
 
-A name that picks a registered part (``task.name``, ``run.mode``, ``async.backend``,
-``async.weight_channel``, ``rollout.engine``, ``loss.name``, ``trainer.prox``, ``run.report_to``) is
-checked against the registry itself (:mod:`asyncrl.core.registries`, ``asyncrl.tasks.TASKS``,
-``asyncrl.objectives.LOSSES`` and ``PROX_STRATEGIES``, ``asyncrl.tracking.TRACKERS``), after the
-modules of ``run.plugins`` are imported (when the ``run`` section is built), so a plugin's names
-are accepted like the built-in ones. Whether the named parts go together is asked of their entries
-(:func:`check_parts`, the loss's own checks in config/training.py), never decided by a name.
+This package is a leaf: it imports asyncrl.core and nothing else of asyncrl, and loading a config
+runs no part's code. What needs the parts is the run's: :mod:`asyncrl.runtime.validate` imports the
+modules of ``run.plugins``, checks every name that picks a registered part (``task.name``,
+``run.mode``, ``loss.name``, ...; ``setting(names=...)``) against its registry, asks the parts
+whether they go together, loads the user's reward functions, tools, environment class and harness,
+and derives what one section takes from another. Every command that runs a config calls it
+(``load_run_config``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
-from asyncrl.stability.config import check_combinations
 from asyncrl.core.loader import (
     ConfigError,
     apply_override,
@@ -34,16 +34,11 @@ from asyncrl.core.loader import (
 )
 from asyncrl.config.presets import resolve_config_path
 from asyncrl.config.asynchrony import AsyncConfig
-from asyncrl.config.env import EnvConfig, check_episode_budget, check_tool_schemas
+from asyncrl.config.env import EnvConfig
 from asyncrl.config.model import ModelConfig, PolicyConfig, PretrainConfig
 from asyncrl.config.run import RunConfig
 from asyncrl.config.task import RewardConfig, TaskConfig
-from asyncrl.core.registries import BACKENDS, CHANNELS, ENGINES, auto_channel, device_type
-from asyncrl.distributed.config import check_ranks
-from asyncrl.distributed.world import torchrun_world
-from asyncrl.tasks import task_factory
-from asyncrl.config.training import (IN_PROCESS_MODES, EvalConfig, LossConfig, RolloutConfig, TrainerConfig,
-                                     check_in_process_engine, check_micro_batching, check_prox_pairing)
+from asyncrl.config.training import EvalConfig, LossConfig, RolloutConfig, TrainerConfig
 
 
 @dataclass
@@ -73,88 +68,9 @@ class Config:
             raise ValueError("async.unit_prompts: must divide rollout.prompts_per_step")
         if self.async_.lag and self.async_.policy_buffer:
             raise ValueError("async.lag: set either lag or policy_buffer, not both")
-        check_parts(self)
-        check_episode_budget(self.env, self.rollout.max_new_tokens)
-        check_tool_schemas(self.env, self.policy)
-        add_factory_reward(self)
-        task_follows_env(self)
-        check_combinations(self)
-        check_prox_pairing(self.loss, self.trainer)
-        ranks = torchrun_world().size  # under torchrun: its world
-        check_micro_batching(self.loss, self.trainer, ranks=ranks)
-        check_ranks(self, ranks)
-        check_in_process_engine(self.rollout, self.run.mode, ranks)
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
-
-
-def add_factory_reward(cfg: Config) -> None:
-    """An ``env.factory`` class with ``get_reward`` is a reward source of weight 1, as TRL's
-    ``environment_factory`` makes it: its reward function joins ``reward.funcs`` (alone when none is
-    named, so the task's own reward does not score the episode as well), by CLI, file or API alike."""
-    from asyncrl.rewards.resolve import imports_allowed
-
-    if not cfg.env.factory or not imports_allowed():  # `asyncrl config` imports no user code
-        return
-    from asyncrl.envs.trl import GET_REWARD, load_factory
-
-    _, cls, _ = load_factory(cfg.env.factory, cfg.env.kwargs)  # env.validate has checked it loads
-    reward = cfg.reward
-    if getattr(cls, "get_reward", None) is None or GET_REWARD in reward.funcs:
-        return
-    if reward.weights is not None and len(reward.weights) == len(reward.funcs) + len(reward.models):
-        # weights go functions first, then models: the new function's comes after the functions'
-        reward.weights = [*reward.weights[:len(reward.funcs)], 1.0, *reward.weights[len(reward.funcs):]]
-    reward.funcs = [*reward.funcs, GET_REWARD]
-
-
-def task_follows_env(cfg: Config) -> None:
-    """A task whose rows depend on the episodes' environment reads ``env.*`` into its own section,
-    by its factory's ``follow_env(task section, env section)`` (``task=gem``: the game its train rows
-    demonstrate, asyncrl.envs.gem); a factory without one is left alone."""
-    follow = getattr(task_factory(cfg.task.name), "follow_env", None)
-    if follow is not None:
-        follow(cfg.task, cfg.env)
-
-
-def check_parts(cfg: Config) -> None:
-    """The registered parts a run names work together and with ``policy.device``: each entry of
-    asyncrl.core.registries declares what it needs and supports, and is asked (no part is named
-    here). ValueError("section.key: ..."), one line."""
-    device, backend, channel = cfg.policy.device, cfg.async_.backend, cfg.async_.weight_channel
-    engine_name, engine = cfg.rollout.engine, ENGINES[cfg.rollout.engine]
-    if engine.devices is not None and device_type(device) not in engine.devices:
-        raise ValueError(f"rollout.engine: {engine_name!r} runs on policy.device="
-                         f"{'|'.join(sorted(engine.devices))} only, got {device!r}")
-    index = device.partition(":")[2]
-    # where the engine's process sees the GPUs as the trainer does: its own process, a local worker
-    # (a Ray actor is shown its own GPU as cuda)
-    as_named = cfg.run.mode in IN_PROCESS_MODES or BACKENDS[backend].workers_on_trainer_gpu
-    if engine.first_gpu_only and device_type(device) == "cuda" and index not in ("", "0") and as_named:
-        raise ValueError(f"policy.device: {device!r} with rollout.engine={engine_name}, which runs on its "
-                         f"process's first visible GPU: run with CUDA_VISIBLE_DEVICES={index} (or a list "
-                         "starting with it) and policy.device=cuda")
-    if cfg.policy.lm_head_fp32 and not engine.lm_head_fp32:
-        able = [name for name, entry in ENGINES.items() if entry.lm_head_fp32]
-        raise ValueError(f"policy.lm_head_fp32: not supported with rollout.engine={engine_name} "
-                         f"(engines that support it: {', '.join(able) or 'none'})")
-    if channel == "auto":
-        if auto_channel(backend, device) is None:
-            tried = ", ".join(BACKENDS[backend].auto_channels) or "none"
-            raise ValueError(f"async.weight_channel: auto finds no channel for async.backend={backend!r} on "
-                             f"policy.device={device!r} (tried: {tried}); name one")
-        return
-    why = CHANNELS[channel].refuses(backend, device)
-    if why is not None:
-        raise ValueError(f"async.weight_channel: {channel!r} {why}")
-    places_workers = not BACKENDS[backend].workers_on_trainer_gpu  # by GPU share (Ray's actors)
-    if CHANNELS[channel].own_gpu and device_type(device) == "cuda" and places_workers \
-            and cfg.async_.gpus_per_worker < 1:
-        share = cfg.async_.gpus_per_worker or f"auto, 1/{cfg.async_.n_workers + 1}"
-        raise ValueError(f"async.weight_channel: {channel!r} needs each rollout actor on a GPU of its own (NCCL "
-                         f"refuses two ranks on one GPU), but async.gpus_per_worker={share} puts it on a GPU it "
-                         "shares; set async.gpus_per_worker=1, or use async.weight_channel=ray")
 
 
 def _sections_with_name() -> set[str]:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from asyncrl.stability.config import AdaptiveStalenessConfig
-from asyncrl.core.loader import (
-    setting,
-)
+from asyncrl.config.parts import AdaptiveStalenessConfig
+from asyncrl.core.loader import setting
 from asyncrl.core.registries import BACKENDS, CHANNELS
 
 

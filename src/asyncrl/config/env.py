@@ -5,12 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from asyncrl.agents import ENVIRONMENTS, NO_ENV
 from asyncrl.core.loader import setting
 
-
-def _env_names() -> list[str]:
-    return [NO_ENV, *ENVIRONMENTS]
+NO_ENV = "none"  # env.name of single-turn runs: one prompt, one completion (asyncrl.agents re-exports it)
 
 
 @dataclass
@@ -20,7 +17,7 @@ class EnvConfig:
     ends at the first turn that calls no tool)."""
 
     name: str = setting(NO_ENV, "environment: none (single turn), answer, guess, rg_retry, gem:<GEM id>, or a "
-                                "plugin's (asyncrl.agents.ENVIRONMENTS)", names=_env_names)
+                                "plugin's (asyncrl.agents.ENVIRONMENTS)", names="asyncrl.agents:env_names")
     factory: str = setting("", "an environment class written for TRL's environment_factory, "
                                "'module:Class' or 'path/to/file.py:Class': reset(**row), public methods as "
                                "tools, get_reward (docs/agents.md)")
@@ -80,13 +77,6 @@ class EnvConfig:
         """The environment episodes run in: ``name``, or ``answer`` for tools alone."""
         return "answer" if self.name == NO_ENV else self.name
 
-    @property
-    def python_limits(self):
-        """The ``python`` tool's limits and sandbox."""
-        from asyncrl.agents.python_tool import PythonLimits
-
-        return PythonLimits(sandbox=self.python_sandbox)
-
     def validate(self) -> None:
         if self.max_turns < 1:
             raise ValueError("max_turns: must be >= 1")
@@ -113,73 +103,15 @@ class EnvConfig:
             raise ValueError("tool_max_chars: must be >= 1")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop: must be non-empty strings")
-        from asyncrl.agents.toolset import load_tools
-        from asyncrl.rewards.resolve import imports_allowed, is_file_path, normalize_path
-
-        names: dict[str, str] = {}  # tool name -> the key that brings it, for a clash with the factory's
-        for i, spec in enumerate(self.tools):  # at load: a tool that cannot be used fails before any warm start
-            try:
-                if ":" in spec and is_file_path(spec):  # a script's file: absolute, for workers and resumes
-                    self.tools[i] = spec = normalize_path(spec)
-                    if not imports_allowed():  # `asyncrl config` runs no user code
-                        continue
-                loaded = load_tools([spec], python_limits=self.python_limits)
-            except ValueError as err:
-                raise ValueError(f"tools[{i}]: {err}") from None
-            for tool in loaded:
-                if tool.name in names:  # here, not when the ToolBox is built after the model loads
-                    raise ValueError(f"tools[{i}]: {spec!r} is named {tool.name!r}, like env.{names[tool.name]}; "
-                                     "a call must name one function")
-                names[tool.name] = f"tools[{i}]"
-        if self.factory:
-            self._validate_factory(names, imports_allowed())
-        if self.harness:
-            self._validate_harness(imports_allowed())
-
-    def _validate_harness(self, imports: bool) -> None:
-        """``harness`` names a callable; it is the episode's environment and tools alone."""
-        from asyncrl.rewards.resolve import normalize_path, resolve
-
-        if self.name != NO_ENV or self.factory or self.tools:
+        if self.harness and (self.name != NO_ENV or self.factory or self.tools):
             raise ValueError("harness: the harness is the environment and runs its own tools; it does not go "
                              "with env.name, env.factory or env.tools")
-        if not 0 <= self.endpoint_port < 65536:
+        if self.harness and not 0 <= self.endpoint_port < 65536:
             raise ValueError("endpoint_port: must be in [0, 65535]")
-        try:
-            self.harness = normalize_path(self.harness)
-        except ValueError:
-            raise ValueError(f"harness: {self.harness!r} is not 'package.module:function' or "
-                             "'path/to/file.py:function'") from None
-        if imports:
-            try:
-                resolve(self.harness)
-            except ValueError as err:
-                raise ValueError(f"harness: {err}") from None
-
-    def _validate_factory(self, names: dict[str, str], imports: bool) -> None:
-        """``factory`` names a usable TRL environment class; its method tools clash with no tool of
-        ``tools`` (a model's call must name one function)."""
-        from asyncrl.rewards.resolve import normalize_path
-
-        if self.name != NO_ENV:
+        if self.factory and self.name != NO_ENV:
             raise ValueError(f"factory: is the environment itself; it does not go with env.name={self.name}")
-        try:
-            self.factory = normalize_path(self.factory)
-        except ValueError:
-            raise ValueError(f"factory: {self.factory!r} is not 'package.module:Class' or "
-                             "'path/to/file.py:Class'") from None
-        if not imports:  # `asyncrl config` runs no user code
-            return
-        from asyncrl.envs.trl import load_factory
-
-        try:
-            _, _, tools = load_factory(self.factory, self.kwargs)
-        except ValueError as err:
-            raise ValueError(f"factory: {err}") from None
-        for tool in tools:
-            if tool.name in names:
-                raise ValueError(f"factory: {self.factory}.{tool.name} has the name of the tool of "
-                                 f"env.{names[tool.name]}; a call must name one function")
+        # the tools, the factory and the harness are loaded (or their paths made absolute) by
+        # asyncrl.runtime.validate
 
 
 def check_episode_budget(env: EnvConfig, max_new_tokens: int) -> None:

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Literal
 
-from asyncrl.core.loader import (
-    ConfigError,
-    setting,
-)
+from asyncrl.core.loader import setting
 from asyncrl.core.registries import MODES
-from asyncrl.rewards.guard import import_guarded
 
 
 @dataclass
@@ -24,8 +19,9 @@ class RunConfig:
     mode: str = setting(
         "async", "sync: generate then train; async: workers generate meanwhile; simulated: exact lag; "
                   "or a plugin's (asyncrl.core.registries.MODES)", names=MODES.keys)
-    # imported when the section is built, before any name is checked; every rollout worker and
-    # benchmark cell builds its config the same way, so they import them too (docs/runtime.md)
+    # imported by the run's validation (asyncrl.runtime.validate) before any name is checked; every
+    # rollout worker and benchmark cell validates its config the same way, so they import them too
+    # (docs/runtime.md)
     plugins: list[str] = setting(
         help="modules (pkg.module) that register parts at import: tasks, losses, modes, backends, engines, "
              "channels, trackers, bench suites",
@@ -57,16 +53,11 @@ class RunConfig:
     deterministic: bool = setting(
         False, "torch.use_deterministic_algorithms in trainer and workers (reproducible GPU runs)")
 
-    def __post_init__(self) -> None:
-        import_plugins(self.plugins)
-
     def validate(self) -> None:
-        from asyncrl.tracking import check_available
-
+        # the trackers' names are checked against asyncrl.tracking.TRACKERS by asyncrl.runtime.validate
         if not self.tensorboard:  # the deprecated switch, folded into report_to once
             self.report_to = [name for name in self.report_to if name != "tensorboard"]
             self.tensorboard = True
-        check_available(self.report_to)
         if self.log_completions_every < 0:
             raise ValueError("log_completions_every: must be >= 0")
         if self.log_episodes_every < 0:
@@ -92,15 +83,3 @@ class RunConfig:
             raise ValueError(f"name: {len(self.name.encode('utf-8', 'surrogateescape'))} bytes, longer than a "
                              f"directory name may be (255); got {self.name[:40]!r}...")
 
-
-def import_plugins(modules: list[str]) -> None:
-    """Import each plugin module (``pkg.module``, importable from ``sys.path``); it registers its
-    parts at import. ConfigError ``run.plugins[i]`` (one line) for one that fails to import, calls
-    ``sys.exit`` or raises ``KeyboardInterrupt`` while imported (asyncrl.rewards.guard, as for a
-    reward module): the command then does nothing it was asked to, and must say so."""
-    for i, name in enumerate(modules):
-        try:
-            import_guarded(lambda: importlib.import_module(name), name,
-                           " (a plugin must be importable: installed, or its directory on PYTHONPATH)")
-        except ValueError as err:
-            raise ConfigError(f"run.plugins[{i}]", str(err)) from None

@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from asyncrl.core.loader import (
-    ConfigError,
-    setting,
-)
-from asyncrl.envs.gem import GemFields
-from asyncrl.envs.reasoning_gym import ReasoningGymFields
-from asyncrl.tasks import TASKS, ArithmeticConfig, DatasetFields, task_factory
-from asyncrl.tasks.limits import CHARS_PER_TOKEN, check_prompt_sizes, prompt_chars_bound
+from asyncrl.config.parts import ArithmeticConfig, DatasetFields, GemFields, ReasoningGymFields
+from asyncrl.core.loader import setting
 
 
 # the default task name: resolved on construction, so a file named alone is never trained past
 AUTO_TASK = "auto"
+# task.max_prompt_chars by default: this many characters per token of task.max_prompt_length
+CHARS_PER_TOKEN = 32
 
 
-def _task_names() -> list[str]:
-    return [AUTO_TASK, *TASKS]
+def prompt_chars_bound(max_prompt_length: int, max_prompt_chars: int | None) -> int:
+    """The bound in characters: ``max_prompt_chars``, or by default ``CHARS_PER_TOKEN`` per token."""
+    return max_prompt_chars if max_prompt_chars is not None else CHARS_PER_TOKEN * max_prompt_length
 
 
 @dataclass
@@ -29,7 +26,7 @@ class _TaskName:
     name: str = setting(AUTO_TASK, "which task: arithmetic, gsm8k, math, dataset (any rows, your reward "
                         "functions), reasoning_gym (task.rg_tasks), gem (seeds for env.name=gem:<id>), or a "
                         "plugin's (asyncrl.tasks.TASKS); auto = dataset when task.path is set, else arithmetic",
-                        names=_task_names)
+                        names="asyncrl.tasks:task_names")
 
 
 # the bases' keys come in reverse order: name, the file tasks' (path, ...), reasoning-gym's (rg_*), GEM's (gem_*)
@@ -69,49 +66,19 @@ class TaskConfig(GemFields, ReasoningGymFields, DatasetFields, _TaskName):
         """The prompt size bound in characters (``max_prompt_chars``, or its default)."""
         return prompt_chars_bound(self.max_prompt_length, self.max_prompt_chars)
 
-    def _chars_bound_source(self) -> str:
+    def chars_bound_source(self) -> str:
+        """Where :attr:`prompt_chars_bound` comes from, as an error message says it."""
         if self.max_prompt_chars is not None:
             return "task.max_prompt_chars"
         return (f"task.max_prompt_chars: {CHARS_PER_TOKEN} per token of task.max_prompt_length="
                 f"{self.max_prompt_length}")
-
-    def build(self, need_eval: bool = True):
-        """The task, with its problems generated/loaded and their sizes checked (asyncrl.tasks.limits);
-        a bad dataset raises ConfigError. ``need_eval``: the run evaluates (``eval.n_problems`` > 0),
-        so an empty eval split is refused."""
-        from asyncrl.tasks import build_task, check_registry
-
-        try:
-            check_registry(self.name)
-        except ValueError as err:
-            raise ConfigError("task.name", str(err)) from None
-        try:
-            task = build_task(self.name, self.settings())
-            task.problems("train"), task.problems("eval")
-        except ValueError as err:
-            raise ConfigError("task", str(err)) from None
-        try:
-            check_prompt_sizes(task, self.prompt_chars_bound, self._chars_bound_source())
-        except ValueError as err:
-            raise ConfigError("task.max_prompt_chars", str(err)) from None
-        if need_eval and not task.problems("eval"):  # evaluation would divide by zero mid-run
-            raise ConfigError("task", f"task {self.name!r} has no eval problems (a file task: raise "
-                                      "task.eval_fraction or task.max_eval, or set task.eval_path; or "
-                                      "eval.n_problems=0 to train without evaluation)")
-        return task
-
-    def settings(self) -> Any:
-        """What task ``name``'s factory is built with: its ``config_from(this section)``, or None
-        (its defaults) for a factory without one (asyncrl.tasks)."""
-        config_from = getattr(task_factory(self.name), "config_from", None)
-        return None if config_from is None else config_from(self)
 
     def validate(self) -> None:
         if self.max_prompt_length < 1:
             raise ValueError("max_prompt_length: must be >= 1")
         if self.max_prompt_chars is not None and self.max_prompt_chars < 1:
             raise ValueError("max_prompt_chars: must be >= 1 (or null: 32 per token of max_prompt_length)")
-        self.settings()  # the task's own checks, "field: message" relative to task.
+        # the task's own checks (its factory's config_from) are asyncrl.runtime.validate's
 
 
 @dataclass
@@ -148,21 +115,10 @@ class RewardConfig:
     model_batch_size: int = setting(16, "completions per forward pass of a reward model")
 
     def validate(self) -> None:
-        """Import every function and check every reward model directory now, in this process
-        (workers repeat this from the same strings): a bad path fails at load, before anything starts."""
-        from asyncrl.rewards import load_function, normalize_path
-        from asyncrl.rewards.resolve import imports_allowed
-
+        """The section's own numbers; its functions are imported and its model directories checked
+        by asyncrl.runtime.validate (in every process of a run, from the same strings)."""
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise ValueError("timeout_s: must be > 0 (or null: no bound)")
-
-        for i, path in enumerate(self.funcs):
-            try:
-                self.funcs[i] = normalize_path(path)  # a file path: absolute, for workers and resumes
-                if imports_allowed():  # not while `asyncrl config` only prints the config
-                    load_function(self.funcs[i])
-            except ValueError as err:
-                raise ValueError(f"funcs[{i}]: {err}") from None
         self._validate_models()
         sources = len(self.funcs) + len(self.models) or 1  # none named: the task's correctness reward
         if self.weights is not None and len(self.weights) != sources:
@@ -170,12 +126,7 @@ class RewardConfig:
                              "model(s); give one per function, then one per model (or none: all 1)")
 
     def _validate_models(self) -> None:
-        """Each reward model directory made absolute and checked without loading its weights (the
-        run loads them, in every process that scores)."""
         import torch
-
-        from asyncrl.rewards.resolve import imports_allowed
-        from asyncrl.rewards.reward_model import check_model_dir, normalize_model_path
 
         if self.model_batch_size < 1:
             raise ValueError("model_batch_size: must be >= 1")
@@ -183,16 +134,3 @@ class RewardConfig:
             torch.device(self.model_device)
         except (RuntimeError, ValueError):
             raise ValueError(f"model_device: {self.model_device!r} is not a torch device (cpu, cuda, cuda:1)") from None
-        for i, path in enumerate(self.models):
-            self.models[i] = normalize_model_path(path)
-            if imports_allowed():  # not while `asyncrl config` only prints the config
-                try:
-                    check_model_dir(self.models[i])
-                except ValueError as err:
-                    raise ValueError(f"models[{i}]: {err}") from None
-
-    def build(self, task=None):
-        """The :class:`~asyncrl.rewards.RewardSet` of this config, bound to ``task``."""
-        from asyncrl.rewards import RewardSet
-
-        return RewardSet.from_config(self, task)

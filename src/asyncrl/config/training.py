@@ -6,11 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from asyncrl.distributed.config import FsdpConfig
-from asyncrl.stability.config import (EssWarningConfig, VcpoConfig)
-from asyncrl.core.loader import (
-    setting,
-)
+from asyncrl.config.parts import EssWarningConfig, FsdpConfig, VcpoConfig
+from asyncrl.core.loader import setting
 from asyncrl.core.registries import ENGINES
 
 
@@ -97,39 +94,16 @@ class RolloutConfig:
         return self.prompts_per_step * self.samples_per_prompt
 
 
-def _loss_names():
-    from asyncrl.objectives import LOSSES  # the registry itself (pure math, below config)
-
-    return LOSSES.keys()
-
-
 @dataclass
 class LossConfig:
     """Which objective (a key of ``asyncrl.objectives.LOSSES``) and its hyperparameters."""
 
     name: str = setting("decoupled", "objective: a key of asyncrl.objectives.LOSSES, a plugin's included "
-                                     "(docs/objectives.md)", names=_loss_names)
+                                     "(docs/objectives.md)", names="asyncrl.objectives:LOSSES")
     params: dict[str, Any] = setting(
         help="the objective's hyperparameters, e.g. loss.params.eps_high=0.28; {} = its defaults", factory=dict)
 
-    def validate(self) -> None:
-        from asyncrl.objectives import loss_param_names, validate_loss_params
-
-        known = loss_param_names(self.name)  # the name is a registered one (checked first, names=)
-        for key in self.params:
-            if key not in known:
-                raise ValueError(f"params.{key}: not a parameter of loss {self.name!r} "
-                                 f"(known: {', '.join(sorted(known))})")
-        try:
-            validate_loss_params(self.name, self.params)
-        except ValueError as err:
-            raise ValueError(f"params: {err}") from None
-
-
-def _prox_names():
-    from asyncrl.objectives import PROX_STRATEGIES  # the registry itself (pure math, below config)
-
-    return PROX_STRATEGIES.keys()
+    # the name and the params are the loss's to check: asyncrl.runtime.validate asks its entry
 
 
 @dataclass
@@ -152,10 +126,10 @@ class TrainerConfig:
         "grpo", "grpo: (r - mean) / std per group; drgrpo: r - mean; rloo: leave-one-out baseline")
     adv_eps: float = setting(1e-6, "added to the group std in grpo advantages")
     # a key of asyncrl.objectives.PROX_STRATEGIES; "none" = the loss's coupled form (the REINFORCE
-    # "bypass" form of tis/mis). Which ones go with the loss: check_prox_pairing
+    # "bypass" form of tis/mis). Its params, and which ones go with the loss: asyncrl.runtime.validate
     prox: str = setting(
         "loglinear", "proximal policy: recompute (extra forward), loglinear (A-3PO), linear, behav, none "
-                     "(coupled) (asyncrl.objectives.PROX_STRATEGIES)", names=_prox_names)
+                     "(coupled) (asyncrl.objectives.PROX_STRATEGIES)", names="asyncrl.objectives:PROX_STRATEGIES")
     prox_params: dict[str, Any] = setting(
         help="the proximal strategy's parameters, e.g. trainer.prox_params.alpha_min=0.125 for "
              "loglinear_floor or .ess_target for loglinear_ess; {} = its defaults", factory=dict)
@@ -193,7 +167,6 @@ class TrainerConfig:
             raise ValueError("grad_clip: must be > 0")
         if self.prox_error_every < 1:
             raise ValueError("prox_error_every: must be >= 1")
-        self._check_prox_params()
         if self.weight_decay < 0:
             raise ValueError("weight_decay: must be >= 0")
         if self.n_minibatches < 1:
@@ -213,65 +186,6 @@ class TrainerConfig:
             raise ValueError("min_lr_ratio: must be in [0, 1]")
         if self.kl_coef < 0:
             raise ValueError("kl_coef: must be >= 0 (0 = no KL penalty)")
-
-    def _check_prox_params(self) -> None:
-        from asyncrl.objectives import PROX_STRATEGIES, prox_strategy
-
-        if self.prox not in PROX_STRATEGIES:
-            return  # the name's own check says so
-        try:
-            prox_strategy(self.prox, self.prox_params)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"prox_params.{err}") from None  # err starts with the parameter's name
-
-
-def check_prox_pairing(loss: LossConfig, trainer: TrainerConfig) -> None:
-    """ValueError("trainer.prox: ...") unless the proximal strategy goes with the loss
-    (asyncrl.objectives.consistent_prox: a decoupled loss needs a proximal policy, a loss that acts on
-    π_θ/π_behav alone takes none). Both sections are valid on their own when this runs."""
-    from asyncrl.objectives import prox_pairing_error
-
-    why = prox_pairing_error(loss.name, trainer.prox)
-    if why is not None:
-        raise ValueError(f"trainer.prox: {trainer.prox!r} does not go with loss.name={loss.name!r}: {why}")
-
-
-IN_PROCESS_MODES = ("sync", "simulated")  # run.mode values whose engine runs in the trainer's process
-
-
-def check_in_process_engine(rollout: RolloutConfig, mode: str, ranks: int) -> None:
-    """ValueError("rollout.engine: ...") when a torchrun world of ``ranks`` (> 1) would build vLLM
-    inside trainer rank 0: sync and simulated modes generate in the trainer's process, where the
-    ranks' process group already exists, and vLLM's own world-group set-up there hangs or fails."""
-    if ranks > 1 and rollout.engine == "vllm" and mode in IN_PROCESS_MODES:
-        raise ValueError(f"rollout.engine: vllm with run.mode={mode} runs inside trainer rank 0, where torchrun's "
-                         f"{ranks}-rank process group leaves vLLM no world of its own; use run.mode=async (vLLM in "
-                         "rollout workers) or one trainer process")
-
-
-def check_micro_batching(loss: LossConfig, trainer: TrainerConfig, ranks: int = 1) -> None:
-    """ValueError("trainer.micro_batch_size: ...") when micro-batches would not give the minibatch's
-    update for this loss: a loss with a whole-minibatch statistic, or denominators that count only the
-    tokens kept after filtering (known only once every micro-batch is computed). ``ranks`` > 1 (a
-    torchrun world: each rank trains a share of every minibatch, as a micro-batch) makes the same
-    checks, naming the world size, and refuses what a rank cannot compute from its share."""
-    if trainer.micro_batch_size == 0 and ranks == 1:
-        return
-    from asyncrl.objectives import LOSSES, micro_batch_exact_losses, prox_strategy
-
-    what = "trainer.micro_batch_size" if ranks == 1 else f"torchrun with {ranks} trainer ranks"
-    if not LOSSES[loss.name].micro_batch_exact:  # the loss's entry declares it (LossEntry.micro_batch_exact)
-        raise ValueError(f"{what}: loss {loss.name!r} is not split exactly into micro-batches "
-                         f"(a statistic over the whole minibatch); use {'0 or ' if ranks == 1 else ''}one of "
-                         f"{', '.join(micro_batch_exact_losses())}")
-    if loss.params.get("keep_filtered_in_denominator", True) is False:
-        raise ValueError(f"{what}: needs loss.params.keep_filtered_in_denominator=true (a "
-                         "denominator of kept tokens is known only after the whole minibatch); use 0")
-    if getattr(prox_strategy(trainer.prox), "minibatch_statistic", False):
-        raise ValueError(f"{what}: trainer.prox={trainer.prox!r} sets π_prox from a statistic of the whole "
-                         "minibatch, which a part of it does not have")
-    if ranks > 1 and trainer.vcpo.opob:
-        raise ValueError(f"{what}: trainer.vcpo.opob (a per-sequence gradient norm) runs in one process only")
 
 
 @dataclass

@@ -7,6 +7,7 @@ unknown keys rejected, values type-checked against the annotations, and each dat
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import math
@@ -15,7 +16,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from asyncrl.core.errors import AsyncRLError
@@ -60,12 +61,16 @@ def guarded(command: "Callable[[], int]") -> int:
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *,
-            factory: Any = dataclasses.MISSING, names: Callable[[], Iterable[str]] | None = None) -> Any:
+            factory: Any = dataclasses.MISSING, names: Callable[[], Iterable[str]] | str | None = None) -> Any:
     """A dataclass field with its one-line description, which ``asyncrl train --help`` and
     ``asyncrl config`` print: ``lr: float = setting(3e-5, "AdamW learning rate")``.
 
-    ``names``: the field holds a name out of a registry; called when the config is validated (so
-    it sees what plugins registered), it gives the accepted names (``names=MODES.keys``)."""
+    ``names``: the field holds a name out of a registry: a callable that gives the accepted names
+    (``names=MODES.keys``), or the import path ``"module:attr"`` of the registry (a mapping, an
+    iterable of names or a callable giving them), for a registry that lives above the config
+    (``names="asyncrl.objectives:LOSSES"``): a string names it without importing it. Asked when the
+    run's config is checked (:func:`check_names`, after the plugins are imported, so it sees what
+    they registered) and when the keys are described."""
     return dataclasses.field(default=default, default_factory=factory, metadata={"help": help, "names": names})
 
 
@@ -76,7 +81,14 @@ def field_help(f: dataclasses.Field) -> str:
 def field_names(f: dataclasses.Field) -> list[str] | None:
     """The names a registry-backed field accepts now (see :func:`setting`); None for other fields."""
     names = f.metadata.get("names")
-    return None if names is None else list(names())
+    if isinstance(names, str):
+        import importlib
+
+        module, _, attr = names.partition(":")
+        names = getattr(importlib.import_module(module), attr)
+    if names is None:
+        return None
+    return list(names() if callable(names) else names)
 
 
 def _type_name(tp: Any) -> str:
@@ -180,23 +192,26 @@ def public_name(attr: str) -> str:
 def validate_tree(obj: Any, prefix: str = "") -> None:
     """Run ``validate()`` on ``obj`` (a dataclass) and its nested dataclasses; a ValueError raised
     as ``ValueError("field: message")`` becomes a ConfigError naming ``prefix.field``. A
-    registry-backed field (``setting(names=...)``) is checked first, so ``validate()`` may look
-    its name up."""
+    registry-backed field (``setting(names=...)``) is not checked here: a plugin may register its
+    name later (:func:`check_names`), so ``validate()`` never looks a name up."""
     for f in dataclasses.fields(obj):
         child = getattr(obj, f.name)
         if dataclasses.is_dataclass(child):
             name = public_name(f.name)
             validate_tree(child, f"{prefix}.{name}" if prefix else name)
-    for f in dataclasses.fields(obj):
-        known = field_names(f)
-        if known is not None and getattr(obj, f.name) not in known:
-            key = ".".join(p for p in (prefix, public_name(f.name)) if p)
-            raise ConfigError(key, f"must be one of {', '.join(known)}; got {getattr(obj, f.name)!r}")
     validate = getattr(obj, "validate", None)
     if validate is None:
         return
-    try:
+    with named_errors(prefix):
         validate()
+
+
+@contextlib.contextmanager
+def named_errors(prefix: str = "") -> Iterator[None]:
+    """A ValueError raised inside as ``ValueError("field: message")`` leaves as a ConfigError naming
+    ``prefix.field`` (a ConfigError passes as it is)."""
+    try:
+        yield
     except ConfigError:
         raise
     except ValueError as err:
@@ -205,6 +220,21 @@ def validate_tree(obj: Any, prefix: str = "") -> None:
             field, message = "", str(err)
         full = ".".join(p for p in (prefix, field) if p)
         raise ConfigError(full, message) from None
+
+
+def check_names(obj: Any, prefix: str = "") -> None:
+    """ConfigError naming the key of the first registry-backed field (``setting(names=...)``) of
+    ``obj`` and its nested dataclasses whose value is not one of the names registered now (each
+    section's fields before its nested sections', as :func:`validate_tree` visits them)."""
+    for f in dataclasses.fields(obj):
+        child = getattr(obj, f.name)
+        if dataclasses.is_dataclass(child):
+            check_names(child, ".".join(p for p in (prefix, public_name(f.name)) if p))
+    for f in dataclasses.fields(obj):
+        known = field_names(f)
+        if known is not None and getattr(obj, f.name) not in known:
+            key = ".".join(p for p in (prefix, public_name(f.name)) if p)
+            raise ConfigError(key, f"must be one of {', '.join(known)}; got {getattr(obj, f.name)!r}")
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

@@ -69,7 +69,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from asyncrl.core.loader import setting
+from asyncrl.config.parts import GemFields
 from asyncrl.tasks.base import EOS_SEGMENT, Problem
 from asyncrl.tasks.chat import render_plain
 
@@ -348,17 +348,6 @@ EVAL_SEED0 = 1_000_000  # eval seeds start here, far past any train seed
 PLACEHOLDER = "Play the game."  # replaced by the game's first observation (the environment's reset)
 
 
-@dataclass
-class GemFields:
-    """The task's settings as plain ``task.gem_*`` keys (the run config's ``task`` section inherits them)."""
-
-    gem_demos: bool = setting(True, "task=gem: train rows demonstrate the game played by a scripted expert when "
-                                    "env.name's game has one (GuessTheNumber; docs/agents.md)")
-    gem_env: dict[str, Any] = setting(help="task=gem: the game the demonstrations play, {id, kwargs, max_turns}; "
-                                           "filled from env.name, env.kwargs and env.max_turns at load",
-                                      factory=dict)
-
-
 @dataclass(frozen=True)
 class GemConfig:
     """What :class:`GemTask` is built with: the game (None: no demonstrations), its settings, the turn limit."""
@@ -422,7 +411,7 @@ class GemTask:
     def follow_env(task: Any, env: Any) -> None:
         """``task.gem_env`` from ``env.*`` (the id, ``env.kwargs``, ``env.max_turns``), so that the train
         rows can demonstrate the game the episodes play; always rewritten, so it never names another
-        game. Asked of the task's factory at config load (asyncrl.config)."""
+        game. Asked of the task's factory when the run's config is validated (asyncrl.runtime.validate)."""
         name = env.name
         task.gem_env = ({"id": name[len(PREFIX):], "kwargs": dict(env.kwargs), "max_turns": env.max_turns}
                         if name.startswith(PREFIX) else {})

@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from asyncrl.core.loader import setting
+from asyncrl.config.parts import ReasoningGymFields
 from asyncrl.tasks.base import Problem
 from asyncrl.tasks.chat import render_plain
 
@@ -59,23 +59,6 @@ __all__ = ["ReasoningGymConfig", "ReasoningGymFields", "ReasoningGymTask", "Retr
 INSTALL = "pip install asyncrl[envs]"
 EVAL_SHARE = 10  # the last 1/EVAL_SHARE of the entries is the eval split
 SOLVED = 1.0 - 1e-9  # rg_retry: a score this high is a right answer (reasoning-gym gives 1.0)
-
-
-@dataclass
-class ReasoningGymFields:
-    """The task's settings, which the run config holds as plain ``task.rg_*`` keys (its ``task``
-    section inherits these fields, as it does the file tasks')."""
-
-    rg_tasks: list[str] = setting(help="reasoning-gym dataset names (task=reasoning_gym), e.g. [leg_counting, "
-                                       "basic_arithmetic]", factory=list)
-    rg_weights: list[float] | None = setting(None, "one weight per rg_tasks entry (its share of the rows); "
-                                                   "null = all 1")
-    rg_size: int = setting(2000, "reasoning-gym entries generated; the last tenth is the eval split")
-    rg_seed: int = setting(0, "seed of reasoning-gym's generators")
-    rg_configs: dict[str, Any] = setting(help="a dataset's own settings by name, e.g. {leg_counting: "
-                                              "{max_animals: 5}}", factory=dict)
-    rg_system_prompt: str = setting("default", "system prompt: a key of reasoning_gym.utils.SYSTEM_PROMPTS, "
-                                               "other text as written, or '' for none")
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import sys
 
-from asyncrl.config import load_config
+from asyncrl.runtime.validate import load_run_config
 
 
 def run_plan(args) -> int:
     """``asyncrl plan``: the chosen layout of ``--gpus`` GPUs with its alternatives, or the preset
     table; bad input is one line, exit 2."""
     from asyncrl.plan import estimate as plan
-    from asyncrl.config.training import check_micro_batching
+    from asyncrl.objectives.micro_batching import check_micro_batching
 
     try:
         for flag in ("gpus", "prompt_tokens", "decode_tps", "train_tflops", "bus_gbps", "gpu_gib"):
@@ -22,7 +22,7 @@ def run_plan(args) -> int:
                 raise ValueError(f"--{flag.replace('_', '-')}: must be > 0, got {getattr(args, flag)}")
         rates = plan.Rates(decode_tps=args.decode_tps, train_flops=args.train_tflops * 1e12,
                            bus_gbps=args.bus_gbps, gpu_gib=args.gpu_gib)
-        cfg = load_config(args.config, args.overrides, ignore=("task", "reward"))
+        cfg = load_run_config(args.config, args.overrides, ignore=("task", "reward"))
         for flag in ("model", "trainer_gpus"):
             if args.table and getattr(args, flag):
                 raise ValueError(f"--{flag.replace('_', '-')}: --table plans the four Qwen2.5 presets at 1-64 "

@@ -73,10 +73,10 @@ def plan_layouts(config, overrides, shape, gpus: int, prompt_tokens: int, rates:
                  trainers: int | None = None) -> list[Layout]:
     """Every layout of ``gpus`` GPUs for the run ``config`` + ``overrides`` (only the one with
     ``trainers`` ranks when given), each planned or refused. ValueError for a bad config or flag."""
-    from asyncrl.config import load_config
+    from asyncrl.runtime.validate import load_run_config
     from asyncrl.core.registries import device_type
 
-    base = load_config(config, overrides, ignore=IGNORED)
+    base = load_run_config(config, overrides, ignore=IGNORED)
     layouts = [Layout(BESIDE, gpus, 0, _beside_overrides(base))]
     if base.run.mode == "async" and device_type(base.policy.device) == "cuda":
         layouts += [Layout(OWN, t, gpus - t, _own_overrides(base, gpus - t)) for t in range(gpus - 1, 0, -1)]
@@ -94,14 +94,15 @@ def plan_layouts(config, overrides, shape, gpus: int, prompt_tokens: int, rates:
 
 def _evaluate(layout: Layout, config, overrides, shape, prompt_tokens: int, rates: Rates) -> None:
     """Plan ``layout`` from the config it implies, or say why the trainer would refuse it."""
-    from asyncrl.config import load_config
-    from asyncrl.config.training import check_in_process_engine, check_micro_batching
+    from asyncrl.runtime.validate import load_run_config
+    from asyncrl.objectives.micro_batching import check_micro_batching
+    from asyncrl.runtime.validate import check_in_process_engine
     from asyncrl.distributed.config import check_ranks
     from asyncrl.runtime.channels import channel_name
 
     settings = [*overrides, *(f"{key}={value}" for key, value in layout.overrides.items())]
     try:
-        cfg = load_config(config, settings, ignore=IGNORED)
+        cfg = load_run_config(config, settings, ignore=IGNORED)
         check_micro_batching(cfg.loss, cfg.trainer, ranks=layout.trainers)
         check_ranks(cfg, layout.trainers)
         check_in_process_engine(cfg.rollout, cfg.run.mode, layout.trainers)

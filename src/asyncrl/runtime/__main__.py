@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 
-from asyncrl.config import load_config
+from asyncrl.runtime.validate import load_run_config
 from asyncrl.core.loader import guarded
 from asyncrl.runtime import train
 
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def run() -> int:
-        summary = train(load_config(args.config, args.overrides))
+        summary = train(load_run_config(args.config, args.overrides))
         if summary is None:  # a torchrun rank other than 0
             return 0
         print(json.dumps({k: summary[k] for k in ("mode", "steps", "final_eval_reward", "run_dir")}))

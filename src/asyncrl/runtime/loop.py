@@ -47,6 +47,7 @@ from asyncrl.runtime.signals import Interrupted, StopRequested
 from asyncrl.runtime.sources import open_source
 from asyncrl.runtime.step_log import StepLog
 from asyncrl.runtime.timing import LoopClock, StepTimer
+from asyncrl.runtime.validate import validate_run
 from asyncrl.training.reference import build_reference
 from asyncrl.training.trainer import Trainer
 
@@ -55,7 +56,10 @@ def train(cfg: Config, callbacks: Sequence[Any] = ()) -> dict | None:
     """Run ``cfg`` to the end (or resume it, per ``run.resume``); returns the summary (also written
     to ``<run dir>/summary.json``). Under ``torchrun`` rank 0 runs the loop and the other ranks
     follow it (asyncrl.distributed.ranks); they return None. ``callbacks``: objects with
-    ``on_step_end`` / ``on_evaluate`` / ``on_save`` (asyncrl.runtime.callbacks), called by rank 0."""
+    ``on_step_end`` / ``on_evaluate`` / ``on_save`` (asyncrl.runtime.callbacks), called by rank 0.
+    ``cfg`` is checked against the parts first (asyncrl.runtime.validate; a no-op for a config
+    already loaded with ``load_run_config``), so a Config built in Python is held to the same rules."""
+    validate_run(cfg)
     world, peers = torchrun_world(), None
     init_world(world, cfg.policy.device, cfg.trainer.fsdp.timeout_s)
     try:

@@ -192,8 +192,9 @@ def say_where_to_resume(run_dir: Path) -> None:
 def _config_of(spec: WorkerSpec):
     from asyncrl.config import Config
     from asyncrl.core.loader import from_dict
+    from asyncrl.runtime.validate import validate_run
 
-    return from_dict(Config, spec.config)
+    return validate_run(from_dict(Config, spec.config))
 
 
 def actor_options(spec: WorkerSpec) -> dict:

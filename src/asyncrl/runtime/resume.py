@@ -37,6 +37,7 @@ from asyncrl.training.checkpoint import (
     step_dirs,
 )
 from asyncrl.config import Config, ConfigError, load_config
+from asyncrl.runtime.validate import load_run_config
 from asyncrl.core.loader import parse_override
 from asyncrl.runtime.saved_inputs import check_saved_inputs
 from asyncrl.training.fingerprint import difference, folder_fingerprint, read_fingerprint
@@ -199,5 +200,5 @@ def resume_config(run_dir: str | Path, overrides: list[str]) -> Config:
         if not _mutable(key):
             raise ConfigError(key, f"cannot change on resume; only {', '.join(MUTABLE)} may")
     check_saved_inputs(run_dir / "config.yaml")  # before loading it imports and unpickles what it names
-    return load_config(run_dir / "config.yaml", [*overrides, f"run.out_dir={run_dir.parent}",
-                                                  f"run.name={run_dir.name}", "run.resume=must"])
+    return load_run_config(run_dir / "config.yaml", [*overrides, f"run.out_dir={run_dir.parent}",
+                                                      f"run.name={run_dir.name}", "run.resume=must"])

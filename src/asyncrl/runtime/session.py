@@ -37,7 +37,7 @@ from asyncrl.runtime.preflight import check_task, check_writable
 from asyncrl.runtime.resume import Resume, check_fits, find_resume
 from asyncrl.runtime.run_lock import RunLock
 from asyncrl.runtime.signals import StopRequests
-from asyncrl.tasks import Problem, Task
+from asyncrl.tasks import Problem, Task, configured_task
 from asyncrl.tracking import open_trackers
 from asyncrl.tracking.metrics import (
     ROW_FILES,
@@ -139,8 +139,8 @@ class RunStart:
         progress = TrainProgress(cfg.trainer.steps, f"{cfg.run.mode}/{cfg.loss.name}",
                                  enabled=cfg.run.progress, batch_size=cfg.rollout.batch_size, hold_phases=True)
         progress.phase("loading task")
-        task = cfg.task.build(need_eval=cfg.eval.n_problems > 0)
-        rewards = cfg.reward.build(task)  # resolved from the config's import paths, as workers do
+        task = configured_task(cfg.task, need_eval=cfg.eval.n_problems > 0)
+        rewards = RewardSet.from_config(cfg.reward, task)  # resolved from the config's import paths, as workers do
         return cls(cfg, run_dir, lock, resume, kept_step, seen, progress, task, rewards)
 
     @contextmanager

@@ -185,14 +185,17 @@ class RolloutWorker:
         from asyncrl.config import Config
         from asyncrl.core.loader import from_dict
         from asyncrl.policy.model import enable_tf32, load_policy, set_deterministic
+        from asyncrl.rewards import RewardSet
         from asyncrl.rollout.rollouts import make_rollout
         from asyncrl.runtime.engines import generation_dtype, rollout_engine
+        from asyncrl.runtime.validate import validate_run
+        from asyncrl.tasks import configured_task
 
         torch.set_num_threads(1)
         hf_logging.disable_progress_bar()
         self.spec = spec
         self.channel = channel
-        self.cfg = from_dict(Config, spec.config)
+        self.cfg = validate_run(from_dict(Config, spec.config))  # plugins imported, user code loaded, as the trainer's
         set_deterministic(self.cfg.run.deterministic)
         policy = self.cfg.policy
         if torch.device(policy.device).type == "cuda":
@@ -200,10 +203,10 @@ class RolloutWorker:
         # an engine that keeps its own weights (vLLM) reads them from this copy, on its own device
         model, self.tokenizer = load_policy(spec.policy_dir, policy.device, generation_dtype(self.cfg),
                                             attn_implementation=policy.attn_implementation)
-        self.task = self.cfg.task.build(need_eval=False)  # evaluation runs in the trainer
+        self.task = configured_task(self.cfg.task, need_eval=False)  # evaluation runs in the trainer
         # the reward functions (reward models too) load before the engine: an engine that sizes its
         # memory from what its device has free at start (vLLM) then leaves room for them
-        self.rewards = self.cfg.reward.build(self.task)  # from the config's import paths, in this process
+        self.rewards = RewardSet.from_config(self.cfg.reward, self.task)  # from the config's import paths, in this process
         self.cfg.rollout.engine_kwargs = worker_engine_kwargs(self.cfg, staging=model)  # with the copy in place
         self.engine = rollout_engine(self.cfg, model=model.eval(), tokenizer=self.tokenizer,
                                      policy_dir=spec.policy_dir, seed=spec.seed, chunked=spec.interruptible)

@@ -15,7 +15,8 @@ config's ``task`` section and returns the object the factory is called with (``A
 ``task.arithmetic``; the file tasks: the ``task.path``, ... keys of
 :class:`~asyncrl.tasks.datasets.DatasetFields`); without it the factory gets None (its defaults).
 A task whose rows depend on the episodes' environment may have ``follow_env(task section, env
-section)``, which copies what it needs of ``env.*`` into its own keys at config load (``gem``).
+section)``, which copies what it needs of ``env.*`` into its own keys when the run's config is
+validated (asyncrl.runtime.validate; ``gem``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from asyncrl.config.task import AUTO_TASK
+from asyncrl.core.loader import ConfigError
 from asyncrl.core.registries import resolve
 from asyncrl.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from asyncrl.tasks.base import Problem, Task, extract_answer, extract_any_answer
@@ -42,9 +45,12 @@ __all__ = [
     "Task",
     "build_task",
     "check_registry",
+    "configured_task",
     "extract_answer",
     "extract_any_answer",
     "task_factory",
+    "task_names",
+    "task_settings",
 ]
 
 # name -> the task's factory, or its import path "module:attr" (task_factory resolves it)
@@ -90,3 +96,43 @@ def task_factory(name: str) -> Callable[[Any], Task]:
 def build_task(name: str, cfg: Any = None) -> Task:
     """Build task ``name``; ``cfg`` is its config object, a mapping of its fields, or None for defaults."""
     return task_factory(name)(cfg)
+
+
+def task_names() -> list[str]:
+    """The names ``task.name`` accepts now (``setting(names="asyncrl.tasks:task_names")`` in
+    asyncrl.config.task): ``auto`` and the registered tasks, plugins' included."""
+    return [AUTO_TASK, *TASKS]
+
+
+def task_settings(section: Any) -> Any:
+    """What the task of the run config's ``task`` section is built with: its factory's
+    ``config_from(section)`` (which checks them: ValueError "field: message" relative to ``task.``),
+    or None (its defaults) for a factory without one."""
+    config_from = getattr(task_factory(section.name), "config_from", None)
+    return None if config_from is None else config_from(section)
+
+
+def configured_task(section: Any, need_eval: bool = True) -> Task:
+    """The task of the run config's ``task`` section, with its problems generated/loaded and their
+    sizes checked (asyncrl.tasks.limits); a bad dataset raises ConfigError. ``need_eval``: the run
+    evaluates (``eval.n_problems`` > 0), so an empty eval split is refused."""
+    from asyncrl.tasks.limits import check_prompt_sizes
+
+    try:
+        check_registry(section.name)
+    except ValueError as err:
+        raise ConfigError("task.name", str(err)) from None
+    try:
+        task = build_task(section.name, task_settings(section))
+        task.problems("train"), task.problems("eval")
+    except ValueError as err:
+        raise ConfigError("task", str(err)) from None
+    try:
+        check_prompt_sizes(task, section.prompt_chars_bound, section.chars_bound_source())
+    except ValueError as err:
+        raise ConfigError("task.max_prompt_chars", str(err)) from None
+    if need_eval and not task.problems("eval"):  # evaluation would divide by zero mid-run
+        raise ConfigError("task", f"task {section.name!r} has no eval problems (a file task: raise "
+                                  "task.eval_fraction or task.max_eval, or set task.eval_path; or "
+                                  "eval.n_problems=0 to train without evaluation)")
+    return task

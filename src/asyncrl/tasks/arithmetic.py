@@ -21,18 +21,16 @@ import hashlib
 import itertools
 import random
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
-from asyncrl.core.loader import setting
+from asyncrl.config.parts import MAX_STEPS_LIMIT, MUL_FACTORS, ArithmeticConfig
 from asyncrl.tasks.base import Problem, extract_answer, extract_any_answer
 
-__all__ = ["ArithmeticConfig", "ArithmeticTask", "EVAL_BUCKETS", "SPLITS"]
+__all__ = ["MAX_STEPS_LIMIT", "MUL_FACTORS", "ArithmeticConfig", "ArithmeticTask", "EVAL_BUCKETS", "SPLITS"]
 
 SPLITS = ("train", "eval")
 EVAL_BUCKETS = 10
-MUL_FACTORS = (2, 9)
-MAX_STEPS_LIMIT = 64
 
 _NAMES = (("Tom", "He"), ("Sam", "He"), ("Ben", "He"), ("Ana", "She"), ("Mia", "She"), ("Eva", "She"))
 _ITEMS = (
@@ -52,73 +50,6 @@ _VERBS = {
 }
 
 Step = tuple[str, int]
-
-
-@dataclass(frozen=True)
-class ArithmeticConfig:
-    """Knobs of the arithmetic task; every field is validated on construction.
-
-    ``max_value`` bounds the operands of ``+`` and ``-`` (drawn from ``[1, max_value]``)
-    and the starting quantity; ``*`` always uses a small factor in ``[2, 9]`` so that
-    products stay learnable. With ``allow_negative=False`` subtraction operands are
-    drawn from ``[1, min(max_value, total)]`` so running totals never drop below 0.
-    """
-
-    # Defaults sized for the embedded 2-minute warm start on a 2-core CPU (see README): operands
-    # up to 10, one or two operations; 2,200 distinct problems in all.
-    seed: int = setting(0, "random stream of the problem generator")
-    min_steps: int = setting(1, "fewest operations per problem")
-    max_steps: int = setting(2, "most operations per problem (at most 64)")
-    max_value: int = setting(10, "operands of + and - and the start value are in [1, max_value]")
-    ops: str = setting("+-", "operations used, a subset of +-* (* uses a factor in [2, 9])")
-    n_train: int = setting(2000, "train problems generated")
-    n_eval: int = setting(200, "eval problems generated")
-    allow_negative: bool = setting(False, "let running totals drop below 0")
-
-    def __post_init__(self) -> None:
-        for name in ("seed", "min_steps", "max_steps", "max_value", "n_train", "n_eval"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ValueError(f"{name} must be an int, got {value!r}")
-        if not isinstance(self.allow_negative, bool):
-            raise ValueError(f"allow_negative must be a bool, got {self.allow_negative!r}")
-        if not 1 <= self.min_steps <= MAX_STEPS_LIMIT:
-            raise ValueError(f"min_steps must be in [1, {MAX_STEPS_LIMIT}], got {self.min_steps}")
-        if not self.min_steps <= self.max_steps <= MAX_STEPS_LIMIT:
-            raise ValueError(
-                f"max_steps must be in [min_steps={self.min_steps}, {MAX_STEPS_LIMIT}], got {self.max_steps}"
-            )
-        if self.max_value < 1:
-            raise ValueError(f"max_value must be >= 1, got {self.max_value}")
-        if (
-            not isinstance(self.ops, str)
-            or not self.ops
-            or set(self.ops) - set("+-*")
-            or len(set(self.ops)) != len(self.ops)
-        ):
-            raise ValueError(f"ops must be a non-empty subset of '+-*' without repeats, got {self.ops!r}")
-        if self.n_train < 1:
-            raise ValueError(f"n_train must be >= 1, got {self.n_train}")
-        if self.n_eval < 0:
-            raise ValueError(f"n_eval must be >= 0, got {self.n_eval}")
-        bound = self._content_bound(self.n_train + self.n_eval)
-        if self.n_train + self.n_eval > bound:
-            raise ValueError(
-                f"n_train + n_eval = {self.n_train + self.n_eval} exceeds the at most {bound} distinct "
-                "problems this config can produce; raise max_value/max_steps or add ops"
-            )
-
-    def _content_bound(self, cap: int) -> int:
-        """Upper bound on distinct contents (ignoring the non-negativity rule), capped at ``cap``."""
-        per_step = self.max_value * len(set(self.ops) & set("+-"))
-        if "*" in self.ops:
-            per_step += MUL_FACTORS[1] - MUL_FACTORS[0] + 1
-        total = 0
-        for steps in range(self.min_steps, self.max_steps + 1):
-            total += self.max_value * per_step**steps
-            if total >= cap:
-                return total
-        return total
 
 
 class ArithmeticTask:

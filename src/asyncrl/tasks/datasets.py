@@ -23,9 +23,9 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-from asyncrl.core.loader import setting
+from asyncrl.config.parts import DatasetFields
 from asyncrl.tasks.base import Problem
 from asyncrl.tasks.chat import Messages, parse_messages, render_plain, split_reference
 from asyncrl.tasks.math_reward import MathVerifier, last_boxed
@@ -37,36 +37,6 @@ __all__ = ["ANSWER_FORMATS", "DatasetConfig", "DatasetFields", "GSM8KTask", "Mat
 
 ANSWER_FORMATS = ("auto", "gsm8k", "boxed", "raw")
 SPLITS = ("train", "eval")
-
-
-@dataclass
-class DatasetFields:
-    """The file tasks' settings, which the run config holds as plain ``task.*`` keys
-    (``task.path``, ``task.eval_path``, ...; its ``task`` section inherits these fields)."""
-
-    path: str | None = setting(None, "train data: .jsonl, .json, .parquet, .arrow, a save_to_disk directory or a "
-                                     "cached Hub name; alone (no task name) it selects the dataset task")
-    eval_path: str | None = setting(None, "eval file, same formats; null = hold out eval_fraction of path")
-    eval_fraction: float = setting(0.1, "share of the train file held out for eval when eval_path is null")
-    question_field: str | None = setting(
-        None, "record field with the prompt (dotted path allowed); null = the task's: question (gsm8k, math), "
-              "the first of prompt, messages, question (dataset)")
-    answer_field: str = setting("answer", "record field with the reference answer or solution")
-    prompt_template: str | None = setting(
-        None, "prompt text around {question}; null = the task's: 'Question: {question}\\nAnswer:' (gsm8k, "
-              "math), the prompt as written (dataset)")
-    answer_format: Literal["auto", "gsm8k", "boxed", "raw"] = setting(
-        "auto", "how the gold answer is read from answer_field (docs/tasks.md)")
-    max_train: int | None = setting(None, "keep the first N train problems; null = all")
-    max_eval: int | None = setting(None, "keep the first N eval problems; null = all")
-    reward_timeout_s: float = setting(5.0, "hard bound on one math-verify check, in seconds")
-    reward_workers: int = setting(1, "math-verify verifier processes")
-    messages_field: str | None = setting(
-        None, "column with a chat conversation ([{role, content}]) used as the prompt instead of question_field")
-    split: str | None = setting(None, "split of a DatasetDict directory / Hub dataset used for training; null = train")
-    eval_split: str | None = setting(
-        None, "split for eval (of eval_path, or of path when eval_path is null); null = test/validation/...")
-    subset: str | None = setting(None, "configuration of a Hub dataset (main for openai/gsm8k); null = the only one cached")
 
 
 @dataclass

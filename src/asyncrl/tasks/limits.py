@@ -14,16 +14,10 @@ by one), so a prompt over it is over the token limit too, and refusing it change
 
 from __future__ import annotations
 
+from asyncrl.config.task import CHARS_PER_TOKEN, prompt_chars_bound
 from asyncrl.tasks.base import Task
 
 __all__ = ["CHARS_PER_TOKEN", "check_prompt_sizes", "prompt_chars_bound"]
-
-CHARS_PER_TOKEN = 32
-
-
-def prompt_chars_bound(max_prompt_length: int, max_prompt_chars: int | None) -> int:
-    """The bound in characters: ``max_prompt_chars``, or by default ``CHARS_PER_TOKEN`` per token."""
-    return max_prompt_chars if max_prompt_chars is not None else CHARS_PER_TOKEN * max_prompt_length
 
 
 def check_prompt_sizes(task: Task, bound: int, why: str) -> None:

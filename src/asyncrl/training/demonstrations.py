@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from asyncrl.config import Config
 from asyncrl.config.task import TaskConfig
-from asyncrl.tasks import Problem, Task
+from asyncrl.tasks import Problem, Task, configured_task
 
 __all__ = ["WarmStartSource", "general_task", "has_worked_solution", "warm_start_source"]
 
@@ -43,13 +43,13 @@ def has_worked_solution(problem: Problem) -> bool:
 def general_task(cfg: Config) -> Task:
     """The default task (arithmetic, with ``cfg``'s ``task.arithmetic`` settings) that the general
     warm start learns from."""
-    return TaskConfig(arithmetic=cfg.task.arithmetic).build()
+    return configured_task(TaskConfig(arithmetic=cfg.task.arithmetic))
 
 
 def warm_start_source(cfg: Config, task: Task | None = None) -> WarmStartSource:
     """The demonstrations of ``cfg``'s warm start: the train problems of ``task`` (the run's, built
     from ``cfg`` when None) that carry a worked solution; when none does, the general warm start's."""
-    task = task if task is not None else cfg.task.build()
+    task = task if task is not None else configured_task(cfg.task)
     train = task.problems("train")
     shown = tuple(p for p in train if has_worked_solution(p))
     if shown:

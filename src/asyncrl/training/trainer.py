@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 from asyncrl.config import LossConfig, TrainerConfig
-from asyncrl.config.training import check_micro_batching
+from asyncrl.objectives.micro_batching import check_micro_batching
 from asyncrl.objectives import ProxPlan, episode_advantages, policy_loss, prox_strategy
 from asyncrl.policy.logprobs import completion_logprobs
 from asyncrl.stability.ess_lr import lr_scale, minibatch_ess, scaled_lr, sequence_log_weights
