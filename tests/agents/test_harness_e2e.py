@@ -78,7 +78,7 @@ def test_the_guess_example_trains_by_the_api_and_its_return_is_the_reward(tmp_pa
     # the harness's number: 0.8^(t-1) for the number found at turn t (then it stops asking), else 0
     for e in episodes:
         assert e["reward"] == pytest.approx(0.8 ** (len(e["turns"]) - 1) if e["reward"] else 0.0)
-        assert e["reward"] == 0.0 or "</guess>" in e["turns"][-1]["assistant"]
+        assert e["reward"] == 0.0 or "<guess>" in e["turns"][-1]["assistant"]
     assert any(e["reward"] > 0 for e in episodes) and any(len(e["turns"]) > 1 for e in episodes)
 
 

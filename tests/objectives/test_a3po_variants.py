@@ -157,6 +157,7 @@ def test_prox_params_build_the_strategy_and_bad_ones_name_the_parameter():
     from asyncrl.config import load_config
     from asyncrl.core.loader import ConfigError
     from asyncrl.objectives import prox_strategy
+    from asyncrl.runtime.validate import load_run_config
 
     assert prox_strategy("loglinear_floor", {"alpha_min": 0.5}).alpha_min == 0.5
     assert prox_strategy("loglinear_floor").alpha_min == 0.25  # the registered default
@@ -168,5 +169,5 @@ def test_prox_params_build_the_strategy_and_bad_ones_name_the_parameter():
         (["trainer.prox=loglinear_floor", "trainer.prox_params.alpah=0.1"], r"prox_params\.alpah: .*known: alpha_min"),
         (["trainer.prox_params.alpha_min=0.1"], r"prox_params\.alpha_min: not a parameter of .*'loglinear'"),
     ]:
-        with pytest.raises(ConfigError, match=match):
-            load_config(None, overrides)
+        with pytest.raises(ConfigError, match=match):  # the loss's parameters: checked for the run
+            load_run_config(None, overrides)

@@ -200,11 +200,12 @@ def test_the_pool_reports_a_dead_worker_to_its_channel(monkeypatch):
 
 
 def test_collective_with_workers_on_the_trainers_gpu_is_refused_in_one_line():
-    from asyncrl.config import ConfigError, load_config
+    from asyncrl.config import ConfigError
     from asyncrl.runtime.channels import CHANNELS, channel_name
+    from asyncrl.runtime.validate import load_run_config
 
     with pytest.raises(ConfigError) as refused:
-        load_config(overrides=["policy.device=cuda", "async.weight_channel=collective"])
+        load_run_config(overrides=["policy.device=cuda", "async.weight_channel=collective"])
     message = str(refused.value)
     assert "\n" not in message and "async.weight_channel: 'collective' needs rollout workers" in message
     assert "NCCL refuses two ranks on one GPU" in message and "use async.weight_channel=cuda or auto" in message
