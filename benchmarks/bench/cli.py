@@ -12,6 +12,7 @@ import sys
 
 from asyncrl.config import ConfigError
 from asyncrl.core.loader import guarded
+from asyncrl.cli import parse_with_overrides
 
 PROG = "python -m benchmarks"
 
@@ -171,13 +172,6 @@ def main(argv: list[str] | None = None) -> int:
     code = guarded(lambda: _import_named_plugins(argv))  # before the parser, which lists the suites they register
     if code:
         return code
-    parser = _parser()
-    # overrides may follow options (`a3po --quick k=v`): argparse leaves those unparsed
-    args, rest = parser.parse_known_args(argv)
-    if rest and all("=" in item and not item.startswith("-") for item in rest):
-        args.overrides = [*args.overrides, *rest]
-    elif rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    args.argv = argv
+    args = parse_with_overrides(_parser(), argv)  # overrides may follow options (`a3po --quick k=v`)
     _quiet_hub()
     return _bench(args)

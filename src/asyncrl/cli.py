@@ -198,6 +198,18 @@ def _eval(cfg) -> int:
 COMMANDS = {"train": _train, "pretrain": _pretrain, "eval": _eval}
 
 
+def parse_with_overrides(parser, argv: list[str]):
+    """``parser``'s namespace for ``argv``, with ``key=value`` overrides that follow the options
+    (`train --resume DIR k=v`: argparse leaves those unparsed) joined to ``args.overrides``."""
+    args, rest = parser.parse_known_args(argv)
+    if rest and all("=" in item and not item.startswith("-") for item in rest):
+        args.overrides = [*args.overrides, *rest]
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.argv = argv
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:  # whatever follows: the suites are not here any more
@@ -206,14 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     code = guarded(lambda: _import_named_plugins(argv))  # before the parser, which lists what they register
     if code:
         return code
-    parser = _parser()
-    # overrides may follow options (`bench a3po --quick k=v`): argparse leaves those unparsed
-    args, rest = parser.parse_known_args(argv)
-    if rest and all("=" in item and not item.startswith("-") for item in rest):
-        args.overrides = [*args.overrides, *rest]
-    elif rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    args.argv = argv
+    args = parse_with_overrides(_parser(), argv)
     if args.command == "export":
         return _export(args)
     if args.command == "plan":
