@@ -91,6 +91,14 @@ def test_concat_groups_repads():
     assert batch.versions[0].tolist() == [0, 0, -1, -1] and not batch.completion_mask[0, 2:].any()
 
 
+def test_concat_groups_stacks_in_group_order_whatever_the_arrival():
+    """Groups taken in the order their environments answered stack as sync stacks them."""
+    a, b, c = group([[0, 0]], gid=3), group([[1, 1]], gid=4), group([[2, 2]], gid=5)
+    ordered, arrived = concat_groups([a, b, c], pad_id=9), concat_groups([c, a, b], pad_id=9)
+    assert arrived.group_ids.tolist() == [3, 4, 5]
+    assert torch.equal(arrived.versions, ordered.versions)
+
+
 @pytest.mark.parametrize("bad", [dict(max_staleness=-1), dict(recency_decay=0.0)])
 def test_validation(bad):
     kw = dict(max_staleness=1, groups_per_batch=1, samples_per_group=1) | bad

@@ -1,14 +1,19 @@
 """Resident memory per step, and the warning a steady leak gets (once per process kind)."""
 
+import mmap
+
 from asyncrl.runtime.memory import GrowthWatch, rss_mb
 
 
 def test_rss_is_this_processes_and_sees_an_allocation():
+    # a fresh anonymous mapping: a heap allocation could reuse pages the allocator kept resident
+    # after earlier tests in this process freed them, and RSS would not move
     before = rss_mb()
-    block = bytearray(64 * 2**20)
-    block[::4096] = b"x" * len(block[::4096])  # touched: resident, not only reserved
+    block = mmap.mmap(-1, 64 * 2**20)
+    for page in range(0, len(block), mmap.PAGESIZE):
+        block[page] = 1  # touched: resident, not only reserved
     assert rss_mb() - before > 48
-    del block
+    block.close()
 
 
 def test_steady_growth_warns_once():

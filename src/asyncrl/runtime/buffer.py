@@ -59,7 +59,10 @@ class Group:
 
 
 def concat_groups(groups: list[Group], pad_id: int) -> Batch:
-    """Stack groups into one Batch, re-padding prompts (left) and completions (right)."""
+    """Stack groups into one Batch, re-padding prompts (left) and completions (right), in group-id
+    order as sync stacks its batch: which group's environments answered first must not change the
+    order of the update's floating-point sums (async K = 0 equals sync bit for bit)."""
+    groups = sorted(groups, key=lambda g: int(g.batch.group_ids[0]))
     p_width = max(g.batch.prompt_ids.shape[1] for g in groups)
     c_width = max(g.batch.completion_ids.shape[1] for g in groups)
 
