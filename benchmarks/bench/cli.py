@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--report-only", action="store_true",
                        help="run no cell: write the report from the cells already finished in the runs "
                             "directory (a partial report says how many), else re-render the study stored "
-                            "in --out (results.json + steps.csv.gz, e.g. a committed folder)")
+                            "in --out (results.json + steps.csv.xz, e.g. a committed folder)")
     bench.add_argument("overrides", nargs="*", metavar="dotted.key=value",
                        help="applied to every cell; run.plugins=[pkg.module] also adds the suites a plugin registers")
     return bench

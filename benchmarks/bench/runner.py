@@ -2,7 +2,7 @@
 
     <runs>/<cell>/              each cell's run directory (default <out>/runs; not part of the study)
     <out>/results.json          every run's summary and load } the study's data
-    <out>/steps.csv.gz          every run's per-step metrics } (benchmarks.bench.study)
+    <out>/steps.csv.xz          every run's per-step metrics } (benchmarks.bench.study)
     <out>/summary.json, table.md, report.html, figures/*.png      (the suite's report)
 
 A cell is finished when its ``summary.json`` exists (runs write it atomically, last); an unfinished
@@ -223,7 +223,7 @@ def _finished(cells: list[Cell], runs_dir: Path) -> list[Cell]:
 def collect_results(suite: str, cells: list[Cell], out_dir: Path, *, quick: bool, command: str,
                     runs_dir: Path | None = None, header: dict | None = None) -> dict:
     """The study of the cells that finished in ``runs_dir`` (``cells_total`` counts all of them, so
-    a report can say it is partial), stored in ``out_dir`` (results.json, steps.csv.gz) and returned
+    a report can say it is partial), stored in ``out_dir`` (results.json, steps.csv.xz) and returned
     with every run's metrics. With no finished cell there, the study already stored in ``out_dir``
     (a committed folder); BenchError when there is neither."""
     runs_dir = runs_dir or out_dir / "runs"

@@ -1,4 +1,4 @@
-"""A study folder's stored data: ``results.json`` (one summary per run) and ``steps.csv.gz`` (every
+"""A study folder's stored data: ``results.json`` (one summary per run) and ``steps.csv.xz`` (every
 run's per-step metrics in one table).
 
 A study folder is what gets committed and shared::
@@ -6,17 +6,18 @@ A study folder is what gets committed and shared::
     README.md  table.md  summary.json  report.html  figures/*.png    what a reader opens
     results.json     the suite, command, host, and per run: cell, method, seed, params, summary,
                      load (the machine's load averages at the cell's start and end: benchmarks.bench.load)
-    steps.csv.gz     one row per (run, step): ``cell`` then one column per metric
+    steps.csv.xz     one row per (run, step): ``cell`` then one column per metric
 
 The per-cell run directories (checkpoints, logs, completions) stay where the run wrote them and are
 not part of the study: ``python -m benchmarks SUITE --report-only --out DIR`` rebuilds the report from
 these two files alone, in a fresh clone.
 
-Every value in ``steps.csv.gz`` is the JSON text of what the run logged (a float's shortest
+Every value in ``steps.csv.xz`` is the JSON text of what the run logged (a float's shortest
 round-trip repr, an int, ``null``, a list), and an empty field means the run did not log that key
 at that step. So a table read back gives the same Python values, and the same report, as the run
-directories did. The gzip header carries no timestamp: re-rendering an unchanged study rewrites
-byte-identical files.
+directories did. The table is xz-compressed: a quarter smaller than gzip on these tables, whose
+columns repeat across rows, and its header carries no timestamp, so re-rendering an unchanged study
+rewrites byte-identical files. A folder written before keeps its ``steps.csv.gz``, which is read alike.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import csv
 import gzip
 import io
 import json
+import lzma
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -33,7 +35,8 @@ from typing import Any
 from asyncrl.tracking.metrics import json_safe
 
 RESULTS_FILE = "results.json"
-STEPS_FILE = "steps.csv.gz"
+STEPS_FILE = "steps.csv.xz"
+GZIP_STEPS_FILE = "steps.csv.gz"  # the table of folders written before the switch to xz
 RUN_KEYS = ("cell", "method", "seed", "params", "summary", "load")  # what results.json keeps of each run
 
 
@@ -58,7 +61,7 @@ def _columns(runs: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 def steps_table(runs: list[Mapping[str, Any]]) -> bytes:
-    """The gzipped CSV of every run's per-step metrics (see the module docstring)."""
+    """The xz-compressed CSV of every run's per-step metrics (see the module docstring)."""
     columns = _columns(runs)
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
@@ -66,25 +69,24 @@ def steps_table(runs: list[Mapping[str, Any]]) -> bytes:
     for run in runs:
         for rec in run.get("metrics") or []:
             writer.writerow([run["cell"], *(json.dumps(rec[c]) if c in rec else "" for c in columns)])
-    raw = io.BytesIO()
-    with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0) as gz:
-        gz.write(text.getvalue().encode("utf-8"))
-    return raw.getvalue()
+    return lzma.compress(text.getvalue().encode("utf-8"), preset=9 | lzma.PRESET_EXTREME)
 
 
 def write_study_data(out_dir: Path, results: Mapping[str, Any]) -> None:
-    """Write results.json (summaries only) and steps.csv.gz for ``results`` (runs carry ``metrics``)."""
+    """Write results.json (summaries only) and steps.csv.xz for ``results`` (runs carry ``metrics``)."""
     runs = results.get("runs") or []
     header = {k: v for k, v in results.items() if k != "runs"}
     header["runs"] = [{k: run[k] for k in RUN_KEYS if k in run} for run in runs]
     _write_bytes(out_dir / STEPS_FILE, steps_table(runs))
+    (out_dir / GZIP_STEPS_FILE).unlink(missing_ok=True)  # an older folder's table, now superseded
     _write_bytes(out_dir / RESULTS_FILE, json.dumps(json_safe(header), indent=1).encode("utf-8"))
 
 
 def read_steps(path: Path) -> dict[str, list[dict]]:
     """{cell: [per-step record, in logged order]} from a steps table."""
     try:
-        with gzip.open(path, "rt", encoding="utf-8", newline="") as handle:
+        opener = gzip.open if path.name.endswith(".gz") else lzma.open
+        with opener(path, "rt", encoding="utf-8", newline="") as handle:
             reader = csv.reader(handle)
             header = next(reader)
             steps: dict[str, list[dict]] = {}
@@ -93,7 +95,7 @@ def read_steps(path: Path) -> dict[str, list[dict]]:
                     raise StudyError(f"{path}: line {line} has {len(row)} fields, expected {len(header)}")
                 steps.setdefault(row[0], []).append(
                     {key: json.loads(text) for key, text in zip(header[1:], row[1:]) if text != ""})
-    except (OSError, EOFError, StopIteration, json.JSONDecodeError, csv.Error) as err:
+    except (OSError, EOFError, StopIteration, json.JSONDecodeError, csv.Error, lzma.LZMAError) as err:
         raise StudyError(f"{path}: unreadable steps table ({type(err).__name__}: {err})") from None
     return steps
 
@@ -103,7 +105,7 @@ def has_study_data(out_dir: Path) -> bool:
 
 
 def load_study(out_dir: Path) -> dict:
-    """results.json with each run's per-step ``metrics`` put back from steps.csv.gz (a run the table
+    """results.json with each run's per-step ``metrics`` put back from steps.csv.xz (a run the table
     lacks gets none). StudyError naming the file when either is missing or unreadable."""
     results_path = out_dir / RESULTS_FILE
     try:
@@ -112,8 +114,8 @@ def load_study(out_dir: Path) -> dict:
         raise StudyError(f"{out_dir}: no {RESULTS_FILE} and no finished cell: nothing to report") from None
     except (OSError, json.JSONDecodeError) as err:
         raise StudyError(f"{results_path}: unreadable ({err})") from None
-    steps_path = out_dir / STEPS_FILE
-    steps = read_steps(steps_path) if steps_path.exists() else {}
+    steps_path = next((out_dir / name for name in (STEPS_FILE, GZIP_STEPS_FILE) if (out_dir / name).exists()), None)
+    steps = read_steps(steps_path) if steps_path is not None else {}
     for run in results.get("runs") or []:
         if "metrics" not in run:  # older folders embedded them in results.json
             run["metrics"] = steps.get(run["cell"], [])

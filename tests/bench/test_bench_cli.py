@@ -30,7 +30,7 @@ def bench(tmp_path: Path, cache: str, *args: str, timeout: int = 600) -> subproc
 
 
 def check_report(out: Path, n_runs: int) -> dict:
-    results = load_study(out)  # results.json holds summaries; the metrics come from steps.csv.gz
+    results = load_study(out)  # results.json holds summaries; the metrics come from steps.csv.xz
     assert "metrics" not in json.loads((out / "results.json").read_text())["runs"][0]
     assert len(results["runs"]) == n_runs
     assert all([r["step"] for r in run["metrics"]] == [0, 1, 2] for run in results["runs"])  # 0: eval before

@@ -31,14 +31,15 @@ def test_the_studies_are_compact():
     files = [ROOT / line for line in tracked.stdout.splitlines()]
     # 301 with the K = 16 study; run directories would add hundreds. The short-warm-start lifts of
     # 2026-11-28 add 26 (eight runs of config, summary and per-step table, the plan and the README);
-    # 27 rendered reports and run logs left on 2026-12-05 (361 files)
-    assert len(files) <= 365
+    # 27 rendered reports and run logs left on 2026-12-05 (365 files): room for a few studies more
+    assert len(files) <= 400
     assert not [f for f in files if f.name.endswith(GENERATED)]
     # about 16 MB on 2026-11-26, 7.6 MB of it the two largest studies' per-step tables (atlas, power);
     # the pre-registered staleness study of 2026-11-27 (lr grid, 140 runs at K = 16) adds about 3.5 MB
     # the agent suite's study of 2026-11-28 (50 multi-turn runs) adds about 1.3 MB; without the
-    # rendered reports and run logs (3.7 MB) 23.0 MB on 2026-12-05, 15.9 MB of it per-step tables
-    assert sum(f.stat().st_size for f in files if f.exists()) <= 22 * 2**20
+    # rendered reports and run logs (3.7 MB) 23.0 MB on 2026-12-05, 15.9 MB of it per-step tables;
+    # those xz-compressed since: 19.4 MB. The bar is the issue's (20 MB)
+    assert sum(f.stat().st_size for f in files if f.exists()) <= 20 * 10**6
     assert not [f for f in files if "/runs/" in str(f)]
     assert {p.name for p in STUDIES} >= {"2026-11-25-atlas-full", "2026-11-25-a3po-stale", "2026-11-25-control"}
     for study in STUDIES:

@@ -1,0 +1,40 @@
+"""A study's per-step table: written xz-compressed, byte-identical on a rewrite, read back to the
+logged values; a folder written before the switch (steps.csv.gz) reads the same."""
+
+import gzip
+import lzma
+
+import pytest
+
+from benchmarks.bench.study import GZIP_STEPS_FILE, STEPS_FILE, StudyError, load_study, steps_table, write_study_data
+
+RUNS = [{"cell": "a-s0", "method": "a", "seed": 0, "summary": {"x": 1},
+         "metrics": [{"step": 0, "eval_reward": 0.25}, {"step": 1, "reward_mean": 0.1, "hist": [3, 4]}]},
+        {"cell": "b-s0", "method": "b", "seed": 0, "summary": {"x": 2}, "metrics": [{"step": 0, "loss": None}]}]
+
+
+def test_the_table_round_trips_and_rewrites_byte_identical(tmp_path):
+    write_study_data(tmp_path, {"suite": "s", "runs": RUNS})
+    first = (tmp_path / STEPS_FILE).read_bytes()
+    assert first.startswith(b"\xfd7zXZ")  # xz
+    study = load_study(tmp_path)
+    assert [r["metrics"] for r in study["runs"]] == [r["metrics"] for r in RUNS]
+    write_study_data(tmp_path, {"suite": "s", "runs": RUNS})
+    assert (tmp_path / STEPS_FILE).read_bytes() == first
+
+
+def test_an_older_gzip_table_reads_alike_and_a_rewrite_replaces_it(tmp_path):
+    write_study_data(tmp_path, {"suite": "s", "runs": RUNS})
+    text = lzma.decompress((tmp_path / STEPS_FILE).read_bytes())
+    (tmp_path / STEPS_FILE).unlink()
+    (tmp_path / GZIP_STEPS_FILE).write_bytes(gzip.compress(text))
+    assert [r["metrics"] for r in load_study(tmp_path)["runs"]] == [r["metrics"] for r in RUNS]
+    write_study_data(tmp_path, {"suite": "s", "runs": RUNS})
+    assert not (tmp_path / GZIP_STEPS_FILE).exists() and (tmp_path / STEPS_FILE).exists()
+
+
+def test_a_corrupt_table_is_one_line_naming_it(tmp_path):
+    write_study_data(tmp_path, {"suite": "s", "runs": RUNS})
+    (tmp_path / STEPS_FILE).write_bytes(steps_table(RUNS)[:40])
+    with pytest.raises(StudyError, match=rf"{STEPS_FILE}: unreadable steps table"):
+        load_study(tmp_path)
