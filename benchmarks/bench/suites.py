@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench.cells import Cell, under_config
-from asyncrl.core.registries import resolve
+from asyncrl.core.registry import Registry, resolve
 
 # name -> "module:attribute" of its Suite; imported only when the suite is used
-SUITES: dict[str, str] = {
+SUITES: Registry[str] = Registry("suite", {
     "a3po": "benchmarks.bench.suite_a3po:SUITE",
     "atlas": "benchmarks.bench.suite_atlas:SUITE",
     "peer-trl": "benchmarks.bench.suite_peer_trl:SUITE",
@@ -32,7 +32,7 @@ SUITES: dict[str, str] = {
     "scale": "benchmarks.bench.suite_scale:SUITE",
     "study": "benchmarks.bench.suite_study:SUITE",
     "agent": "benchmarks.bench.suite_agent:SUITE",
-}
+})
 OPTIONS = ("ks", "rows", "envs", "config", "plan")  # the CLI filters a suite may take besides --methods/--seeds
 
 
@@ -98,9 +98,7 @@ def suite_names() -> list[str]:
 
 def get_suite(name: str) -> Suite:
     """The registered suite called ``name`` (ValueError listing the known ones otherwise)."""
-    if name not in SUITES:
-        raise ValueError(f"suite: unknown {name!r} (known: {', '.join(SUITES)})")
-    return resolve(SUITES[name])
+    return resolve(SUITES.lookup(name))
 
 
 def _check_options(suite: Suite, request: CellRequest) -> None:

@@ -334,7 +334,8 @@ def test_load_builtins_and_import_paths():
     ("no_such_module_xyz:f", "tool 'no_such_module_xyz:f': cannot import 'no_such_module_xyz' (ModuleNotFoundError: "
                              "No module named 'no_such_module_xyz')"),
     ("json:no_such_fn", "tool 'json:no_such_fn': 'json' has no attribute 'no_such_fn'"),
-    ("calculater", "tool 'calculater': not a built-in (calculator, python) nor 'package.module:function'"),
+    ("calculater", "tool 'calculater': not a built-in (calculator, python) nor 'package.module:function' "
+                   "(did you mean 'calculator'?)"),
     ("json:__doc__", "tool 'json:__doc__': '__doc__' is not callable but str"),
 ])
 def test_load_errors_are_one_line(spec, message):

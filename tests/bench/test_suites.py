@@ -117,7 +117,7 @@ def test_bad_matrix_arguments_raise(kwargs, match):
 
 
 def test_unknown_suite():
-    with pytest.raises(ValueError, match="unknown 'x'"):
+    with pytest.raises(ValueError, match="suite: must be one of a3po, .*; got 'x'"):
         build_cells("x")
 
 

@@ -25,7 +25,7 @@ def test_registry_holds_the_strategies_and_their_declarations():
     assert [name for name, s in PROX_STRATEGIES.items() if not s.gives_prox] == ["none"]
     assert [name for name, s in PROX_STRATEGIES.items() if s.approximate] == ["loglinear", "linear", "behav",
                                                                                 "loglinear_floor", "loglinear_ess"]
-    with pytest.raises(ValueError, match="'sometimes'.*known: recompute, loglinear"):
+    with pytest.raises(ValueError, match="trainer.prox: must be one of recompute, loglinear, .*; got 'sometimes'"):
         prox_strategy("sometimes")
 
 
@@ -69,7 +69,7 @@ NATURAL = {"decoupled": "loglinear", "ppo": "none", "tis": "none", "mis": "none"
 
 def test_natural_prox_of_every_loss():
     assert {name: natural_prox(name) for name in LOSSES} == NATURAL
-    with pytest.raises(ValueError, match="unknown loss"):
+    with pytest.raises(ValueError, match="loss.name: must be one of ppo, .*; got 'nope'"):
         natural_prox("nope")
 
 

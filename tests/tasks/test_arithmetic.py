@@ -370,7 +370,7 @@ def test_registry_and_build_task() -> None:
     assert isinstance(t, Task) and t.name == "arithmetic"
     assert t.problems("eval") == ArithmeticTask(ArithmeticConfig(seed=3, **SMALL)).problems("eval")
     assert build_task("arithmetic", ArithmeticConfig(**SMALL)).problems("eval") == task(**SMALL).problems("eval")
-    with pytest.raises(ValueError, match="unknown task"):
+    with pytest.raises(ValueError, match="task.name: must be one of arithmetic, .*; got 'chess'"):
         build_task("chess", None)
     with pytest.raises(ValueError, match="max_stepz"):
         build_task("arithmetic", {"max_stepz": 3})

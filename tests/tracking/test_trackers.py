@@ -107,7 +107,7 @@ def test_missing_tracker_package_is_a_one_line_config_error(name):
 def test_report_to_default_unknown_and_deprecated_alias():
     assert load_run_config(None, []).run.report_to == ["tensorboard"]
     assert load_run_config(None, ["run.tensorboard=false"]).run.report_to == []
-    with pytest.raises(ConfigError, match="unknown tracker 'tensorbord'"):
+    with pytest.raises(ConfigError, match=r"run.report_to: must be one of .*; got 'tensorbord' \(did you mean 'tensorboard'\?\)"):
         load_run_config(None, ["run.report_to=[tensorbord]"])
     check_available(["tensorboard"])
 

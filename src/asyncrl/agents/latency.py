@@ -37,9 +37,9 @@ class Latency:
                  inner_kwargs: dict | None = None):
         from asyncrl.agents import ENVIRONMENTS
 
-        if inner == "latency" or inner not in ENVIRONMENTS:
-            raise ValueError(f"inner: {inner!r} is not an environment to delay (known: "
-                             f"{', '.join(k for k in ENVIRONMENTS if k != 'latency')})")
+        why = "latency cannot delay itself" if inner == "latency" else ENVIRONMENTS.why_not(inner)
+        if why is not None:
+            raise ValueError(f"inner: {why}")
         if median_s < 0 or sigma < 0:
             raise ValueError("median_s and sigma: must be >= 0")
         self.inner = resolve(ENVIRONMENTS[inner])(**(inner_kwargs or {}))

@@ -53,7 +53,7 @@ class EpisodeRollout:
             make_env, method_tools = resolve(FACTORY_ADAPTER)(env)
             tools += method_tools
         else:
-            factory, kwargs = resolve(ENVIRONMENTS[env.environment]), dict(env.kwargs)
+            factory, kwargs = resolve(ENVIRONMENTS.lookup(env.environment)), dict(env.kwargs)
             make_env = lambda: build_env(factory, kwargs)  # noqa: E731
         self.tools = ToolBox(tools, timeout_s=env.tool_timeout_s, max_chars=env.tool_max_chars) if tools else None
         turns = make_turns(tokenizer, cfg.policy.chat_template, self.tools.schemas if self.tools else ())

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from asyncrl.agents.tools import MalformedCall, ToolCall, _json_error, call_from_object, parse_tool_calls
+from asyncrl.core.registry import Registry
 
 __all__ = ["FORMATS", "ToolFormat", "detect_format", "parse_llama3", "parse_mistral", "tool_format", "turn_stops"]
 
@@ -114,13 +115,13 @@ def parse_mistral(text: str) -> list[ToolCall | MalformedCall]:
     return [call_from_object(json.dumps(v), v, ("arguments", "parameters")) for v in values[0]]
 
 
-FORMATS: dict[str, ToolFormat] = {
+FORMATS: Registry[ToolFormat] = Registry("env.tool_format", {
     # several <tool_call> blocks, then the end of turn; one call per turn: stop at the first close
     "hermes": ToolFormat("hermes", parse_tool_calls, first_call_stops=("</tool_call>",)),
     # <|eom_id|> ends a turn that waits on a call's result (it is not always the tokenizer's eos)
     "llama3": ToolFormat("llama3", parse_llama3, stops=("<|eom_id|>",), keeps_special=True),
     "mistral": ToolFormat("mistral", parse_mistral, keeps_special=True),
-}
+})
 
 
 def detect_format(chat_template: str | None) -> str:
@@ -143,8 +144,9 @@ def tool_format(name: str, tokenizer) -> ToolFormat:
     (:func:`detect_format`; ``hermes`` for None)."""
     if name == "auto":
         name = detect_format(getattr(tokenizer, "chat_template", None))
-    if name not in FORMATS:
-        raise ValueError(f"tool_format: {name!r} is not one of auto, {', '.join(FORMATS)}")
+    why = FORMATS.why_not(name, ("auto",))
+    if why is not None:
+        raise ValueError(f"tool_format: {why}")
     return FORMATS[name]
 
 

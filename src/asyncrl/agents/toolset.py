@@ -1,31 +1,48 @@
-"""Tools by name (``env.tools``): the built-in ones, or a function named by import path.
+"""Tools by name (``env.tools``): a built-in one out of :data:`TOOLS`, or a function named by import path.
 
-Separate from :mod:`asyncrl.agents.tools` because the built-in tools are built on it.
+Separate from :mod:`asyncrl.agents.tools` because the built-in tools are built on it. A new built-in
+tool is one entry in :data:`TOOLS` (name → a builder called with the ``python`` tool's limits),
+here or in a plugin module named in ``run.plugins``::
+
+    from asyncrl.agents.toolset import TOOLS
+    TOOLS["search"] = lambda limits: Tool.from_function(my_pkg.search)
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any
 
 from asyncrl.agents.tools import Tool, _first_line
-from asyncrl.core.registries import resolve as registry_entry
+from asyncrl.core.registry import Registry, close_hint
+from asyncrl.core.registry import resolve as registry_entry
 from asyncrl.rewards.resolve import is_file_path, resolve
 
-__all__ = ["BUILTIN_TOOLS", "load_tools"]
+__all__ = ["TOOLS", "load_tools"]
 
-BUILTIN_TOOLS = ("calculator", "python")
 # the calculator is the calculator integration's, named by import path as a registry names its
 # entries: the engine does not import the integrations (asyncrl.envs)
 CALCULATOR = "asyncrl.envs.calculator:calculator"
 
 
-def _load_one(spec: str, python_limits) -> Tool:
-    if spec == "calculator":
-        return Tool.from_function(registry_entry(CALCULATOR))
-    if spec == "python":
-        from asyncrl.agents.python_tool import PythonLimits, python_tool
+def _calculator(limits: Any) -> Tool:
+    return Tool.from_function(registry_entry(CALCULATOR))
 
-        return python_tool(python_limits or PythonLimits())
+
+def _python(limits: Any) -> Tool:
+    from asyncrl.agents.python_tool import PythonLimits, python_tool
+
+    return python_tool(limits or PythonLimits())
+
+
+# name -> builder(python_limits: PythonLimits | None) -> Tool
+TOOLS: Registry[Callable[[Any], Tool]] = Registry("env.tools", {"calculator": _calculator, "python": _python})
+
+
+def _load_one(spec: str, python_limits) -> Tool:
+    if spec in TOOLS:
+        return TOOLS[spec](python_limits)
     module_name, sep, attr = spec.rpartition(":")
     if sep and is_file_path(spec):  # a script's file, or a function asyncrl.train pickled into .inputs/
         try:
@@ -36,8 +53,8 @@ def _load_one(spec: str, python_limits) -> Tool:
     if not sep:
         module_name, _, attr = spec.rpartition(".")
     if not module_name or not attr:
-        raise ValueError(f"tool {spec!r}: not a built-in ({', '.join(BUILTIN_TOOLS)}) nor "
-                         "'package.module:function'")
+        raise ValueError(f"tool {spec!r}: not a built-in ({', '.join(TOOLS)}) nor "
+                         f"'package.module:function'{close_hint(spec, TOOLS)}")
     try:
         obj = importlib.import_module(module_name)
     except Exception as err:  # noqa: BLE001 - a user's module may fail to import in any way
@@ -55,7 +72,7 @@ def _load_one(spec: str, python_limits) -> Tool:
 
 
 def load_tools(specs: list[str], *, python_limits=None) -> list[Tool]:
-    """The tools named by ``specs``: a built-in (``"calculator"``, ``"python"``) or an import path,
+    """The tools named by ``specs``: a built-in (a key of :data:`TOOLS`) or an import path,
     ``"package.module:function"``, ``"package.module.function"`` or ``"path/to/file.py:function"``
     (resolved as ``reward.funcs`` paths are, a pickled ``.pkl:name`` from :func:`asyncrl.train`
     included; an attribute that already is a :class:`Tool` is used as it is). ``python_limits``: the ``python`` tool's

@@ -15,11 +15,11 @@ class AsyncConfig:
 
     backend: str = setting(
         "local", "where rollout workers run: local processes, Ray actors, or a plugin's "
-                 "(asyncrl.core.registries.BACKENDS)", names=BACKENDS.keys)
+                 "(asyncrl.core.registries.BACKENDS)", names=BACKENDS)
     # CUDA IPC = a flat GPU buffer, device-to-device copies
     weight_channel: str = setting(
         "auto", "how weights reach workers: auto (ray store / CUDA IPC / shared memory) or a key of "
-                "asyncrl.core.registries.CHANNELS", names=lambda: ("auto", *CHANNELS))
+                "asyncrl.core.registries.CHANNELS", names=CHANNELS, also=("auto",))
     n_workers: int = setting(1, "rollout worker processes (each uses 1 torch thread)")
     max_staleness: int = setting(4, "K: admission bound and drop-at-consumption bound, in versions")
     # With generation faster than training, data arrive ~W versions stale; W = 1 already keeps the

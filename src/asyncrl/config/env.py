@@ -17,7 +17,8 @@ class EnvConfig:
     ends at the first turn that calls no tool)."""
 
     name: str = setting(NO_ENV, "environment: none (single turn), answer, guess, rg_retry, gem:<GEM id>, or a "
-                                "plugin's (asyncrl.agents.ENVIRONMENTS)", names="asyncrl.agents:env_names")
+                                "plugin's (asyncrl.agents.ENVIRONMENTS)", names="asyncrl.agents:ENVIRONMENTS",
+                                also=(NO_ENV,))
     factory: str = setting("", "an environment class written for TRL's environment_factory, "
                                "'module:Class' or 'path/to/file.py:Class': reset(**row), public methods as "
                                "tools, get_reward (docs/agents.md)")

@@ -18,7 +18,7 @@ class RunConfig:
     seed: int = setting(0, "seed of every random stream (sampling, minibatch order, init)")
     mode: str = setting(
         "async", "sync: generate then train; async: workers generate meanwhile; simulated: exact lag; "
-                  "or a plugin's (asyncrl.core.registries.MODES)", names=MODES.keys)
+                  "or a plugin's (asyncrl.core.registries.MODES)", names=MODES)
     # imported by the run's validation (asyncrl.runtime.validate) before any name is checked; every
     # rollout worker and benchmark cell validates its config the same way, so they import them too
     # (docs/runtime.md)

@@ -26,7 +26,7 @@ class _TaskName:
     name: str = setting(AUTO_TASK, "which task: arithmetic, gsm8k, math, dataset (any rows, your reward "
                         "functions), reasoning_gym (task.rg_tasks), gem (seeds for env.name=gem:<id>), or a "
                         "plugin's (asyncrl.tasks.TASKS); auto = dataset when task.path is set, else arithmetic",
-                        names="asyncrl.tasks:task_names")
+                        names="asyncrl.tasks:TASKS", also=(AUTO_TASK,))
 
 
 # the bases' keys come in reverse order: name, the file tasks' (path, ...), reasoning-gym's (rg_*), GEM's (gem_*)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from asyncrl.core.registries import BACKENDS, HOST, MODES
+
 AUTO = 0  # policy.torch_threads: share the machine's cores out (this module)
 WORKER_THREADS = 1  # each local rollout worker process: one thread (runtime/worker.py)
 
@@ -57,7 +59,8 @@ class ThreadPlan:
 def local_workers(cfg) -> int:
     """Rollout worker processes this machine runs beside the trainer: the local backend's in async
     mode (a Ray cluster places its actors itself; sync and simulated runs generate in the trainer)."""
-    if cfg.run.mode != "async" or cfg.async_.backend != "local":
+    mode, backend = MODES.get(cfg.run.mode), BACKENDS.get(cfg.async_.backend)
+    if mode is None or not mode.rollout_workers or backend is None or HOST not in backend.provides:
         return 0
     return cfg.async_.n_workers
 

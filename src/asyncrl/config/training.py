@@ -39,7 +39,7 @@ class RolloutConfig:
                "distribution, which the trainer compares with the full one (the ratios are biased)")
     # vllm: pip install "asyncrl[vllm]" (docs/models.md)
     engine: str = setting("transformers", "generation engine: transformers, vllm, or a plugin's "
-                                          "(asyncrl.core.registries.ENGINES)", names=ENGINES.keys)
+                                          "(asyncrl.core.registries.ENGINES)", names=ENGINES)
     engine_kwargs: dict[str, Any] = setting(
         help="keyword arguments of the engine's constructor (vllm: those of vllm.LLM, e.g. "
              "gpu_memory_utilization, max_model_len); old name: vllm_kwargs", factory=dict)

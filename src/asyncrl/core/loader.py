@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from asyncrl.core.errors import AsyncRLError
+from asyncrl.core.registry import Registry, refusal
 
 import yaml
 
@@ -61,34 +62,48 @@ def guarded(command: "Callable[[], int]") -> int:
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *,
-            factory: Any = dataclasses.MISSING, names: Callable[[], Iterable[str]] | str | None = None) -> Any:
+            factory: Any = dataclasses.MISSING, names: Registry | Callable[[], Iterable[str]] | str | None = None,
+            also: tuple[str, ...] = ()) -> Any:
     """A dataclass field with its one-line description, which ``asyncrl train --help`` and
     ``asyncrl config`` print: ``lr: float = setting(3e-5, "AdamW learning rate")``.
 
-    ``names``: the field holds a name out of a registry: a callable that gives the accepted names
-    (``names=MODES.keys``), or the import path ``"module:attr"`` of the registry (a mapping, an
-    iterable of names or a callable giving them), for a registry that lives above the config
-    (``names="asyncrl.objectives:LOSSES"``): a string names it without importing it. Asked when the
-    run's config is checked (:func:`check_names`, after the plugins are imported, so it sees what
-    they registered) and when the keys are described."""
-    return dataclasses.field(default=default, default_factory=factory, metadata={"help": help, "names": names})
+    ``names``: the field holds a name out of a registry (:class:`~asyncrl.core.registry.Registry`):
+    the registry itself (``names=MODES``), or its import path ``"module:attr"`` for a registry that
+    lives above the config (``names="asyncrl.objectives:LOSSES"``): a string names it without
+    importing it (a callable giving the accepted names is taken too). ``also``: the words the field
+    accepts besides the registry's names (``auto``, ``none``). Asked when the run's config is checked
+    (:func:`check_names`, after the plugins are imported, so it sees what they registered) and when
+    the keys are described."""
+    return dataclasses.field(default=default, default_factory=factory,
+                             metadata={"help": help, "names": names, "also": also})
 
 
 def field_help(f: dataclasses.Field) -> str:
     return f.metadata.get("help", "")
 
 
-def field_names(f: dataclasses.Field) -> list[str] | None:
-    """The names a registry-backed field accepts now (see :func:`setting`); None for other fields."""
+def field_registry(f: dataclasses.Field) -> Any:
+    """What ``setting(names=...)`` of ``f`` names, imported now (a Registry, or a callable or
+    iterable of names); None for other fields."""
     names = f.metadata.get("names")
     if isinstance(names, str):
         import importlib
 
         module, _, attr = names.partition(":")
         names = getattr(importlib.import_module(module), attr)
+    return names
+
+
+def field_names(f: dataclasses.Field) -> list[str] | None:
+    """The names a registry-backed field accepts now (see :func:`setting`), a family shown as
+    ``gem:<id>``; None for other fields."""
+    names = field_registry(f)
     if names is None:
         return None
-    return list(names() if callable(names) else names)
+    also = list(f.metadata.get("also", ()))
+    if isinstance(names, Registry):
+        return [*also, *names.names()]
+    return [*also, *(names() if callable(names) else names)]
 
 
 def _type_name(tp: Any) -> str:
@@ -225,16 +240,25 @@ def named_errors(prefix: str = "") -> Iterator[None]:
 def check_names(obj: Any, prefix: str = "") -> None:
     """ConfigError naming the key of the first registry-backed field (``setting(names=...)``) of
     ``obj`` and its nested dataclasses whose value is not one of the names registered now (each
-    section's fields before its nested sections', as :func:`validate_tree` visits them)."""
+    section's fields before its nested sections', as :func:`validate_tree` visits them): the
+    registry's one line (:meth:`Registry.why_not`: the known names, close matches, or why a
+    family refuses that id)."""
     for f in dataclasses.fields(obj):
         child = getattr(obj, f.name)
         if dataclasses.is_dataclass(child):
             check_names(child, ".".join(p for p in (prefix, public_name(f.name)) if p))
     for f in dataclasses.fields(obj):
-        known = field_names(f)
-        if known is not None and getattr(obj, f.name) not in known:
-            key = ".".join(p for p in (prefix, public_name(f.name)) if p)
-            raise ConfigError(key, f"must be one of {', '.join(known)}; got {getattr(obj, f.name)!r}")
+        names = field_registry(f)
+        if names is None:
+            continue
+        value = getattr(obj, f.name)
+        if isinstance(names, Registry):
+            why = names.why_not(value, f.metadata.get("also", ()))
+        else:
+            known = field_names(f) or []
+            why = None if value in known else refusal(value, known)
+        if why is not None:
+            raise ConfigError(".".join(p for p in (prefix, public_name(f.name)) if p), why)
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

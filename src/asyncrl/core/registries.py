@@ -1,12 +1,17 @@
 """The names a run picks its runtime parts by: ``run.mode`` → :data:`MODES`, ``async.backend`` →
 :data:`BACKENDS`, ``async.weight_channel`` → :data:`CHANNELS`, ``rollout.engine`` → :data:`ENGINES`.
 
-Every extension registry of asyncrl has one shape: a plain dict, name → entry, where the entry is a
-small frozen record that says what builds the part and what the part needs and works with. Config
-validation asks the entries (their fields, :meth:`ChannelEntry.refuses`, :func:`auto_channel`) and
-never compares a name. The other registries sit beside their parts: ``asyncrl.tasks.TASKS``,
-``asyncrl.objectives.LOSSES`` and ``PROX_STRATEGIES``, ``asyncrl.tracking.TRACKERS`` (and, in the
-repository's benchmark apparatus, ``benchmarks.bench.suites.SUITES``).
+Every extension registry of asyncrl is one class, :class:`asyncrl.core.registry.Registry`: a dict,
+name → entry, labelled with the config key it serves, whose ``lookup`` gives one error line (the
+key, the bad value, close matches, the known names) and which may hold prefix families
+(``gem:<id>``). An entry here is a small frozen record that says what builds the part and what the
+part needs and works with. Code asks the entries (their fields, :meth:`ChannelEntry.refuses`,
+:func:`auto_channel`) and never compares a name. The other registries sit beside their parts:
+``asyncrl.tasks.TASKS``, ``asyncrl.objectives.LOSSES`` and ``PROX_STRATEGIES``,
+``asyncrl.tracking.TRACKERS``, ``asyncrl.agents.ENVIRONMENTS``, ``asyncrl.agents.toolset.TOOLS``,
+``asyncrl.agents.tool_formats.FORMATS``, ``asyncrl.training.reference.KL_ESTIMATORS``,
+``asyncrl.training.lr_schedule.SHAPES`` (and, in the repository's benchmark apparatus,
+``benchmarks.bench.suites.SUITES``).
 
 An entry here names what builds its part by import path (``target``, ``"module:attr"``), so config
 checks names and compatibilities without importing the runtime, which imports a part only when it
@@ -22,12 +27,12 @@ imports before it checks a name::
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from typing import Any
+
+from asyncrl.core.registry import Registry, resolve
 
 __all__ = ["BACKENDS", "CHANNELS", "ENGINES", "HOST", "MODES", "RAY", "BackendEntry", "ChannelEntry", "EngineEntry",
-           "ModeEntry", "auto_channel", "device_type", "resolve"]
+           "ModeEntry", "Registry", "auto_channel", "device_type", "resolve"]
 
 # What a worker backend offers a weight channel (BackendEntry.provides, ChannelEntry.needs), and how
 # an error message says it. A plugin may add a word of its own.
@@ -48,6 +53,9 @@ class ModeEntry:
     target: str  # "module:attr" called (cfg, session)
     # generation runs ahead of training within a window (async.max_ahead), which async.adaptive steers
     window: bool = False
+    # it generates in rollout worker processes (async.n_workers on async.backend); False: in the
+    # trainer's own process, where a torchrun world's process group already exists
+    rollout_workers: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,9 @@ class ChannelEntry:
     devices: frozenset[str] | None = None  # the policy.device kinds it works on; None = any
     # on CUDA its two ends must be on different GPUs (NCCL refuses two ranks on one device)
     own_gpu: bool = False
+    # each worker holds a receive buffer as large as the weights on its device (what an engine's
+    # memory share must leave room for)
+    receive_buffer: bool = False
 
     def refuses(self, backend: str, device: str) -> str | None:
         """Why this channel does not work with ``backend`` and ``device`` (a phrase that follows
@@ -109,35 +120,42 @@ class EngineEntry:
     # it runs on its process's first visible GPU whatever index policy.device names (vLLM's
     # in-process executor takes cuda:0): cuda:N with N > 0 is refused in one line
     first_gpu_only: bool = False
+    # it sets up a torch.distributed world of its own (vLLM), which hangs or fails inside a process
+    # of a torchrun world: with trainer ranks > 1 it must run in rollout workers
+    own_world: bool = False
+    # a rollout worker building it may be pinned to one CPU core; False for one whose start compiles
+    # on many threads (torch.compile, CUDA graphs), which one core would serialize
+    pin_cpu: bool = True
 
 
 # Listed in the order `asyncrl train --help` shows them.
-MODES: dict[str, ModeEntry] = {
+MODES: Registry[ModeEntry] = Registry("run.mode", {
     "sync": ModeEntry("asyncrl.runtime.sources.lockstep:sync_source"),
-    "async": ModeEntry("asyncrl.runtime.sources.async_source:AsyncSource", window=True),
+    "async": ModeEntry("asyncrl.runtime.sources.async_source:AsyncSource", window=True, rollout_workers=True),
     "simulated": ModeEntry("asyncrl.runtime.sources.lockstep:simulated_source"),
-}
+})
 
-BACKENDS: dict[str, BackendEntry] = {
+BACKENDS: Registry[BackendEntry] = Registry("async.backend", {
     "local": BackendEntry("asyncrl.runtime.backends:local_pool"),
     "ray": BackendEntry("asyncrl.runtime.backends:ray_pool", provides=frozenset({RAY}), auto_channels=("ray",),
                         workers_on_trainer_gpu=False),
-}
+})
 
-CHANNELS: dict[str, ChannelEntry] = {
+CHANNELS: Registry[ChannelEntry] = Registry("async.weight_channel", {
     "shm": ChannelEntry("asyncrl.runtime.channels.flat:open_shm", needs=frozenset({HOST})),
     "cuda": ChannelEntry("asyncrl.runtime.channels.flat:open_cuda", needs=frozenset({HOST}),
                          devices=frozenset({"cuda"})),
     "ray": ChannelEntry("asyncrl.runtime.channels.ray_store:open_ray", needs=frozenset({RAY})),
-    "collective": ChannelEntry("asyncrl.runtime.channels.collective:open_collective", own_gpu=True),
-}
+    "collective": ChannelEntry("asyncrl.runtime.channels.collective:open_collective", own_gpu=True,
+                               receive_buffer=True),
+})
 
-ENGINES: dict[str, EngineEntry] = {
+ENGINES: Registry[EngineEntry] = Registry("rollout.engine", {
     "transformers": EngineEntry("asyncrl.rollout.hf_engine:build", owns_weights=False, lm_head_fp32=True),
     # on CUDA a 7B engine's start (weights, memory profile, CUDA graph capture) can pass 300 s
     "vllm": EngineEntry("asyncrl.rollout.vllm_engine:build", owns_weights=True, half_on_cuda=True,
-                        start_s=(300.0, 1200.0), first_gpu_only=True),
-}
+                        start_s=(300.0, 1200.0), first_gpu_only=True, own_world=True, pin_cpu=False),
+})
 
 
 def auto_channel(backend: str, device: str) -> str | None:
@@ -147,13 +165,3 @@ def auto_channel(backend: str, device: str) -> str | None:
         if name in CHANNELS and CHANNELS[name].refuses(backend, device) is None:
             return name
     return None
-
-
-def resolve(path: str) -> Any:
-    """The object that ``"module:attr"`` names, its module imported now."""
-    module, _, attr = path.partition(":")
-    target: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    return target
-

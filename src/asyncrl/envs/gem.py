@@ -25,8 +25,8 @@ games draw from them while they play (2048's new tiles). Each game here owns a c
 states: they are swapped in around every GEM call and swapped out after, so a game's draws depend
 on its seed alone, and the process's own generators are left as they were.
 
-**Offline only.** :func:`refusal`, asked when the config is loaded (asyncrl.agents.NameFamily),
-refuses in one line an id that needs the network (NLTK's word lists for Wordle, Hangman and
+**Offline only.** :func:`refusal`, asked when the config is loaded (by :func:`env_entry`, the
+resolver of the family ``gem:``), refuses in one line an id that needs the network (NLTK's word lists for Wordle, Hangman and
 WordSearch; a dataset download for math, code, qa, logic and eval ids), GEM's reasoning-gym ids
 (asyncrl runs reasoning-gym itself: asyncrl.envs.reasoning_gym), and a game that fails to start.
 
@@ -73,7 +73,7 @@ from asyncrl.config.parts import GemFields
 from asyncrl.tasks.base import EOS_SEGMENT, Problem
 from asyncrl.tasks.chat import render_plain
 
-__all__ = ["BISECT_PROB", "EVAL_SEED0", "EXPERTS", "GAMES", "OFFLINE_GAMES", "Expert", "GemConfig", "GemEnv",
+__all__ = ["BISECT_PROB", "EVAL_SEED0", "EXPERTS", "GAMES", "env_entry", "OFFLINE_GAMES", "Expert", "GemConfig", "GemEnv",
            "GemFields", "GemTask", "GuessTheNumberExpert", "demonstrated_row", "expert_for", "family_of",
            "offline_ids", "play", "refusal", "seed_of"]
 
@@ -244,11 +244,18 @@ class GemEnv:
         return _observation(observation, info, done), reward, done, info
 
 
-class _Games:
-    """The entry of ``gem:`` in asyncrl.agents.ENVIRONMENTS: attribute ``<id>`` builds the game's
-    environment (called with ``env.kwargs``); :meth:`refusal` is asked at config load."""
+def env_entry(gem_id: str) -> str:
+    """The resolver of the family ``gem:`` of asyncrl.agents.ENVIRONMENTS: the entry of
+    ``env.name=gem:<gem_id>`` (the import path of its factory, :data:`GAMES`'s attribute), or
+    ValueError with :func:`refusal`'s line for an id that cannot run here (asked at config load)."""
+    why = refusal(gem_id)
+    if why is not None:
+        raise ValueError(why)
+    return f"{__name__}:GAMES.{gem_id}"
 
-    refusal = staticmethod(refusal)
+
+class _Games:
+    """Attribute ``<id>`` builds the game's environment (called with ``env.kwargs``)."""
 
     def __getattr__(self, gem_id: str):
         if gem_id.startswith("__"):  # copy, pickle and inspect probe dunders: not game ids

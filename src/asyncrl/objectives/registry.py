@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from torch import Tensor
 
+from asyncrl.core.registry import Registry
 from asyncrl.objectives.a3po import DecoupledParams, decoupled_loss
 from asyncrl.objectives.a3po_seq import A3POSeqParams, a3po_seq_loss
 from asyncrl.objectives.cispo import CISPOParams, cispo_loss
@@ -90,7 +91,7 @@ class LossEntry:
 
 
 # name -> entry; a plugin adds its own (module docstring). Listed in the order of --help.
-LOSSES: dict[str, LossEntry] = {
+LOSSES: Registry[LossEntry] = Registry("loss.name", {
     "ppo": LossEntry(ppo_loss, PPOParams, micro_batch_exact=True),
     "decoupled": LossEntry(decoupled_loss, DecoupledParams, reads_prox=PROX_REQUIRED, natural_prox="loglinear",
                            micro_batch_exact=True),
@@ -114,14 +115,12 @@ LOSSES: dict[str, LossEntry] = {
     "dppo_kl": LossEntry(dppo_kl_loss, DPPOKLParams, micro_batch_exact=True),
     # r against π_prox if given, else π_behav: verl's and TRL's old_log_prob in either mode (sapo.py)
     "sapo": LossEntry(sapo_loss, SAPOParams, micro_batch_exact=True),
-}
+})
 
 
 def loss_entry(name: str) -> LossEntry:
     """The entry of loss ``name``; ValueError naming the known losses for an unknown one."""
-    if name not in LOSSES:
-        raise ValueError(f"unknown loss {name!r}; known losses: {', '.join(sorted(LOSSES))}")
-    return LOSSES[name]
+    return LOSSES.lookup(name)
 
 
 def natural_prox(loss_name: str) -> str:

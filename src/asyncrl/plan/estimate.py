@@ -420,22 +420,26 @@ def step_time(p: PlanInputs, rates: Rates = Rates()) -> StepTime:
 
 def inputs_from_config(cfg, shape: ModelShape, gpus: int, prompt_tokens: int, **changes) -> PlanInputs:
     """The :class:`PlanInputs` of a loaded asyncrl Config (``cfg``) for ``shape`` on ``gpus`` ranks."""
+    from asyncrl.core.registries import BACKENDS, CHANNELS, MODES
     from asyncrl.distributed.config import param_dtype_of
+    from asyncrl.objectives.prox import PROX_STRATEGIES
     from asyncrl.rollout.vllm_engine import COLOCATED_GPU_MEMORY, MEMORY_KEYS
     from asyncrl.runtime.channels import channel_name
     from asyncrl.runtime.worker import engines_beside_trainer, worker_gpu_share
 
     ro, tr, pol, asy, kw = cfg.rollout, cfg.trainer, cfg.policy, cfg.async_, cfg.rollout.engine_kwargs
     generation = pol.dtype if ro.dtype == "auto" else ro.dtype
-    extra = (1 if tr.prox == "recompute" else 0) + (1 if tr.kl_coef > 0 else 0)
+    extra = int(PROX_STRATEGIES[tr.prox].needs_forward) + (1 if tr.kl_coef > 0 else 0)
     # rollout engines on rank 0's GPU: the async workers the runtime places there; a sync run
     # generates in its own process. The others (Ray actors asking a GPU each) have GPUs of their own
-    engines = engines_beside_trainer(cfg) if cfg.run.mode == "async" else 1
-    dedicated = asy.n_workers if cfg.run.mode == "async" and worker_gpu_share(cfg) >= 1 and asy.backend == "ray" else 0
+    workers = MODES[cfg.run.mode].rollout_workers
+    engines = engines_beside_trainer(cfg) if workers else 1
+    own_gpus = not BACKENDS[asy.backend].workers_on_trainer_gpu and worker_gpu_share(cfg) >= 1
+    dedicated = asy.n_workers if workers and own_gpus else 0
     # vLLM's share: the user's per engine (a dedicated GPU's own), else the colocated share split among the engines
     util = float(kw["gpu_memory_utilization"]) * max(engines, 1) \
         if "gpu_memory_utilization" in kw else COLOCATED_GPU_MEMORY * (engines > 0)
-    channel = channel_name(asy.weight_channel, asy.backend, pol.device) if cfg.run.mode == "async" else ""
+    channel = channel_name(asy.weight_channel, asy.backend, pol.device) if workers else ""
     inputs = PlanInputs(model=shape, gpus=gpus, batch_rows=ro.batch_size, minibatches=tr.n_minibatches,
                         micro_batch=tr.micro_batch_size, prompt_tokens=prompt_tokens, new_tokens=ro.max_new_tokens,
                         weight_dtype=pol.dtype, autocast=tr.autocast != "none",
@@ -445,7 +449,7 @@ def inputs_from_config(cfg, shape: ModelShape, gpus: int, prompt_tokens: int, **
                         mode=cfg.run.mode, engine=ro.engine, rollout_dtype=generation, gpu_mem_util=util,
                         kv_sized=not MEMORY_KEYS & set(kw), vllm_seqs=int(kw.get("max_num_seqs") or 0),
                         vllm_positions=int(kw.get("max_model_len") or 0), dedicated_workers=dedicated,
-                        collective=channel == "collective", rollout_workers=engines, cuda_channel=channel == "cuda",
+                        collective=channel in CHANNELS and CHANNELS[channel].receive_buffer, rollout_workers=engines, cuda_channel=channel == "cuda",
                         kl_reference=tr.kl_coef > 0, extra_forwards=extra,
                         lora=lora_shapes.lora_plan(pol, shape.model_type))
     return replace(inputs, **changes)

@@ -16,9 +16,7 @@ def make_engine(name: str, spec: EngineSpec, *, model=None, tokenizer, policy_di
     transformers engine uses it as is, or a copy in ``spec.dtype``/``spec.device`` when those differ);
     ``policy_dir``: the checkpoint an engine that loads its own weights starts from;
     ``engine_kwargs``: keyword arguments of the engine's constructor (``rollout.engine_kwargs``)."""
-    if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r} (known: {', '.join(sorted(ENGINES))})")
-    build = resolve(ENGINES[name].target)
+    build = resolve(ENGINES.lookup(name).target)
     return build(spec, model=model, tokenizer=tokenizer, policy_dir=policy_dir, engine_kwargs=dict(engine_kwargs or {}))
 
 

@@ -34,12 +34,11 @@ from typing import Any
 from asyncrl.config import Config, load_config
 from asyncrl.config.env import check_episode_budget, check_tool_schemas
 from asyncrl.core.loader import ConfigError, check_names, named_errors
-from asyncrl.core.registries import BACKENDS, CHANNELS, ENGINES, auto_channel, device_type
+from asyncrl.core.registries import BACKENDS, CHANNELS, ENGINES, MODES, auto_channel, device_type
 
-__all__ = ["IN_PROCESS_MODES", "add_factory_reward", "check_in_process_engine", "check_parts", "import_plugins",
+__all__ = ["add_factory_reward", "check_in_process_engine", "check_parts", "import_plugins",
            "load_run_config", "task_follows_env", "validate_run"]
 
-IN_PROCESS_MODES = ("sync", "simulated")  # run.mode values whose engine runs in the trainer's process
 
 
 def load_run_config(source: Any = None, overrides: list[str] | tuple[str, ...] = (), ignore: tuple[str, ...] = (),
@@ -276,10 +275,10 @@ def check_in_process_engine(rollout, mode: str, ranks: int) -> None:
     """ValueError("rollout.engine: ...") when a torchrun world of ``ranks`` (> 1) would build vLLM
     inside trainer rank 0: sync and simulated modes generate in the trainer's process, where the
     ranks' process group already exists, and vLLM's own world-group set-up there hangs or fails."""
-    if ranks > 1 and rollout.engine == "vllm" and mode in IN_PROCESS_MODES:
-        raise ValueError(f"rollout.engine: vllm with run.mode={mode} runs inside trainer rank 0, where torchrun's "
-                         f"{ranks}-rank process group leaves vLLM no world of its own; use run.mode=async (vLLM in "
-                         "rollout workers) or one trainer process")
+    if ranks > 1 and ENGINES[rollout.engine].own_world and not MODES[mode].rollout_workers:
+        raise ValueError(f"rollout.engine: {rollout.engine} with run.mode={mode} runs inside trainer rank 0, where "
+                         f"torchrun's {ranks}-rank process group leaves {rollout.engine} no world of its own; use "
+                         f"run.mode=async ({rollout.engine} in rollout workers) or one trainer process")
 
 
 def check_parts(cfg: Config) -> None:
@@ -294,7 +293,7 @@ def check_parts(cfg: Config) -> None:
     index = device.partition(":")[2]
     # where the engine's process sees the GPUs as the trainer does: its own process, a local worker
     # (a Ray actor is shown its own GPU as cuda)
-    as_named = cfg.run.mode in IN_PROCESS_MODES or BACKENDS[backend].workers_on_trainer_gpu
+    as_named = not MODES[cfg.run.mode].rollout_workers or BACKENDS[backend].workers_on_trainer_gpu
     if engine.first_gpu_only and device_type(device) == "cuda" and index not in ("", "0") and as_named:
         raise ValueError(f"policy.device: {device!r} with rollout.engine={engine_name}, which runs on its "
                          f"process's first visible GPU: run with CUDA_VISIBLE_DEVICES={index} (or a list "

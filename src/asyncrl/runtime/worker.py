@@ -36,6 +36,7 @@ import torch
 from asyncrl.core.finite import BadTensor, first_bad_tensor
 from asyncrl.core.errors import as_payload
 from asyncrl.core.loader import ConfigError
+from asyncrl.core.registries import BACKENDS, CHANNELS
 from asyncrl.distributed.launcher_env import forget_launcher
 from asyncrl.types import batch_to_numpy
 from asyncrl.runtime.memory import rss_mb
@@ -85,7 +86,8 @@ BATCHED_TOKENS = 4096
 def engines_beside_trainer(cfg) -> int:
     """Rollout engines on the trainer's GPU: every worker on CUDA, except Ray actors that ask for a
     whole GPU each (those get GPUs of their own)."""
-    if not on_cuda(cfg) or (cfg.async_.backend == "ray" and worker_gpu_share(cfg) >= 1):
+    own_gpus = not BACKENDS[cfg.async_.backend].workers_on_trainer_gpu and worker_gpu_share(cfg) >= 1
+    if not on_cuda(cfg) or own_gpus:
         return 0
     return cfg.async_.n_workers
 
@@ -138,7 +140,7 @@ def vllm_share(cfg, staging: torch.nn.Module, kwargs: dict, cap: float) -> float
     weights = sum(t.numel() * t.element_size() for t in staging.parameters())  # tied weights once
     device = next(staging.parameters()).device
     channel = channel_name(cfg.async_.weight_channel, cfg.async_.backend, cfg.policy.device)
-    receive = weights if channel == "collective" else 0
+    receive = weights if channel in CHANNELS and CHANNELS[channel].receive_buffer else 0
     shape = vllm_memory.kv_shape(staging.config, generation_dtype(cfg))
     default_seqs, default_positions = engine_sequences(cfg)
     seqs = int(kwargs.get("max_num_seqs") or default_seqs)

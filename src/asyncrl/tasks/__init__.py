@@ -24,9 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from asyncrl.config.task import AUTO_TASK
 from asyncrl.core.loader import ConfigError
-from asyncrl.core.registries import resolve
+from asyncrl.core.registry import Registry, resolve
 from asyncrl.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from asyncrl.tasks.base import Problem, Task, extract_answer, extract_any_answer
 from asyncrl.tasks.datasets import DatasetConfig, DatasetFields, GSM8KTask, MathTask
@@ -49,19 +48,18 @@ __all__ = [
     "extract_answer",
     "extract_any_answer",
     "task_factory",
-    "task_names",
     "task_settings",
 ]
 
 # name -> the task's factory, or its import path "module:attr" (task_factory resolves it)
-TASKS: dict[str, Callable[[Any], Task] | str] = {
+TASKS: Registry[Callable[[Any], Task] | str] = Registry("task.name", {
     "arithmetic": ArithmeticTask, "gsm8k": GSM8KTask, "math": MathTask, "dataset": DatasetTask,
     "calculator": "asyncrl.envs.calculator:CalculatorTask",
     "guess": "asyncrl.envs.guess:GuessTask",
     "gem": "asyncrl.envs.gem:GemTask",
     "guess_tail": "asyncrl.envs.guess:GuessTask.tail",  # heavy-tailed ranges
     "reasoning_gym": "asyncrl.envs.reasoning_gym:ReasoningGymTask",
-}
+})
 # the registry as every process sees it after a plain import: what rollout worker processes (which
 # start from a fresh import, never from the trainer's memory) will build a task from
 _AS_IMPORTED: dict[str, Callable[[Any], Task] | str] = dict(TASKS)
@@ -86,22 +84,13 @@ def check_registry(name: str) -> None:
 def task_factory(name: str) -> Callable[[Any], Task]:
     """The factory of task ``name``: its entry in :data:`TASKS`, resolved when it is an import path.
     ValueError naming the tasks known for a name that is not there."""
-    try:
-        factory = TASKS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown task {name!r}; available: {', '.join(sorted(TASKS))}") from None
+    factory = TASKS.lookup(name)
     return resolve(factory) if isinstance(factory, str) else factory
 
 
 def build_task(name: str, cfg: Any = None) -> Task:
     """Build task ``name``; ``cfg`` is its config object, a mapping of its fields, or None for defaults."""
     return task_factory(name)(cfg)
-
-
-def task_names() -> list[str]:
-    """The names ``task.name`` accepts now (``setting(names="asyncrl.tasks:task_names")`` in
-    asyncrl.config.task): ``auto`` and the registered tasks, plugins' included."""
-    return [AUTO_TASK, *TASKS]
 
 
 def task_settings(section: Any) -> Any:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from asyncrl.core.loader import ConfigError
-from asyncrl.core.registries import resolve
+from asyncrl.core.registry import Registry, resolve
 
 
 class Tracker(Protocol):
@@ -48,19 +48,20 @@ class TrackerEntry:
     pip: str | None = None  # what to install when that package is missing
 
 
-TRACKERS: dict[str, TrackerEntry] = {
+TRACKERS: Registry[TrackerEntry] = Registry("run.report_to", {
     "tensorboard": TrackerEntry("asyncrl.tracking.tensorboard_tracker:open_tracker", "tensorboard", "tensorboard"),
     "wandb": TrackerEntry("asyncrl.tracking.wandb_tracker:open_tracker", "wandb", "wandb"),
     "mlflow": TrackerEntry("asyncrl.tracking.mlflow_tracker:open_tracker", "mlflow", "mlflow"),
     "trackio": TrackerEntry("asyncrl.tracking.trackio_tracker:open_tracker", "trackio", "trackio"),
-}
+})
 
 
 def check_available(names: list[str]) -> None:
     """ValueError ("report_to: ...", one line) for an unknown backend or one whose package is missing."""
     for name in names:
-        if name not in TRACKERS:
-            raise ValueError(f"report_to: unknown tracker {name!r} (known: {', '.join(sorted(TRACKERS))})")
+        why = TRACKERS.why_not(name)
+        if why is not None:  # "report_to: ..." (not the registry's kind): callers name the section
+            raise ValueError(f"report_to: {why}")
         entry = TRACKERS[name]
         if entry.package is not None and importlib.util.find_spec(entry.package) is None:
             raise ValueError(f"report_to: {name} needs the {entry.package!r} package, which is not "

@@ -18,16 +18,19 @@ step (all ``n_minibatches`` updates of a step share one lr); its state goes into
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
 from asyncrl.core.loader import ConfigError
+from asyncrl.core.registry import Registry
 
-SHAPES = {
+# trainer.lr_schedule -> the decay's shape(p), p in [0, 1)
+SHAPES: Registry[Callable[[float], float]] = Registry("trainer.lr_schedule", {
     "constant": lambda p: 1.0,
     "linear": lambda p: 1.0 - p,
     "cosine": lambda p: 0.5 * (1.0 + math.cos(math.pi * p)),
-}
+})
 
 
 def lr_factor(step: int, *, total: int, warmup: int, shape: str, min_ratio: float) -> float:
@@ -35,7 +38,7 @@ def lr_factor(step: int, *, total: int, warmup: int, shape: str, min_ratio: floa
     if step <= warmup:
         return step / warmup
     progress = min(1.0, (step - warmup - 1) / max(1, total - warmup))
-    return min_ratio + (1.0 - min_ratio) * SHAPES[shape](progress)
+    return min_ratio + (1.0 - min_ratio) * SHAPES.lookup(shape)(progress)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg) -> torch.optim.lr_scheduler.LambdaLR:

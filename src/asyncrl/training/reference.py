@@ -17,27 +17,30 @@ and the penalty added to the loss is ``kl_coef`` times their mean over the compl
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from asyncrl.core.registry import Registry
 from asyncrl.objectives.numerics import clamp_log_ratio
 from asyncrl.policy.logprobs import completion_logprobs
 from asyncrl.types import Batch
 
-KL_ESTIMATORS = {
+# estimator name -> log r -> its per-token value
+KL_ESTIMATORS: Registry[Callable[[Tensor], Tensor]] = Registry("trainer.kl_estimator", {
     "k1": lambda log_r: -log_r,
     "k2": lambda log_r: 0.5 * log_r.square(),
     "k3": lambda log_r: torch.expm1(log_r) - log_r,
-}
+})
 
 
 def kl_estimate(logp: Tensor, ref_logp: Tensor, estimator: str = "k3") -> Tensor:
     """Per-token estimate [B, T] of KL(π_θ ‖ π_ref) from log-probs [B, T] of the sampled tokens
     (``logp`` keeps its gradient). The log-ratio is clamped to ±20 so exp cannot overflow."""
     log_r = clamp_log_ratio(ref_logp.float() - logp.float())
-    return KL_ESTIMATORS[estimator](log_r)
+    return KL_ESTIMATORS.lookup(estimator)(log_r)
 
 
 def kl_penalty(logp: Tensor, ref_logp: Tensor, mask: Tensor, estimator: str = "k3",

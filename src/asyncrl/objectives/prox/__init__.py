@@ -19,6 +19,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
+from asyncrl.core.registry import Registry
 from asyncrl.objectives.a3po import apply_loglinear, loglinear_plan, staleness_alpha
 from asyncrl.objectives.prox.base import ProxPlan, ProxStrategy
 from asyncrl.objectives.prox.behav import Behav
@@ -29,7 +30,7 @@ from asyncrl.objectives.prox.loglinear_floor import LogLinearFloor
 from asyncrl.objectives.prox.none import NoProx
 from asyncrl.objectives.prox.recompute import Recompute
 
-PROX_STRATEGIES: dict[str, ProxStrategy] = {
+PROX_STRATEGIES: Registry[ProxStrategy] = Registry("trainer.prox", {
     "recompute": Recompute(),
     "loglinear": LogLinear(),
     "linear": Linear(),
@@ -37,16 +38,14 @@ PROX_STRATEGIES: dict[str, ProxStrategy] = {
     "none": NoProx(),
     "loglinear_floor": LogLinearFloor(),
     "loglinear_ess": LogLinearESS(),
-}
+})
 
 
 def prox_strategy(name: str, params: Mapping[str, object] | None = None) -> ProxStrategy:
     """The strategy registered as ``name``, built with ``params`` when given (its constructor's
     keyword arguments, e.g. ``alpha_min`` of ``loglinear_floor``). ValueError naming the known
     strategies for an unknown name, or naming the parameter and its known ones for a bad one."""
-    if name not in PROX_STRATEGIES:
-        raise ValueError(f"unknown proximal strategy {name!r}; known: {', '.join(PROX_STRATEGIES)}")
-    strategy = PROX_STRATEGIES[name]
+    strategy = PROX_STRATEGIES.lookup(name)
     if not params:
         return strategy
     known = prox_param_names(name)

@@ -16,6 +16,7 @@ from asyncrl.agents.stats import EpisodeStats
 from asyncrl.runtime.buffer import Group, StalenessBuffer, concat_groups
 from asyncrl.config import Config
 from asyncrl.core.loader import ConfigError
+from asyncrl.core.registries import BACKENDS, ENGINES, HOST
 from asyncrl.rollout import PromptStream
 from asyncrl.runtime.backends import open_backend
 from asyncrl.runtime.session import Session
@@ -59,11 +60,12 @@ class Feeder:
 
 def cpu_plan(cfg: Config) -> tuple[int | None, list[int | None]]:
     """(trainer CPU, worker CPUs): one core each when the machine has enough, else no pinning.
-    No pinning with vLLM workers: their start-up compilation (torch.compile, CUDA graphs) runs on
-    many threads, which one core would serialize."""
+    No pinning off the trainer's machine, nor for an engine whose entry says ``pin_cpu=False`` (vLLM:
+    its start-up compilation runs on many threads, which one core would serialize)."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     n = cfg.async_.n_workers
-    unpinned = not cfg.async_.pin_cpus or cfg.async_.backend != "local" or cfg.rollout.engine == "vllm"
+    on_host = HOST in BACKENDS[cfg.async_.backend].provides  # a Ray cluster places its actors itself
+    unpinned = not cfg.async_.pin_cpus or not on_host or not ENGINES[cfg.rollout.engine].pin_cpu
     if unpinned or len(cpus) < n + 1:
         return None, [None] * n
     return cpus[0], cpus[1:n + 1]
