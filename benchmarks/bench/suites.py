@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench.cells import Cell, under_config
-from asyncrl.core.registries import resolve
+from asyncrl.core.import_path import resolve
 
 # name -> "module:attribute" of its Suite; imported only when the suite is used
 SUITES: dict[str, str] = {

@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from asyncrl.config.env import NO_ENV
+from asyncrl.core.import_path import resolve
 from asyncrl.core.loader import ConfigError
-from asyncrl.core.registries import resolve
 
 __all__ = ["ENVIRONMENTS", "FACTORY_ADAPTER", "NO_ENV", "EnvRegistry", "NameFamily", "env_names"]
 

@@ -82,10 +82,9 @@ def field_names(f: dataclasses.Field) -> list[str] | None:
     """The names a registry-backed field accepts now (see :func:`setting`); None for other fields."""
     names = f.metadata.get("names")
     if isinstance(names, str):
-        import importlib
+        from asyncrl.core.import_path import resolve
 
-        module, _, attr = names.partition(":")
-        names = getattr(importlib.import_module(module), attr)
+        names = resolve(names)
     if names is None:
         return None
     return list(names() if callable(names) else names)

@@ -10,7 +10,7 @@ repository's benchmark apparatus, ``benchmarks.bench.suites.SUITES``).
 
 An entry here names what builds its part by import path (``target``, ``"module:attr"``), so config
 checks names and compatibilities without importing the runtime, which imports a part only when it
-builds one (:func:`resolve`).
+builds one (:func:`asyncrl.core.import_path.resolve`).
 
 From outside the package, a plugin module adds entries at import time and is named in
 ``run.plugins``, which every process of a run (the trainer, each rollout worker, each bench cell)
@@ -22,9 +22,9 @@ imports before it checks a name::
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from typing import Any
+
+from asyncrl.core.import_path import resolve  # the one resolver, re-exported for plugins that build parts
 
 __all__ = ["BACKENDS", "CHANNELS", "ENGINES", "HOST", "MODES", "RAY", "BackendEntry", "ChannelEntry", "EngineEntry",
            "ModeEntry", "auto_channel", "device_type", "resolve"]
@@ -147,13 +147,4 @@ def auto_channel(backend: str, device: str) -> str | None:
         if name in CHANNELS and CHANNELS[name].refuses(backend, device) is None:
             return name
     return None
-
-
-def resolve(path: str) -> Any:
-    """The object that ``"module:attr"`` names, its module imported now."""
-    module, _, attr = path.partition(":")
-    target: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    return target
 

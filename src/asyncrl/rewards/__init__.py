@@ -1,7 +1,8 @@
 """Reward functions by import path (``reward.funcs``) and reward models by directory
 (``reward.models``): resolution and scoring. See docs/rewards.md."""
 
-from asyncrl.rewards.resolve import CONTEXT, RewardFunction, load_function, normalize_path, resolve
+from asyncrl.core.import_path import normalize_path, resolve
+from asyncrl.rewards.resolve import CONTEXT, RewardFunction, load_function
 from asyncrl.rewards.reward_model import RewardModel
 from asyncrl.rewards.scorer import DEFAULT_REWARD, RewardFunctionError, RewardSet, Scores
 

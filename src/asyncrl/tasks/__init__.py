@@ -25,8 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 from asyncrl.config.task import AUTO_TASK
+from asyncrl.core.import_path import resolve
 from asyncrl.core.loader import ConfigError
-from asyncrl.core.registries import resolve
 from asyncrl.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from asyncrl.tasks.base import Problem, Task, extract_answer, extract_any_answer
 from asyncrl.tasks.datasets import DatasetConfig, DatasetFields, GSM8KTask, MathTask
