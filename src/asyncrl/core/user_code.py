@@ -32,8 +32,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import ctypes
+import heapq
 import inspect
 import math
+import os
 import signal
 import threading
 import time
@@ -99,6 +101,46 @@ def _raise_in(thread_id: int, exc: type[BaseException] | None) -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
 
 
+class _Deadlines:
+    """One daemon thread that fires the deadlines of every guarded call in the process: a call then
+    costs a heap push, not a timer thread of its own, whose start would delay each short call."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.heap: list[tuple[float, int, "_Call"]] = []
+        self.seq = 0
+        self.thread: threading.Thread | None = None
+        self.pid = 0
+
+    def add(self, seconds: float, call: "_Call") -> None:
+        with self.cond:
+            self.seq += 1
+            heapq.heappush(self.heap, (time.monotonic() + seconds, self.seq, call))
+            if self.thread is None or self.pid != os.getpid():  # none yet, or not in this forked child
+                self.pid = os.getpid()
+                self.thread = threading.Thread(target=self._run, daemon=True, name="asyncrl-deadlines")
+                self.thread.start()
+            self.cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while self.heap and self.heap[0][2].ended:  # ended calls are dropped as they surface
+                    heapq.heappop(self.heap)
+                if not self.heap:
+                    self.cond.wait()
+                    continue
+                left = self.heap[0][0] - time.monotonic()
+                if left > 0:
+                    self.cond.wait(left)
+                    continue
+                call = heapq.heappop(self.heap)[2]
+            call._fire()
+
+
+_DEADLINES = _Deadlines()
+
+
 class _Call:
     """The state of one guarded call (calls do not nest within one thread)."""
 
@@ -112,7 +154,6 @@ class _Call:
         self.ended = False
         self.lock = threading.Lock()
         self.signalled = False  # a real SIGINT / SIGTERM arrived during the call
-        self.timer: threading.Timer | None = None
         self.relayed: dict[int, Callable] = {}
 
     def __enter__(self) -> "_Call":
@@ -128,9 +169,7 @@ class _Call:
             if signal.getsignal(_DEADLINE_SIGNAL) is not _on_deadline:
                 signal.signal(_DEADLINE_SIGNAL, _on_deadline)  # left installed: a late signal is a no-op
             _Call.current = self
-        self.timer = threading.Timer(self.seconds, self._fire)
-        self.timer.daemon = True
-        self.timer.start()
+        _DEADLINES.add(self.seconds, self)
         return self
 
     def _relay(self, signum: int, frame) -> None:
@@ -164,8 +203,6 @@ class _Call:
             _Call.current = None if self.main else _Call.current
             if self.fired and not self.main:
                 _raise_in(self.thread_id, None)  # one still pending is taken back
-        if self.timer is not None:
-            self.timer.cancel()
         for signum, handler in self.relayed.items():
             signal.signal(signum, handler)
         self.relayed = {}
