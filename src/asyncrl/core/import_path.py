@@ -105,7 +105,10 @@ def _module(module_name: str, path: str):
 
 
 def _target(path: str) -> Any:
-    module_name, _, attr = normalize_path(path).rpartition(":")
+    full = normalize_path(path)
+    # a file's path may hold a colon (C:\\...); a module's name never does, while an attribute may
+    # (a registry's family entry: "asyncrl.envs.gem:GAMES.game:Sokoban-v0-easy")
+    module_name, _, attr = full.rpartition(":") if is_file_path(full) else full.partition(":")
     if module_name.endswith(PICKLED_SUFFIX):
         return _unpickle(module_name, path)
     target = _module(module_name, path)
