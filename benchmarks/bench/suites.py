@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench.cells import Cell, under_config
-from asyncrl.core.registry import Registry, resolve
+from asyncrl.core.import_path import resolve
+from asyncrl.core.registry import Registry
 
 # name -> "module:attribute" of its Suite; imported only when the suite is used
 SUITES: Registry[str] = Registry("suite", {

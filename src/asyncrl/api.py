@@ -55,7 +55,9 @@ from pathlib import Path
 from typing import Any
 
 from asyncrl.core.errors import AsyncRLError
+from asyncrl.core.import_path import resolve
 from asyncrl.core.loader import ConfigError
+from asyncrl.core.user_code import first_line
 from asyncrl.runtime.callbacks import CallbackError
 
 # the exception family a run raises (docs/python-api.md, "Errors"): the same class for the same
@@ -234,10 +236,8 @@ def _importable(fn: Callable) -> str | None:
     if not module or module == "__main__" or not qualname or "<" in qualname:
         return None
     try:
-        target: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-    except Exception:  # a module that does not import again cleanly: pickle by value instead
+        target = resolve(f"{module}:{qualname}")
+    except ValueError:  # a module that does not import again cleanly: pickle by value instead
         return None
     return f"{module}:{qualname}" if target is fn else None
 
@@ -331,8 +331,8 @@ def tool_path(fn: Callable | str, inputs: Path, key: str) -> str:
 def factory_path(factory: Callable | str, inputs: Path, kwargs: Mapping | None = None) -> str:
     """``env.factory`` entry for TRL's ``environment_factory``: a string as given, else the class (or
     zero-argument factory), either checked now and named as :func:`reward_path` names a function."""
-    from asyncrl.envs.trl import inspect_factory, load_factory
     from asyncrl.config import ConfigError
+    from asyncrl.envs.trl import inspect_factory, load_factory
 
     key = "environment_factory"
     if isinstance(factory, Mapping):
@@ -381,8 +381,7 @@ def _travelling(obj: Callable, inputs: Path, key: str, stem: str, module: str, a
         blob = cloudpickle.dumps(obj)
         pickle.loads(blob)
     except Exception as err:  # what a closure or a class holds (a lock, a socket, a model) may not pickle
-        reason = (str(err).strip().splitlines() or [""])[0][:200]
-        raise ConfigError(key, f"{shown} cannot be sent to the rollout worker processes ({type(err).__name__}: "
-                               f"{reason}); define it in a module (passed as '{module}:{attr}') without "
+        raise ConfigError(key, f"{shown} cannot be sent to the rollout worker processes ({first_line(err)}); "
+                               f"define it in a module (passed as '{module}:{attr}') without "
                                "unpicklable state") from None
     return _store(inputs, stem, ".pkl", lambda p: p.write_bytes(blob)) + f":{name}"

@@ -21,8 +21,8 @@ from asyncrl.agents.env import build_env, env_reset, env_step
 from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling
 from asyncrl.agents.render import make_turns
 from asyncrl.config import ConfigError
+from asyncrl.core.import_path import resolve
 from asyncrl.runtime.validate import load_run_config
-from asyncrl.core.registries import resolve
 from asyncrl.tasks import build_task
 from cli_forks import run_cli, shared_forks  # tests/: the CLI forked from one imported copy
 

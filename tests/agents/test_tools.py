@@ -331,9 +331,10 @@ def test_load_builtins_and_import_paths():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("no_such_module_xyz:f", "tool 'no_such_module_xyz:f': cannot import 'no_such_module_xyz' (ModuleNotFoundError: "
-                             "No module named 'no_such_module_xyz')"),
-    ("json:no_such_fn", "tool 'json:no_such_fn': 'json' has no attribute 'no_such_fn'"),
+    ("no_such_module_xyz:f", "tool 'no_such_module_xyz:f': cannot import 'no_such_module_xyz:f': ModuleNotFoundError: "
+                             "No module named 'no_such_module_xyz' (a module must be importable, e.g. from the current "
+                             "directory; a script's file can be named as path/to/file.py:fn)"),
+    ("json:no_such_fn", "tool 'json:no_such_fn': cannot import 'json:no_such_fn': json has no attribute 'no_such_fn'"),
     ("calculater", "tool 'calculater': not a built-in (calculator, python) nor 'package.module:function' "
                    "(did you mean 'calculator'?)"),
     ("json:__doc__", "tool 'json:__doc__': '__doc__' is not callable but str"),

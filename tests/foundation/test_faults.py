@@ -361,7 +361,7 @@ def test_fast_calls_under_a_short_timeout_never_time_out():
 
 
 def test_reward_module_exiting_at_import_is_one_line(tmp_path):
-    from asyncrl.rewards.resolve import resolve
+    from asyncrl.core.import_path import resolve
 
     (tmp_path / "bye.py").write_text("import sys\nsys.exit(5)\ndef f(c): return c\n")
     with pytest.raises(ValueError, match=r"the module called sys.exit\(5\) while being imported"):

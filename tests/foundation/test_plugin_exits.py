@@ -1,7 +1,7 @@
 """A ``run.plugins`` module that calls ``sys.exit`` or raises ``KeyboardInterrupt`` while it is
 imported is refused at config load, in one line, exit 2, by ``train`` and ``config`` alike (it
 would otherwise end the command with its own status, having done nothing), as a reward module is:
-both imports go through asyncrl.rewards.guard.import_guarded. A real Ctrl-C during a slow import
+both imports go through asyncrl.core.user_code.import_guarded. A real Ctrl-C during a slow import
 still interrupts."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_the_python_api_gets_the_same_config_error(tmp_path, monkeypatch):
 
 
 def test_a_reward_module_raising_keyboardinterrupt_at_import_is_one_line(tmp_path):
-    from asyncrl.rewards.resolve import resolve
+    from asyncrl.core.import_path import resolve
 
     (tmp_path / "stop.py").write_text("raise KeyboardInterrupt\ndef f(c): return c\n")
     with pytest.raises(ValueError, match=r"cannot import '.*stop.py:f': the module raised KeyboardInterrupt while "

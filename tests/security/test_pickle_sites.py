@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "asyncrl"
 VETTED_PICKLE = {
     ("runtime/worker_entry.py", "start"): "a spawned worker's target and arguments, from its parent process",
     ("api.py", "_travelling"): "a round trip of the bytes cloudpickle made in this process a line earlier",
-    ("rewards/resolve.py", "_unpickle"): "a .inputs/ function the user's own script pickled (code by design); "
+    ("core/import_path.py", "_unpickle"): "a .inputs/ function the user's own script pickled (code by design); "
                                          "a resume checks its content hash first (runtime/saved_inputs.py)",
 }
 VETTED_UNPICKLER = {("distributed/dcp_reader.py", "MetadataUnpickler"): "the allow-list itself"}

@@ -57,7 +57,7 @@ def test_untouched_inputs_resume(tmp_path):
 
 def test_a_tampered_pickle_is_refused_before_it_is_unpickled(tmp_path):
     """``asyncrl train --resume`` in a process of its own (this one holds the genuine function
-    already: asyncrl.rewards.resolve loads a pickle once per process)."""
+    already: asyncrl.core.import_path loads a pickle once per process)."""
     run_dir = _saved_run(tmp_path)
     pickled = _only("reward-*.pkl", tmp_path)
     marker = tmp_path / "MARKER"
@@ -78,7 +78,7 @@ def test_an_auto_resume_checks_the_saved_inputs_too(tmp_path, monkeypatch):
     from asyncrl.config import load_config
     from asyncrl.runtime.resume import check_compatible
 
-    resolve = importlib.import_module("asyncrl.rewards.resolve")  # the module; the package exports a function
+    resolve = importlib.import_module("asyncrl.core.import_path")
 
     run_dir = _saved_run(tmp_path)
     marker = tmp_path / "MARKER"

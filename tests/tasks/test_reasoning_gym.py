@@ -124,7 +124,7 @@ def test_reasoning_gym_not_installed_is_one_line_with_the_install_command(monkey
 def test_the_retry_environment_gives_the_scorers_verdict_and_another_try(rg, task):
     from asyncrl.agents import ENVIRONMENTS
     from asyncrl.agents.env import build_env
-    from asyncrl.core.registries import resolve
+    from asyncrl.core.import_path import resolve
 
     p = task.problems("train")[0]
     env = build_env(resolve(ENVIRONMENTS["rg_retry"]), {})

@@ -6,11 +6,11 @@ costs a quarter of a second per turn when its calls overlap, and a quarter of a 
 
 * ``async def`` methods run on **one event loop** per process, in a daemon thread of its own
   (every environment's coroutines share it, as an asyncio client library expects);
-* plain functions each run in a daemon thread, at most ``concurrency`` calls in flight in all
-  (``env.concurrency``); calls past the bound queue, in submission order. Daemon threads, not a
-  ``ThreadPoolExecutor``: a call that hangs past its limit is abandoned (a Python thread cannot be
-  killed), and the executor's workers would be joined at exit, keeping the process alive;
-* each call has a time limit. A call that raises or runs past it is retried ``retries`` times
+* plain functions each run in a daemon thread (:func:`asyncrl.core.user_code.in_thread`), at most
+  ``concurrency`` calls in flight in all (``env.concurrency``); calls past the bound queue, in
+  submission order;
+* each call has a time limit, the one of :mod:`asyncrl.core.user_code`: the call is stopped at it
+  (a coroutine cancelled), and the pool stops waiting for one stuck in C code. A call that raises or runs past it is retried ``retries`` times
   after ``backoff_s``, 2 × ``backoff_s``, ...; then it is a :class:`Failed` outcome, which the
   scheduler turns into a failed episode. A call whose result breaks the environment's contract
   is not retried: the checks raise :class:`~asyncrl.agents.env.EnvError` in the scheduler.
@@ -33,10 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from asyncrl.agents.env import first_line
-from asyncrl.rewards.guard import Exited
+from asyncrl.core.user_code import Exited, TimedOut, bounded_coroutine, first_line, in_thread
 
-__all__ = ["CallPool", "CallTimedOut", "Failed", "await_bounded", "event_loop"]
+__all__ = ["CallPool", "Failed", "event_loop"]
 
 
 @dataclass(frozen=True)
@@ -45,10 +44,6 @@ class Failed:
     'board'``, ``took longer than 0.3 s``, ``exited (SystemExit 3)``)."""
 
     reason: str
-
-
-class CallTimedOut(Exception):
-    """A call ran past its limit (told apart from a ``TimeoutError`` the call raises itself)."""
 
 
 _loop_lock = threading.Lock()
@@ -73,50 +68,11 @@ def _reason(err: BaseException) -> str:
         return str(err)
     if not isinstance(err, Exception):  # SystemExit, KeyboardInterrupt raised by the call itself
         return str(Exited(err))
-    return f"raised {first_line(err)}".rstrip(": ")
+    return f"raised {first_line(err)}"
 
 
 def is_async(fn: Callable) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
-
-
-async def _guarded(fn: Callable, args: tuple):
-    """``await fn(*args)`` with its SystemExit / KeyboardInterrupt as :class:`Exited`: asyncio lets
-    those two out of a task into the loop's thread, which would end the loop every episode shares."""
-    try:
-        return await fn(*args)
-    except (Exception, asyncio.CancelledError):
-        raise
-    except BaseException as err:  # noqa: BLE001
-        raise Exited(err) from None
-
-
-async def await_bounded(awaitable, timeout_s: float | None):
-    """``await awaitable``, cancelled after ``timeout_s`` (:class:`CallTimedOut`): a coroutine that
-    cooperates (awaits) is stopped for real, unlike a plain call in a thread."""
-    task = asyncio.ensure_future(awaitable)
-    done, _ = await asyncio.wait({task}, timeout=timeout_s)
-    if not done:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise CallTimedOut()
-    return task.result()
-
-
-def _bounded(fn: Callable, args: tuple, timeout_s: float | None):
-    return await_bounded(_guarded(fn, args), timeout_s)
-
-
-def _in_thread(fn: Callable, args: tuple, timeout_s: float | None, future: concurrent.futures.Future) -> None:
-    """A plain call in its thread; a coroutine it returns (a sync-looking wrapper of async code)
-    runs on the shared loop. Every BaseException of the call becomes the future's exception."""
-    try:
-        value = fn(*args)
-        if inspect.iscoroutine(value):
-            value = asyncio.run_coroutine_threadsafe(_bounded(lambda: value, (), timeout_s), event_loop()).result()
-        future.set_result(value)
-    except BaseException as err:  # noqa: BLE001 - what the call did is its outcome, never this thread's end
-        future.set_exception(err if isinstance(err, Exception) else Exited(err))
 
 
 def _took_too_long(call: "_Call") -> str:
@@ -175,12 +131,11 @@ class CallPool:
     def _start(self, call: _Call) -> None:
         call.tries += 1
         if is_async(call.fn):
-            future = asyncio.run_coroutine_threadsafe(_bounded(call.fn, call.args, call.timeout_s), event_loop())
+            future = asyncio.run_coroutine_threadsafe(bounded_coroutine(call.fn, call.args, call.timeout_s),
+                                                      event_loop())
             call.deadline = float("inf")  # cancelled on the loop at its limit
         else:
-            future = concurrent.futures.Future()
-            threading.Thread(target=_in_thread, args=(call.fn, call.args, call.timeout_s, future), daemon=True,
-                             name="asyncrl-env-call").start()
+            future = in_thread(call.fn, call.args, call.timeout_s, loop=event_loop, name="asyncrl-env-call")
             call.deadline = float("inf") if call.timeout_s is None else time.monotonic() + call.timeout_s
         call.future = future
         self.running[future] = call
@@ -215,7 +170,7 @@ class CallPool:
                 if err is None:
                     out.append((call.key, future.result()))
                     continue
-                reason = _took_too_long(call) if isinstance(err, CallTimedOut) else _reason(err)
+                reason = _took_too_long(call) if isinstance(err, TimedOut) else _reason(err)
             elif now >= call.deadline:  # a plain call past its limit: abandoned in its daemon thread
                 del self.running[future]
                 reason = _took_too_long(call)

@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from asyncrl.core.user_code import first_line
+
 __all__ = ["Endpoint", "EndpointError"]
 
 log = logging.getLogger(__name__)
@@ -172,8 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
             return _error(err)
         except Exception as err:  # a backend bug: answer it, keep serving, leave the traceback out
             log.debug("endpoint: %s %s failed", self.command, self.path, exc_info=True)
-            first = (str(err).splitlines() or [""])[0]
-            return _error(EndpointError(500, f"{type(err).__name__}: {first}"))
+            return _error(EndpointError(500, first_line(err)))
 
     def _route(self, endpoint: Endpoint) -> bytes:
         if not self._authorized(endpoint.token):  # before the body: a stranger's body is never read

@@ -30,17 +30,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from asyncrl.core.loader import ConfigError
-from asyncrl.rewards.guard import Exited, TimedOut, call_guarded
+from asyncrl.core.user_code import Exited, TimedOut, call_guarded, finite_number, first_line
 from asyncrl.tasks import Problem
 from asyncrl.tasks.chat import ROLES, as_dicts
 
 __all__ = ["EnvError", "StepResult", "build_env", "check_messages", "check_reset", "check_step", "env_reset",
-           "env_step", "first_line", "row_of", "tool_functions"]
+           "env_step", "row_of", "tool_functions"]
 
 
 class EnvError(ConfigError):
@@ -55,10 +54,6 @@ class EnvError(ConfigError):
 def _name(env: Any) -> str:
     cls = env if isinstance(env, type) else type(env)
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def first_line(err: BaseException) -> str:
-    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
 
 
 def build_env(factory: Callable, kwargs: dict) -> Any:
@@ -143,11 +138,8 @@ def check_step(env: Any, problem: Problem, out: Any) -> StepResult:
         raise EnvError(env, problem, f"step returned {type(out).__name__}; expected a tuple "
                                      "(observation, reward, done, info)")
     observation, reward, done, info = out
-    try:
-        reward = float(reward)
-    except (TypeError, ValueError):
-        reward = math.nan
-    if not math.isfinite(reward):
+    reward = finite_number(reward)
+    if reward is None:
         raise EnvError(env, problem, f"step returned reward {out[1]!r}; rewards must be finite numbers")
     if not isinstance(info, dict):
         raise EnvError(env, problem, f"step returned info of type {type(info).__name__}; expected a dict")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asyncrl.agents.endpoint import EndpointError
-from asyncrl.agents.env import first_line
+from asyncrl.core.user_code import first_line
 
 __all__ = ["Ended", "HarnessEpisode", "HarnessSession", "Request", "Sampling", "chat_response",
            "completion_response", "parse_chat", "parse_completion"]

@@ -22,7 +22,7 @@ import math
 import random
 import threading
 
-from asyncrl.core.registries import resolve
+from asyncrl.core.import_path import resolve
 
 __all__ = ["Latency"]
 

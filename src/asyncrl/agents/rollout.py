@@ -26,7 +26,7 @@ from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling, epi
 from asyncrl.agents.records import episode_record
 from asyncrl.agents.render import ChatTurns, make_turns
 from asyncrl.agents.stats import EpisodeStats
-from asyncrl.core.registries import resolve
+from asyncrl.core.import_path import resolve
 from asyncrl.rollout.rollouts import RolloutOut
 from asyncrl.rollout.scoring import group_ids_of
 from asyncrl.tasks import Problem
@@ -180,7 +180,6 @@ def _harness_runner(cfg, tokenizer):
     """The runner of ``env.harness`` episodes: the harness's requests, through the run's endpoint."""
     from asyncrl.agents.harness import Sampling
     from asyncrl.agents.harness_runner import HarnessRunner
-    from asyncrl.rewards.resolve import resolve
 
     env, policy, ro = cfg.env, cfg.policy, cfg.rollout
     cache: dict[str, object] = {}
@@ -194,6 +193,6 @@ def _harness_runner(cfg, tokenizer):
     fmt, parallel = _call_settings(env, tokenizer, isinstance(turns_of(None), ChatTurns))
     limits = _limits(cfg)
     sampling = Sampling(ro.temperature, ro.top_p, limits.turn_tokens)
-    return HarnessRunner(resolve(env.harness), tokenizer, turns_of, limits, _scheduling(env), fmt, sampling,
+    return HarnessRunner(resolve(env.harness, "env.harness", need_callable=True), tokenizer, turns_of, limits, _scheduling(env), fmt, sampling,
                          host=env.endpoint_host, port=env.endpoint_port, parallel=parallel)
 

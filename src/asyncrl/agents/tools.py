@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import dataclasses
 import inspect
@@ -29,8 +28,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from asyncrl.agents.calls import CallTimedOut, await_bounded
 from asyncrl.agents.tool_args import conform
+from asyncrl.core.user_code import Exited, TimedOut, first_line, in_thread
 
 __all__ = ["MalformedCall", "Tool", "ToolBox", "ToolCall", "ToolError", "ToolResult", "parse_tool_calls"]
 
@@ -56,16 +55,12 @@ class MalformedCall:
     reason: str
 
 
-def _first_line(text: str, limit: int = 200) -> str:
-    return (str(text).strip().splitlines() or [""])[0][:limit]
-
-
 def _json_error(err: BaseException) -> str:
     if isinstance(err, json.JSONDecodeError):
         return f"{err.msg} at char {err.pos}"
     if isinstance(err, RecursionError):  # json.loads("[" * 100_000) recurses past the limit
         return "nested too deeply"
-    return _first_line(str(err)) or type(err).__name__  # e.g. an integer of more than 4300 digits
+    return first_line(str(err)) or type(err).__name__  # e.g. an integer of more than 4300 digits
 
 
 def _read_call(block: str, body: str) -> ToolCall | MalformedCall:
@@ -153,7 +148,7 @@ class Tool:
         except Exception as err:  # noqa: BLE001 - any failure of the schema is the function's form
             raise ValueError(
                 f"tool {_import_path(fn)}: every argument needs a type hint and an 'Args:' line in the "
-                f"docstring ({type(err).__name__}: {_first_line(str(err))})") from None
+                f"docstring ({first_line(err)})") from None
         if name is not None:
             schema = {**schema, "function": {**schema["function"], "name": name}}
         return cls(name=schema["function"]["name"], function=fn, schema=schema, timeout_s=timeout_s)
@@ -192,47 +187,27 @@ def _to_text(value: object) -> str:
     return str(value)
 
 
-def _run(fn: Callable, arguments: dict, timeout_s: float | None, future: concurrent.futures.Future) -> None:
-    """The body of the worker thread: call, await if a coroutine came back, convert to text. The
-    future's result is ``(text, None)`` or ``(None, error)``: every BaseException of the tool
-    (``sys.exit`` included) is a result, so that whatever ``future.result()`` raises is the
-    caller's own (a timeout, Ctrl-C while waiting)."""
-    try:
-        value = fn(**arguments)
-        if inspect.isawaitable(value):
-            # a fresh loop in this thread: the caller may be inside a running loop of its own (an
-            # async episode runner), where asyncio.run would refuse, or in a thread without one
-            value = asyncio.run(await_bounded(value, timeout_s))
-        future.set_result((None if value is None else _to_text(value), None))
-    except BaseException as err:  # noqa: BLE001 - everything the tool does is reported, not raised
-        future.set_result((None, err))
-
-
 def _call_in_thread(fn: Callable, arguments: dict,
                     timeout_s: float | None) -> tuple[str | None, BaseException | None]:
-    """``fn(**arguments)`` in a thread of its own: ``(text, None)``, or ``(None, what it raised)``;
-    :class:`CallTimedOut` past ``timeout_s``.
-
-    On a timeout the thread is abandoned, still running: a Python thread cannot be killed. A tool
-    that must really stop should do its work in a subprocess it can kill (the ``python`` tool does).
-    A daemon thread, not a ``ThreadPoolExecutor``: the executor's workers are joined when the
-    interpreter exits, so one abandoned tool stuck in a loop would keep the process from ending;
-    and a fresh thread per call, so abandoned tools never use up a pool that later calls wait on.
-    """
-    future: concurrent.futures.Future = concurrent.futures.Future()
-    thread = threading.Thread(target=_run, args=(fn, arguments, timeout_s, future), daemon=True,
-                              name=f"tool-{getattr(fn, '__name__', 'call')}")
-    thread.start()
+    """``fn(**arguments)`` in a thread of its own (:func:`asyncrl.core.user_code.in_thread`):
+    ``(text, None)``, or ``(None, what it raised)``, ``sys.exit`` included; :class:`TimedOut` past
+    ``timeout_s``. Whatever the wait itself raises (Ctrl-C while waiting) is the caller's own. A tool
+    that must stop even inside C code should work in a subprocess it can kill (the ``python`` tool does)."""
+    future = in_thread(lambda: fn(**arguments), (), timeout_s, name=f"tool-{getattr(fn, '__name__', 'call')}")
     # an async tool is cancelled inside the thread at timeout_s; the margin lets that report
     # first, and still bounds a coroutine that blocks its loop (time.sleep in an async def)
     grace = 0.5 if timeout_s is not None and inspect.iscoroutinefunction(fn) else 0.0
+    concurrent.futures.wait([future], timeout=None if timeout_s is None else timeout_s + grace)
+    err = future.exception() if future.done() else TimedOut()
+    if isinstance(err, TimedOut):
+        raise TimedOut()
+    if err is not None:
+        return None, err.error if isinstance(err, Exited) else err
+    value = future.result()
     try:
-        text, err = future.result(timeout=None if timeout_s is None else timeout_s + grace)
-    except concurrent.futures.TimeoutError:
-        raise CallTimedOut() from None
-    if isinstance(err, CallTimedOut):  # an async tool, cancelled in its thread
-        raise CallTimedOut()
-    return text, err
+        return (None if value is None else _to_text(value)), None
+    except Exception as text_err:  # noqa: BLE001 - a value whose str() fails is the tool's error
+        return None, text_err
 
 
 class ToolBox:
@@ -297,7 +272,7 @@ class ToolBox:
         try:
             inspect.signature(function).bind(**arguments)
         except TypeError as err:
-            return ToolResult(tool.name, f"error: {tool.name}: {_first_line(str(err))}", True, "bad_arguments")
+            return ToolResult(tool.name, f"error: {tool.name}: {first_line(str(err))}", True, "bad_arguments")
         except ValueError:  # no signature to check against (some builtins): the call itself will tell
             pass
         arguments, problem = conform(arguments, tool.schema)
@@ -306,7 +281,7 @@ class ToolBox:
         timeout_s = tool.timeout_s if tool.timeout_s is not None else self.timeout_s
         try:
             content, err = _call_in_thread(function, arguments, timeout_s)
-        except CallTimedOut:
+        except TimedOut:
             return ToolResult(tool.name, f"error: {tool.name} timed out after {timeout_s:g} s", True, "timeout")
         if err is None and content is None:
             return ToolResult(tool.name, f"error: {tool.name} returned None: it must return its result",
@@ -314,12 +289,7 @@ class ToolBox:
         if isinstance(err, ToolError):
             return dataclasses.replace(self._cut(tool.name, _to_text(err.observation)), failed=True, reason="raised")
         if err is not None:  # the tool's own, from its thread: sys.exit and KeyboardInterrupt too
-            try:
-                detail = _first_line(str(err))
-            except Exception:  # noqa: BLE001 - an exception whose __str__ fails still gets reported
-                detail = ""
-            return ToolResult(tool.name, f"error: {tool.name} raised {type(err).__name__}"
-                              + (f": {detail}" if detail else ""), True, "raised")
+            return ToolResult(tool.name, f"error: {tool.name} raised {first_line(err)}", True, "raised")
         return self._cut(tool.name, content)
 
     def _cut(self, name: str, content: str) -> ToolResult:

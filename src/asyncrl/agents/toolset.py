@@ -10,14 +10,12 @@ here or in a plugin module named in ``run.plugins``::
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
-from asyncrl.agents.tools import Tool, _first_line
+from asyncrl.agents.tools import Tool
+from asyncrl.core.import_path import resolve
 from asyncrl.core.registry import Registry, close_hint
-from asyncrl.core.registry import resolve as registry_entry
-from asyncrl.rewards.resolve import is_file_path, resolve
 
 __all__ = ["TOOLS", "load_tools"]
 
@@ -27,7 +25,7 @@ CALCULATOR = "asyncrl.envs.calculator:calculator"
 
 
 def _calculator(limits: Any) -> Tool:
-    return Tool.from_function(registry_entry(CALCULATOR))
+    return Tool.from_function(resolve(CALCULATOR))
 
 
 def _python(limits: Any) -> Tool:
@@ -43,27 +41,15 @@ TOOLS: Registry[Callable[[Any], Tool]] = Registry("env.tools", {"calculator": _c
 def _load_one(spec: str, python_limits) -> Tool:
     if spec in TOOLS:
         return TOOLS[spec](python_limits)
-    module_name, sep, attr = spec.rpartition(":")
-    if sep and is_file_path(spec):  # a script's file, or a function asyncrl.train pickled into .inputs/
-        try:
-            obj = resolve(spec)
-        except ValueError as err:
-            raise ValueError(f"tool {spec!r}: {err}") from None
-        return obj if isinstance(obj, Tool) else Tool.from_function(obj)
-    if not sep:
-        module_name, _, attr = spec.rpartition(".")
+    path = spec if ":" in spec else ":".join(spec.rsplit(".", 1))  # "package.module.function" too
+    module_name, _, attr = path.rpartition(":")
     if not module_name or not attr:
         raise ValueError(f"tool {spec!r}: not a built-in ({', '.join(TOOLS)}) nor "
                          f"'package.module:function'{close_hint(spec, TOOLS)}")
     try:
-        obj = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001 - a user's module may fail to import in any way
-        raise ValueError(f"tool {spec!r}: cannot import {module_name!r} ({type(err).__name__}: "
-                         f"{_first_line(str(err))})") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"tool {spec!r}: {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+        obj = resolve(path)
+    except ValueError as err:
+        raise ValueError(f"tool {spec!r}: {err}") from None
     if isinstance(obj, Tool):
         return obj
     if not callable(obj):

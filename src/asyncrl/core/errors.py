@@ -9,8 +9,9 @@ raises the same class whether it struck in the trainer (``run.mode=sync``) or in
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from asyncrl.core.import_path import resolve
 
 __all__ = ["AsyncRLError", "as_payload", "from_payload"]
 
@@ -36,11 +37,8 @@ def from_payload(payload: dict[str, Any] | str, fallback: type[AsyncRLError]) ->
         return fallback(payload)
     message = str(payload.get("message", ""))
     try:
-        module, _, qualname = str(payload["cls"]).partition(":")
-        cls: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            cls = getattr(cls, part)
-    except (ImportError, AttributeError, KeyError, ValueError):
+        cls: Any = resolve(str(payload["cls"]))
+    except (KeyError, ValueError):
         cls = None
     if not (isinstance(cls, type) and issubclass(cls, AsyncRLError)):
         return fallback(message)

@@ -87,10 +87,9 @@ def field_registry(f: dataclasses.Field) -> Any:
     iterable of names); None for other fields."""
     names = f.metadata.get("names")
     if isinstance(names, str):
-        import importlib
+        from asyncrl.core.import_path import resolve
 
-        module, _, attr = names.partition(":")
-        names = getattr(importlib.import_module(module), attr)
+        names = resolve(names)
     return names
 
 

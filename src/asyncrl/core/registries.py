@@ -15,7 +15,7 @@ part needs and works with. Code asks the entries (their fields, :meth:`ChannelEn
 
 An entry here names what builds its part by import path (``target``, ``"module:attr"``), so config
 checks names and compatibilities without importing the runtime, which imports a part only when it
-builds one (:func:`resolve`).
+builds one (:func:`asyncrl.core.import_path.resolve`).
 
 From outside the package, a plugin module adds entries at import time and is named in
 ``run.plugins``, which every process of a run (the trainer, each rollout worker, each bench cell)
@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from asyncrl.core.registry import Registry, resolve
+from asyncrl.core.import_path import resolve  # the one resolver, re-exported for plugins that build parts
+from asyncrl.core.registry import Registry
 
 __all__ = ["BACKENDS", "CHANNELS", "ENGINES", "HOST", "MODES", "RAY", "BackendEntry", "ChannelEntry", "EngineEntry",
            "ModeEntry", "Registry", "auto_channel", "device_type", "resolve"]

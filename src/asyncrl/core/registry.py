@@ -15,11 +15,12 @@ trackers, environments, tools, tool formats, KL estimators, lr shapes, bench sui
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Registry", "close_hint", "refusal", "resolve"]
+from asyncrl.core.import_path import resolve
+
+__all__ = ["Registry", "close_hint", "refusal"]
 
 V = TypeVar("V")
 SHOWN_ID = "<id>"  # how help and errors show the variable part of a family's names
@@ -124,12 +125,3 @@ class Registry(dict[str, V], Generic[V]):
 
 def _rebuild(cls: type[Registry], kind: str, entries: dict, families: dict) -> Registry:
     return cls(kind, entries, families=families)
-
-
-def resolve(path: str) -> Any:
-    """The object that ``"module:attr"`` names, its module imported now."""
-    module, _, attr = path.partition(":")
-    target: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    return target

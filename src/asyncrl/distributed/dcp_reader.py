@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from asyncrl.core.user_code import first_line
+
 # (module, name) pairs a tensor-only DCP Metadata pickles, on torch 2.6 and later
 _DCP_METADATA = "torch.distributed.checkpoint.metadata"
 ALLOWED_GLOBALS = frozenset({
@@ -82,8 +84,7 @@ def read_metadata_file(path: Path):
     except UnsafeCheckpoint:
         raise
     except Exception as err:  # noqa: BLE001 (a torn pickle, or a class built with arguments it refuses)
-        first = (str(err).strip().splitlines() or [""])[0][:200]
-        raise ValueError(f"{path}: unreadable checkpoint metadata ({type(err).__name__}: {first})") from None
+        raise ValueError(f"{path}: unreadable checkpoint metadata ({first_line(err)})") from None
     if not isinstance(metadata, Metadata):
         raise UnsafeCheckpoint(f"{path}: holds a {type(metadata).__name__}, not a checkpoint's metadata")
     _check_entries(metadata, path)

@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from asyncrl.config.parts import GemFields
+from asyncrl.core.user_code import first_line
 from asyncrl.tasks.base import EOS_SEGMENT, Problem
 from asyncrl.tasks.chat import render_plain
 
@@ -159,8 +160,7 @@ def _start_failure(gem_id: str) -> str | None:
     try:
         _started(gem_id, {}, 0)
     except Exception as err:  # a game's own bug may raise anything
-        first = (str(err).strip().splitlines() or [""])[0][:160]
-        return f"{PREFIX}{gem_id} does not start in GEM itself ({type(err).__name__}: {first}); pick another game"
+        return f"{PREFIX}{gem_id} does not start in GEM itself ({first_line(err, 160)}); pick another game"
     return None
 
 

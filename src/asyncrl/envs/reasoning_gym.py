@@ -51,6 +51,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from asyncrl.config.parts import ReasoningGymFields
+from asyncrl.core.user_code import first_line
 from asyncrl.tasks.base import Problem
 from asyncrl.tasks.chat import render_plain
 
@@ -142,10 +143,9 @@ def _check_configs(names: list[str], configs: Mapping[str, Any]) -> None:
         try:
             _scorer(name, _config_key(configs.get(name)))
         except Exception as err:  # reasoning-gym's checks raise TypeError, AssertionError, ValueError
-            first = (str(err).strip().splitlines() or [""])[0][:200]
             settings = dict(configs.get(name) or {})
             raise ValueError(f"rg_configs: reasoning-gym refused the settings of {name} {settings} "
-                             f"({type(err).__name__}: {first})") from None
+                             f"({first_line(err)})") from None
 
 
 def score(completion: str, entry: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> float:

@@ -36,6 +36,8 @@ from typing import Any
 
 from asyncrl.agents.env import build_env
 from asyncrl.agents.tools import Tool
+from asyncrl.core.import_path import FILE_MODULE_PREFIX
+from asyncrl.core.user_code import first_line
 
 __all__ = ["GET_REWARD", "RESERVED", "TrlEnvironment", "environment_class", "factory_environment", "get_reward",
            "inspect_factory", "load_factory", "method_tool", "method_tools", "tool_names", "wrap"]
@@ -43,10 +45,6 @@ __all__ = ["GET_REWARD", "RESERVED", "TrlEnvironment", "environment_class", "fac
 RESERVED = ("reset", "get_reward")  # TRL's names that are never tools
 # the reward function that reads get_reward(), by its documented path (asyncrl.agents.trl_env re-exports it)
 GET_REWARD = "asyncrl.agents.trl_env:get_reward"
-
-
-def _first_line(err: BaseException) -> str:
-    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
 
 
 def tool_names(cls: type) -> list[str]:
@@ -66,7 +64,7 @@ def environment_class(factory: Callable, shown: str, kwargs: dict | None = None)
     try:
         return type(factory(**(kwargs or {})))
     except Exception as err:  # a user's factory may raise anything
-        raise ValueError(f"{shown}() raised {_first_line(err)}") from None
+        raise ValueError(f"{shown}() raised {first_line(err)}") from None
 
 
 def _positional(fn) -> list[inspect.Parameter] | None:
@@ -143,9 +141,9 @@ def load_factory(path: str, kwargs: dict | None = None) -> tuple[Callable, type,
     """``env.factory``: (the factory, the class it builds, its method tools), resolved as
     ``reward.funcs`` paths are (``pkg.module:Cls``, ``path/to/file.py:Cls``, a pickled ``.pkl:Cls``).
     ValueError, one line, naming what is wrong."""
-    from asyncrl.rewards.resolve import resolve
+    from asyncrl.core.import_path import resolve
 
-    factory = resolve(path)
+    factory = resolve(path, need_callable=True)
     return (factory, *inspect_factory(factory, path, kwargs))
 
 
@@ -212,7 +210,7 @@ def wrap(factory: Callable, cls: type, shown: str, kwargs: dict | None = None) -
     """The environment class for ``env.factory``: a :class:`TrlEnvironment` whose name is the user's
     (EnvError lines name ``type(env)``), and whose instances each build one ``cls`` by ``factory``."""
     module, qualname = cls.__module__, cls.__qualname__
-    if module.startswith("_asyncrl_reward_"):  # a file's module (asyncrl.rewards.resolve): name the file
+    if module.startswith(FILE_MODULE_PREFIX):  # a file's module (asyncrl.core.import_path): name the file
         path, _, qualname = shown.rpartition(":")
         module = path[:-3] if path.endswith(".py") else path
     return type(cls.__name__, (TrlEnvironment,), {"factory": staticmethod(factory), "kwargs": dict(kwargs or {}),

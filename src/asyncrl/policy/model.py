@@ -12,6 +12,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from asyncrl.config import ModelConfig
 from asyncrl.core.hf_tokenizer import load_tokenizer
+from asyncrl.core.user_code import first_line
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -113,8 +114,7 @@ def load_policy_for(policy_cfg, path: str | Path) -> tuple[PreTrainedModel, PreT
         raise  # not the directory's fault
     except Exception as err:  # transformers / safetensors / tokenizers raise many kinds
         field = "policy.model_path" if policy_cfg.model_path else "policy.cache_dir"
-        first = (str(err).strip().splitlines() or [""])[0][:300]
-        raise ConfigError(field, f"cannot load a model from {path}: {type(err).__name__}: {first}") from None
+        raise ConfigError(field, f"cannot load a model from {path}: {first_line(err, 300)}") from None
 
 
 def num_parameters(model: torch.nn.Module) -> int:

@@ -34,15 +34,12 @@ from typing import Any
 from asyncrl.core.hf_tokenizer import load_tokenizer, tokenizer_problem
 from asyncrl.core.loader import ConfigError
 from asyncrl.core.special_tokens import escaper_for
+from asyncrl.core.user_code import first_line
 
 __all__ = ["RewardModel", "check_config", "check_model_dir", "load_reward_model", "normalize_model_path",
            "reward_models", "save_reward_model", "tokenizer_of"]
 
 _LOADED: dict[tuple[str, str, str], tuple[Any, Any]] = {}  # (path, device, dtype) → (model, tokenizer)
-
-
-def _first_line(err: BaseException) -> str:
-    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
 
 
 def normalize_model_path(path: str) -> str:
@@ -76,7 +73,7 @@ def check_model_dir(path: str) -> None:
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
     except Exception as err:  # a malformed or unknown config: transformers raises many kinds
-        raise ValueError(f"{path}: cannot read its config.json: {_first_line(err)}") from None
+        raise ValueError(f"{path}: cannot read its config.json: {first_line(err)}") from None
     check_config(config, path)
     if tokenizer_problem(folder) is not None:
         raise ValueError(f"{path}: no tokenizer in the directory (save the reward model's tokenizer "
@@ -107,7 +104,7 @@ def load_reward_model(path: str, device: str = "cpu", dtype: str = "float32") ->
     except torch.OutOfMemoryError:
         raise  # not the directory's fault
     except Exception as err:  # transformers / safetensors / tokenizers raise many kinds
-        raise ValueError(f"cannot load the reward model {path}: {_first_line(err)}") from None
+        raise ValueError(f"cannot load the reward model {path}: {first_line(err)}") from None
     _LOADED[key] = (model, tokenizer)
     return _LOADED[key]
 
@@ -215,7 +212,7 @@ def tokenizer_of(model) -> Any:
         return load_tokenizer(source)
     except Exception as err:  # not a directory and not in the local Hugging Face cache
         raise ValueError(f"no tokenizer for the reward model {type(model).__name__} at its name_or_path "
-                         f"{source!r} ({_first_line(err)}); pass (model, tokenizer) instead") from None
+                         f"{source!r} ({first_line(err)}); pass (model, tokenizer) instead") from None
 
 
 def save_reward_model(model, tokenizer, inputs: Path) -> str:

@@ -11,7 +11,7 @@ reward changes the objective, so it must be visible.
 
 A call that takes longer than ``reward.timeout_s`` is stopped and handled the same way (the batch's
 rows, named by the first). A function that calls ``sys.exit`` or raises ``KeyboardInterrupt`` is
-named in one line whatever ``on_error`` says (:mod:`asyncrl.rewards.guard`): it asked to end the
+named in one line whatever ``on_error`` says (:mod:`asyncrl.core.user_code`): it asked to end the
 process, which no score stands in for.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from asyncrl.core.loader import ConfigError
-from asyncrl.rewards.guard import Exited, TimedOut, call_guarded
+from asyncrl.core.user_code import Exited, TimedOut, call_guarded, finite_number, first_line
 from asyncrl.rewards.resolve import CONTEXT, RewardFunction, load_function
 from asyncrl.rewards.reward_model import reward_models
 from asyncrl.tasks import Problem
@@ -75,21 +75,6 @@ def _row_attr(problem: Problem, attr: str):
     if value in ("", None):
         value = (getattr(problem, "fields", None) or {}).get(attr, value)
     return value
-
-
-def _first_line(err: BaseException) -> str:
-    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
-
-
-def _number(value: object) -> float | None:
-    """``value`` as a finite float, or None (bools count as numbers: a check that returns True)."""
-    if isinstance(value, (int, float)) or hasattr(value, "__float__"):
-        try:
-            number = float(value)  # numpy / torch scalars too
-        except (TypeError, ValueError):
-            return None
-        return number if math.isfinite(number) else None
-    return None
 
 
 def unique_names(functions: Sequence[RewardFunction]) -> list[str]:
@@ -257,7 +242,7 @@ class RewardSet:
         """One returned value as a float: NaN for None (the function does not apply to the row)."""
         if value is None:
             return math.nan
-        number = _number(value)
+        number = finite_number(value)
         return number if number is not None else self._fail(f, problem, f"returned {value!r}", _NOT_A_NUMBER)
 
     def _row_by_row(self, f: RewardFunction, completions: list[str], problems: Sequence[Problem],
@@ -277,7 +262,7 @@ class RewardSet:
                 continue
             except Exception as row_err:
                 failed += 1
-                values.append(self._fail(f, problem, f"raised {_first_line(row_err)}"))
+                values.append(self._fail(f, problem, f"raised {first_line(row_err)}"))
                 continue
             values.append(self._checked(f, value, problem))
         if failed == 0:
@@ -285,7 +270,7 @@ class RewardSet:
                 raise RewardFunctionError(f"reward function {f.path} {err} on a batch of {len(problems)} rows "
                                           f"starting at {self._where(problems[0])}")
             if self.on_error == "raise":
-                raise RewardFunctionError(f"reward function {f.path} raised {_first_line(err)} on a batch of "
+                raise RewardFunctionError(f"reward function {f.path} raised {first_line(err)} on a batch of "
                                           f"{len(problems)} rows starting at {self._where(problems[0])}")
             values = [_Failed() for _ in problems]
         return values

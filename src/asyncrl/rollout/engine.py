@@ -4,7 +4,8 @@ config checks the name without importing an engine); the protocol is :class:`asy
 
 from __future__ import annotations
 
-from asyncrl.core.registries import ENGINES, EngineEntry, device_type, resolve
+from asyncrl.core.import_path import resolve
+from asyncrl.core.registries import ENGINES, EngineEntry, device_type
 from asyncrl.rollout.base import ChunkHook, Engine, EngineSpec
 
 __all__ = ["ENGINES", "ChunkHook", "Engine", "EngineEntry", "EngineSpec", "generation_dtype", "make_engine"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from asyncrl.core.registries import resolve
+from asyncrl.core.import_path import resolve
 from asyncrl.policy.prompts import encode_problems
 from asyncrl.rollout.scoring import score
 from asyncrl.tasks import Problem

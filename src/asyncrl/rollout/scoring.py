@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 
 from asyncrl.core.loader import ConfigError
+from asyncrl.core.user_code import finite_number, first_line
 from asyncrl.rewards import RewardSet
 from asyncrl.rewards.resolve import EPISODE_CONTEXT
 from asyncrl.tasks import Problem, Task
@@ -28,10 +28,6 @@ class RewardError(ConfigError):
         super().__init__(f"task.name={getattr(task, 'name', type(task).__name__)}", f"reward of {where}: {message}")
 
 
-def _first_line(err: Exception) -> str:
-    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
-
-
 def rewards_of(task: Task, texts: list[str], problems: list[Problem]) -> list[float]:
     """Batch scoring when the task offers it (math-verify runs in a process pool); every reward a
     finite number, else :class:`RewardError`."""
@@ -45,13 +41,9 @@ def rewards_of(task: Task, texts: list[str], problems: list[Problem]) -> list[fl
                 values.append(task.reward(t, p))
     except Exception as err:  # a user's reward function may raise anything
         culprit = problems[len(values)] if many is None and len(values) < len(problems) else None
-        raise RewardError(task, culprit, f"raised {_first_line(err)}") from None
+        raise RewardError(task, culprit, f"raised {first_line(err)}") from None
     for value, problem in zip(values, problems):
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = math.nan
-        if not math.isfinite(number):
+        if finite_number(value) is None:
             raise RewardError(task, problem, f"is {value!r}; rewards must be finite numbers")
     return values
 

@@ -10,7 +10,8 @@ import torch
 import torch.multiprocessing as tmp
 
 from asyncrl.config import Config, ConfigError
-from asyncrl.core.registries import BACKENDS, ENGINES, resolve
+from asyncrl.core.import_path import resolve
+from asyncrl.core.registries import BACKENDS, ENGINES
 from asyncrl.runtime.channels import channel_name, open_channel
 from asyncrl.runtime.engines import generation_dtype
 from asyncrl.runtime.pool import WorkerPool

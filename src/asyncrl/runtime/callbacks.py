@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from asyncrl.core.errors import AsyncRLError
+from asyncrl.core.user_code import first_line
 from asyncrl.tracking.metrics import json_safe
 
 HOOKS = ("on_step_end", "on_evaluate", "on_save")
@@ -35,8 +36,7 @@ class CallbackError(AsyncRLError, RuntimeError):
 
     def __init__(self, callback: str, error: Exception, step: int | None = None, checkpoint: Path | None = None):
         self.callback, self.error, self.step, self.checkpoint = callback, error, step, checkpoint
-        first_line = (str(error).strip().splitlines() or [""])[0][:200]
-        message = f"callback {callback} raised {type(error).__name__}: {first_line}{_where(error)}"
+        message = f"callback {callback} raised {first_line(error)}{_where(error)}"
         if step is not None:
             where = f"checkpoint {checkpoint}" if checkpoint else "no new checkpoint"
             message += f"; the run stopped after step {step} ({where})"

@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from asyncrl.core.user_code import first_line
 from asyncrl.training.checkpoint import (
     CHECKPOINTS,
     DamagedCheckpoint,
@@ -180,9 +181,8 @@ def check_fits(cfg: Config, resume: Resume, policy_dir: Path) -> None:
         now = folder_fingerprint(cfg, policy_dir)
     except Exception as err:  # noqa: BLE001 (transformers' error for an unreadable folder varies)
         field = "policy.model_path" if cfg.policy.model_path else "policy.cache_dir"
-        first = (str(err).strip().splitlines() or [""])[0][:300]
         raise ConfigError(field, f"cannot read the model config or tokenizer of {policy_dir}: "
-                                 f"{type(err).__name__}: {first}") from None
+                                 f"{first_line(err, 300)}") from None
     found = difference(saved, now)
     if found:
         raise ConfigError("--resume", f"checkpoint {resume.checkpoint} was written for {found}; to start a new "

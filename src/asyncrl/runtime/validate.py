@@ -69,9 +69,9 @@ def validate_run(cfg: Config) -> Config:
 def import_plugins(modules: list[str]) -> None:
     """Import each plugin module (``pkg.module``, importable from ``sys.path``); it registers its
     parts at import. ConfigError ``run.plugins[i]`` (one line) for one that fails to import, calls
-    ``sys.exit`` or raises ``KeyboardInterrupt`` while imported (asyncrl.rewards.guard, as for a
+    ``sys.exit`` or raises ``KeyboardInterrupt`` while imported (asyncrl.core.user_code, as for a
     reward module): the command then does nothing it was asked to, and must say so."""
-    from asyncrl.rewards.guard import import_guarded
+    from asyncrl.core.user_code import import_guarded
 
     for i, name in enumerate(modules):
         try:
@@ -103,8 +103,8 @@ def _check_sections(cfg: Config) -> None:
 def _check_reward(reward) -> None:
     """Import every function and check every reward model directory now, in this process (workers
     repeat this from the same strings): a bad path fails before anything starts."""
-    from asyncrl.rewards import load_function, normalize_path
-    from asyncrl.rewards.resolve import imports_allowed
+    from asyncrl.core.import_path import normalize_path
+    from asyncrl.rewards.resolve import imports_allowed, load_function
     from asyncrl.rewards.reward_model import check_model_dir, normalize_model_path
 
     for i, path in enumerate(reward.funcs):
@@ -130,7 +130,8 @@ def _check_env(env) -> None:
     differ; ``env.factory`` names a usable TRL environment class; ``env.harness`` a callable."""
     from asyncrl.agents.python_tool import PythonLimits
     from asyncrl.agents.toolset import load_tools
-    from asyncrl.rewards.resolve import imports_allowed, is_file_path, normalize_path
+    from asyncrl.core.import_path import is_file_path, normalize_path
+    from asyncrl.rewards.resolve import imports_allowed
 
     names: dict[str, str] = {}  # tool name -> the key that brings it, for a clash with the factory's
     for i, spec in enumerate(env.tools):
@@ -154,7 +155,7 @@ def _check_env(env) -> None:
 
 
 def _check_harness(env, imports: bool) -> None:
-    from asyncrl.rewards.resolve import normalize_path, resolve
+    from asyncrl.core.import_path import normalize_path, resolve
 
     try:
         env.harness = normalize_path(env.harness)
@@ -162,15 +163,12 @@ def _check_harness(env, imports: bool) -> None:
         raise ValueError(f"harness: {env.harness!r} is not 'package.module:function' or "
                          "'path/to/file.py:function'") from None
     if imports:
-        try:
-            resolve(env.harness)
-        except ValueError as err:
-            raise ValueError(f"harness: {err}") from None
+        resolve(env.harness, "harness", need_callable=True)
 
 
 def _check_factory(env, names: dict[str, str], imports: bool) -> None:
     """Its method tools clash with no tool of ``env.tools`` (a model's call must name one function)."""
-    from asyncrl.rewards.resolve import normalize_path
+    from asyncrl.core.import_path import normalize_path
 
     try:
         env.factory = normalize_path(env.factory)

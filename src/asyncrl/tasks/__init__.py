@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from asyncrl.core.import_path import resolve
 from asyncrl.core.loader import ConfigError
-from asyncrl.core.registry import Registry, resolve
+from asyncrl.core.registry import Registry
 from asyncrl.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from asyncrl.tasks.base import Problem, Task, extract_answer, extract_any_answer
 from asyncrl.tasks.datasets import DatasetConfig, DatasetFields, GSM8KTask, MathTask

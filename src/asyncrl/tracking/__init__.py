@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from asyncrl.core.import_path import resolve
 from asyncrl.core.loader import ConfigError
-from asyncrl.core.registry import Registry, resolve
+from asyncrl.core.registry import Registry
+from asyncrl.core.user_code import first_line
 
 
 class Tracker(Protocol):
@@ -80,9 +82,7 @@ def open_trackers(names: list[str], run_dir: Path, cfg, after_step: int = 0) -> 
         except Exception as err:  # noqa: BLE001 (the backend's own setup error, e.g. a tracking URI it refuses)
             for tracker in out:
                 tracker.close()
-            first_line = (str(err).strip().splitlines() or [""])[0]
-            raise ConfigError("run.report_to", f"{name} could not start: {type(err).__name__}: "
-                                               f"{first_line}") from None
+            raise ConfigError("run.report_to", f"{name} could not start: {first_line(err)}") from None
     return out
 
 

@@ -57,6 +57,7 @@ import torch
 
 from asyncrl.core.disk import disk_full, file_size_limit, file_too_large, free_bytes, is_disk_full, is_file_size_limit
 from asyncrl.core.finite import NEGATIVE_MOMENT, first_bad_in, first_bad_in_safetensors, first_bad_value
+from asyncrl.core.user_code import first_line
 from asyncrl.distributed.dcp_reader import UnsafeCheckpoint
 from asyncrl.training.fingerprint import FINGERPRINT
 
@@ -276,13 +277,9 @@ def _check_weights(path: Path) -> None:
     try:
         found = first_bad_in_safetensors(path)
     except Exception as err:  # noqa: BLE001 (the library's error for a torn file varies)
-        raise DamagedCheckpoint(f"{path.name}: {_first_line(err)}") from None
+        raise DamagedCheckpoint(f"{path.name}: {first_line(err)}") from None
     if found:
         raise NonFiniteCheckpoint(f"{path.name}: {found}")
-
-
-def _first_line(err: BaseException) -> str:
-    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
 
 
 def _non_finite_shards(folder: Path) -> str | None:
@@ -299,7 +296,7 @@ def _non_finite_shards(folder: Path) -> str | None:
     except UnsafeCheckpoint:
         raise  # refused, not damaged: no older checkpoint should quietly stand in for a crafted one
     except Exception as err:  # noqa: BLE001 (DCP's error for a missing or torn file varies)
-        raise DamagedCheckpoint(f"{folder.name}/: {_first_line(err)}") from None
+        raise DamagedCheckpoint(f"{folder.name}/: {first_line(err)}") from None
     return None
 
 
@@ -317,11 +314,11 @@ def check_checkpoint(checkpoint: Path) -> tuple[dict, dict]:
         try:
             json.loads(path.read_text())
         except (OSError, ValueError) as err:
-            raise DamagedCheckpoint(f"{path.relative_to(checkpoint)}: {_first_line(err)}") from None
+            raise DamagedCheckpoint(f"{path.relative_to(checkpoint)}: {first_line(err)}") from None
     try:
         trainer_state, run_state = load_states(checkpoint)
     except Exception as err:  # noqa: BLE001 (a torn zip, a truncated pickle: torch's wording varies)
-        raise DamagedCheckpoint(_first_line(err)) from None
+        raise DamagedCheckpoint(first_line(err)) from None
     for path in weights:
         _check_weights(path)
     optimizer = trainer_state.get("optimizer", {})

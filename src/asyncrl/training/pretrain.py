@@ -47,6 +47,7 @@ from asyncrl.tasks import Problem, Task
 from asyncrl.tasks.base import EOS_SEGMENT
 from asyncrl.core.cache import cache_root, writable_cache_dir
 from asyncrl.core.finite import BadTensor, first_bad_in_safetensors
+from asyncrl.core.user_code import first_line
 from asyncrl.training.demonstrations import WarmStartSource, warm_start_source
 
 CACHE_VERSION = 4  # bump when the pretraining code changes what it produces (4: bf16 autocast on CUDA)
@@ -208,7 +209,7 @@ def check_cached(out: Path) -> None:
         try:
             found = first_bad_in_safetensors(path)
         except Exception as err:  # noqa: BLE001 (the library's error for a torn file varies)
-            found = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
+            found = first_line(err)
         if found:
             raise BadTensor(f"the cached warm start {path} is damaged ({found}); delete {out} and the next "
                             f"run builds it again", key="policy.cache_dir")

@@ -25,7 +25,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from asyncrl.core.registries import CHANNELS, auto_channel, resolve
+from asyncrl.core.import_path import resolve
+from asyncrl.core.registries import CHANNELS, auto_channel
 
 __all__ = ["CHANNELS", "WeightChannel", "channel_name", "open_channel"]
 

@@ -17,7 +17,8 @@ in other processes) leaves evaluation on the trainer's model. A new mode is one 
 
 from __future__ import annotations
 
-from asyncrl.core.registries import MODES, resolve
+from asyncrl.core.import_path import resolve
+from asyncrl.core.registries import MODES
 
 
 def open_source(cfg, session):
