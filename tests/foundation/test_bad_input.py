@@ -201,7 +201,7 @@ CASES = [
     ("unknown-env", ["train", "env=maze"], "env.name: must be one of none, answer, guess"),
     ("unknown-tool", ["train", "env.tools=[abacus]"], "env.tools[0]: tool 'abacus': not a built-in"),
     ("tool-not-importable", ["train", "env.tools=[no_such_pkg.tools:add]"],
-     "env.tools[0]: tool 'no_such_pkg.tools:add': cannot import 'no_such_pkg.tools'"),
+     "env.tools[0]: tool 'no_such_pkg.tools:add': cannot import 'no_such_pkg.tools:add': ModuleNotFoundError"),
     ("tool-without-docstring", ["train", "env.tools=[asyncrl.agents.render:make_turns]"],
      "env.tools[0]: tool asyncrl.agents.render.make_turns:"),
     ("env-max-turns-zero", ["train", "env=guess", "env.max_turns=0"], "env.max_turns: must be >= 1"),
