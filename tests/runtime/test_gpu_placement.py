@@ -57,7 +57,7 @@ class _FakeActorClass:
 
 @pytest.fixture
 def ray_backend():
-    return pytest.importorskip("asyncrl.runtime.ray_backend")  # Ray is an optional extra
+    return pytest.importorskip("asyncrl.runtime.ray.backend")  # Ray is an optional extra
 
 
 @pytest.fixture
