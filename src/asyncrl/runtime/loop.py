@@ -49,7 +49,7 @@ from asyncrl.runtime.step_log import StepLog
 from asyncrl.runtime.timing import LoopClock, StepTimer
 from asyncrl.runtime.validate import validate_run
 from asyncrl.training.reference import build_reference
-from asyncrl.training.trainer import Trainer
+from asyncrl.training.trainer import Learner
 
 
 def train(cfg: Config, callbacks: Sequence[Any] = ()) -> dict | None:
@@ -81,14 +81,14 @@ def train(cfg: Config, callbacks: Sequence[Any] = ()) -> dict | None:
 
 
 def _trainer(cfg: Config, session: Session, peers: Peers | None):
-    """The trained model's Trainer: on the session's model, or, with several ranks, on that model
+    """The trained model's Learner: on the session's model, or, with several ranks, on that model
     sharded, the session then holding rank 0's replica in the generation dtype."""
     reference = build_reference(cfg, session.model, session.policy_dir)  # None unless trainer.kl_coef > 0
     if peers is not None:
         leader = LeaderTrainer(cfg, session.model, session.policy_dir, peers, reference)
         session.model = leader.model  # the loaded model is sharded now: the run reads rank 0's replica
         return leader
-    return Trainer(session.model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
+    return Learner(session.model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
                    reference=reference, lm_head_fp32=cfg.policy.lm_head_fp32)
 
 
