@@ -2,7 +2,7 @@
 # The GPU checks of one lent GPU session, in priority order, inside one time budget:
 #   bash benchmarks/gpu_check.sh OUT_DIR [BUDGET_S]      # BUDGET_S defaults to 560 (one 10-minute call)
 #
-#   1_trainer   one Trainer.step at the recipe's shape (256 x (128 + 512), 8 minibatches, micro-batch 8,
+#   1_trainer   one Learner.step at the recipe's shape (256 x (128 + 512), 8 minibatches, micro-batch 8,
 #               gradient checkpointing, bf16 autocast) at 0.5B and 1.5B: time, peak memory, proximal cost
 #   2_channel   the CUDA weight channel at 1.5B: publish (trainer) and pull (a worker process)
 #   3_nockpt    the 1.5B step again with micro-batches and no gradient checkpointing

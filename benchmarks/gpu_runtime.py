@@ -5,7 +5,7 @@
   into its transformers engine, as ``runtime/worker.py`` does. Publish and pull are timed apart.
 * **decode**: tokens/s of the transformers engine at the generation dtype; of vLLM too when it is
   installed (``vllm: not installed`` otherwise).
-* **trainer**: one whole ``Trainer.step`` at the recipe's shape (rows × (prompt + completion) tokens,
+* **trainer**: one whole ``Learner.step`` at the recipe's shape (rows × (prompt + completion) tokens,
   ``n_minibatches`` updates, micro-batches, bf16 autocast, gradient checkpointing): its time and the
   peak memory it allocates, and the proximal policy's time per step *as the trainer spends it*
   (``prox_time_s`` of ``prox=recompute`` against ``prox=loglinear``: the extra forward pass against
@@ -183,7 +183,7 @@ def synthetic_batch(args, vocab: int, stale: int = 4):
 
 def trainer_section(args, size: str) -> dict:
     from asyncrl.config import LossConfig, TrainerConfig
-    from asyncrl.training.trainer import Trainer
+    from asyncrl.training.trainer import Learner
 
     model = build(size, args.device)
     if args.grad_ckpt:
@@ -195,7 +195,7 @@ def trainer_section(args, size: str) -> dict:
     for prox in ("loglinear", "recompute"):
         cfg = TrainerConfig(n_minibatches=args.minibatches, micro_batch_size=args.micro_batch, lr=1e-6,
                             autocast=autocast, prox=prox)
-        trainer = Trainer(model, cfg, LossConfig())
+        trainer = Learner(model, cfg, LossConfig())
         stats: list[dict] = []
         if torch.device(args.device).type == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -212,7 +212,7 @@ def trainer_section(args, size: str) -> dict:
 # --- mismatch ----------------------------------------------------------------------------------------
 def mismatch_section(args, size: str) -> dict:
     from asyncrl.config import LossConfig, TrainerConfig
-    from asyncrl.training.trainer import Trainer
+    from asyncrl.training.trainer import Learner
     from asyncrl.types import Batch
 
     master = build(size, args.device)  # fp32 trainer weights; the generator holds a bf16 copy
@@ -224,7 +224,7 @@ def mismatch_section(args, size: str) -> dict:
         gen_model = build(size, args.device, getattr(torch, args.gen_dtype))
         gen_model.load_state_dict(master.state_dict())
         gen = engine(gen_model, args.device, args.gen_dtype, args.decode_tokens, lm_head_fp32=head_fp32).generate(prompts)
-        trainer = Trainer(master, TrainerConfig(autocast=autocast), LossConfig(), lm_head_fp32=head_fp32)
+        trainer = Learner(master, TrainerConfig(autocast=autocast), LossConfig(), lm_head_fp32=head_fp32)
         rows = gen.completion_ids.shape[0]
         batch = Batch(**{f.name: getattr(gen, f.name) for f in fields(gen)}, rewards=torch.zeros(rows),
                       group_ids=torch.arange(rows), advantages=torch.zeros(rows))

@@ -1,6 +1,6 @@
 """What the proximal policy costs the trainer per step, by model size: exact decoupled PPO
 (``trainer.prox=recompute``, one extra forward pass over the batch) against A-3PO's log-linear
-approximation (``loglinear``) and its α floor (``loglinear_floor``), as ``Trainer.step`` spends it
+approximation (``loglinear``) and its α floor (``loglinear_floor``), as ``Learner.step`` spends it
 (its ``prox_time_s``).
 
 A randomly initialised Qwen2-shaped model (benchmarks/trainer_memory.py's ``build_model``, tied
@@ -32,11 +32,11 @@ ARMS = {"recompute": ("recompute", {}), "loglinear": ("loglinear", {}),
 
 def measure(args, arm: str) -> dict:
     from asyncrl.config import LossConfig, TrainerConfig
-    from asyncrl.training.trainer import Trainer
+    from asyncrl.training.trainer import Learner
 
     prox, params = ARMS[arm]
     model, batch = build_model(args), build_batch(args)
-    trainer = Trainer(model, TrainerConfig(n_minibatches=args.minibatches, lr=1e-6, prox=prox, prox_params=params),
+    trainer = Learner(model, TrainerConfig(n_minibatches=args.minibatches, lr=1e-6, prox=prox, prox_params=params),
                       LossConfig(name="decoupled"))
     trainer.version = args.staleness
     trainer.step(batch)  # warm-up: every shape once, the optimizer state created

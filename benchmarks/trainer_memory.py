@@ -1,4 +1,4 @@
-"""Peak memory and time of one ``Trainer.step`` with a Qwen-sized vocabulary: the full-logits
+"""Peak memory and time of one ``Learner.step`` with a Qwen-sized vocabulary: the full-logits
 log-probs ("legacy", the implementation before the chunked LM head, copied here and patched into
 the trainer) against the chunked LM head ("chunked", asyncrl.policy.logprobs).
 
@@ -131,7 +131,7 @@ def _process_baseline(args, trainer_module, configs) -> int:
     small = argparse.Namespace(**{**vars(args), "vocab": 512, "hidden": 32, "intermediate": 64, "layers": 1,
                                   "heads": 2, "kv_heads": 1, "batch": 4, "seq": 32, "prompt": 8})
     loss_cfg, trainer_cfg = configs
-    trainer_module.Trainer(build_model(small), trainer_cfg, loss_cfg).step(build_batch(small))
+    trainer_module.Learner(build_model(small), trainer_cfg, loss_cfg).step(build_batch(small))
     gc.collect()
     with open("/proc/self/clear_refs", "w") as refs:
         refs.write("5")  # resets VmHWM to the current resident set (Linux >= 4.0)
@@ -153,7 +153,7 @@ def child(args) -> dict:
     if args.baseline == "process":
         base = _process_baseline(args, trainer_module, (LossConfig(), cfg)) if rss_hwm else torch.cuda.memory_allocated()
     model, batch = build_model(args), build_batch(args)
-    trainer = trainer_module.Trainer(model, cfg, LossConfig())
+    trainer = trainer_module.Learner(model, cfg, LossConfig())
     _sync(args.device)
     if args.baseline == "trainer":
         base = torch.cuda.memory_allocated() if cuda else _rss_bytes()
@@ -194,7 +194,7 @@ def _relative_difference(a: dict, b: dict) -> float:
 def report(rows: list[dict], args) -> str:
     """A markdown table: each variant's peak memory and median step time, and against the first."""
     base = rows[0]
-    lines = [f"one Trainer.step, B x T = {args.batch} x {args.seq} (prompt {args.prompt}), vocabulary "
+    lines = [f"one Learner.step, B x T = {args.batch} x {args.seq} (prompt {args.prompt}), vocabulary "
              f"{args.vocab}, hidden {args.hidden} x {args.layers} layers, {args.device} {args.dtype} "
              f"autocast {args.autocast}, {args.minibatches} minibatches, micro-batch {args.micro_batch}, "
              f"logits_chunk {args.logits_chunk}", "",

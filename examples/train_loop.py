@@ -22,7 +22,7 @@ The parts, and where the full run builds the same ones:
     prompts       asyncrl.rollout.PromptStream                   (asyncrl.runtime.sources.lockstep)
     generation    asyncrl.runtime.engines.rollout_engine
     scoring       asyncrl.rollout.score → asyncrl.types.Batch
-    training      asyncrl.training.trainer.Trainer.step          (advantages, π_prox, minibatch updates)
+    training      asyncrl.training.trainer.Learner.step          (advantages, π_prox, minibatch updates)
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from asyncrl.runtime.validate import load_run_config
 from asyncrl.tasks import configured_task
 from asyncrl.training.pretrain import warm_start
 from asyncrl.training.reference import build_reference
-from asyncrl.training.trainer import Trainer
+from asyncrl.training.trainer import Learner
 
 DEFAULT_NAME = "train-loop"
 
@@ -60,11 +60,11 @@ def starting_policy(cfg: Config, task) -> tuple[torch.nn.Module, object, Path]:
     return model, tokenizer, policy_dir
 
 
-def build_trainer(cfg: Config, model: torch.nn.Module, policy_dir: Path) -> Trainer:
+def build_trainer(cfg: Config, model: torch.nn.Module, policy_dir: Path) -> Learner:
     """The trainer of ``model``: its AdamW optimizer, the loss ``loss.name``, the proximal policy
     ``trainer.prox``, and a frozen reference for the KL penalty when ``trainer.kl_coef`` > 0."""
     reference = build_reference(cfg, model, policy_dir)
-    return Trainer(model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
+    return Learner(model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
                    reference=reference, lm_head_fp32=cfg.policy.lm_head_fp32)
 
 

@@ -1,4 +1,4 @@
-"""One Trainer.step of a fixed model and batch, in one process or as one rank of a world of FSDP2
+"""One Learner.step of a fixed model and batch, in one process or as one rank of a world of FSDP2
 ranks: run here by the test (one process, unsharded) and as ``python dp_case.py RANK DIR CASE MICRO
 N_MINIBATCHES [WORLD [DEVICE]]`` by each rank (gloo on the CPU, NCCL on CUDA; WORLD 2 and the CPU by
 default). Writes rank 0's gradients (each update's, before the optimizer step), weights after the
@@ -12,7 +12,7 @@ import torch
 
 from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.training.reference import ReferencePolicy
-from asyncrl.training.trainer import Trainer
+from asyncrl.training.trainer import Learner
 
 CASES = {
     "a3po": (LossConfig(name="decoupled"), {"prox": "loglinear", "prox_error": True}, 0.0),
@@ -31,7 +31,7 @@ def run_case(model, batch, case: str, micro: int, n_minibatches: int, parallel=N
             for param in reference.model.parameters():
                 param.add_(0.01 * torch.randn(param.shape, generator=torch.Generator().manual_seed(3)))
     trained = model if shard is None else shard(model)
-    trainer = Trainer(trained, TrainerConfig(n_minibatches=n_minibatches, lr=1e-3, micro_batch_size=micro,
+    trainer = Learner(trained, TrainerConfig(n_minibatches=n_minibatches, lr=1e-3, micro_batch_size=micro,
                                              kl_coef=kl, grad_clip=1e9, **cfg),
                       loss, reference=reference, seed=5, parallel=parallel)
     trainer.version = 2

@@ -18,10 +18,10 @@ from asyncrl.distributed.config import FsdpConfig
 from asyncrl.distributed.data_parallel import DataParallel, full
 from asyncrl.distributed.fsdp import shard_model
 from asyncrl.distributed.world import World
-from asyncrl.training.trainer import Trainer
+from asyncrl.training.trainer import Learner
 
 
-def whole_state(trainer: Trainer) -> dict:
+def whole_state(trainer: Learner) -> dict:
     """The optimizer's state tensors, every one gathered whole: {param index: {name: tensor}}."""
     state = trainer.optimizer.state_dict()["state"]
     return {index: {key: full(value).clone() for key, value in per_param.items()} for index, per_param in state.items()}
@@ -31,7 +31,7 @@ def main(rank: int, out: Path, mode: str) -> None:
     init_group("gloo", rank, 2)
     world = World(rank, 2, rank)
     model, batch = torch.load(out / "input.pt", weights_only=False)
-    trainer = Trainer(shard_model(model, world, FsdpConfig()), TrainerConfig(n_minibatches=2, lr=1e-3),
+    trainer = Learner(shard_model(model, world, FsdpConfig()), TrainerConfig(n_minibatches=2, lr=1e-3),
                       LossConfig(name="decoupled"), seed=5, parallel=DataParallel(world))
     folder = out / "ckpt"
     if mode == "save":

@@ -14,7 +14,7 @@ import torch
 from asyncrl.training.checkpoint import DamagedCheckpoint, _non_finite_shards, load_states
 from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.distributed.sharded_state import SHARDS, tensor_names
-from asyncrl.training.trainer import Trainer
+from asyncrl.training.trainer import Learner
 
 HERE = Path(__file__).parent
 
@@ -81,7 +81,7 @@ def test_shards_read_back_at_world_two_and_in_one_process(sharded_checkpoint):
     _world_two(tmp_path, "load")
     _assert_same(torch.load(tmp_path / "loaded.pt", weights_only=True), saved)
 
-    one = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3), LossConfig(name="decoupled"), seed=5)
+    one = Learner(model, TrainerConfig(n_minibatches=2, lr=1e-3), LossConfig(name="decoupled"), seed=5)
     one.load_optimizer_state(entry)  # world 1: whole tensors out of both ranks' files
     state = one.optimizer.state_dict()["state"]
     _assert_same({index: dict(per_param) for index, per_param in state.items()}, saved)

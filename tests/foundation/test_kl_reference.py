@@ -9,7 +9,7 @@ import torch
 
 from asyncrl.config import LossConfig, PolicyConfig, TrainerConfig, load_config
 from asyncrl.training.reference import ReferencePolicy, build_reference, kl_estimate, kl_penalty
-from asyncrl.training.trainer import Trainer
+from asyncrl.training.trainer import Learner
 
 
 def test_estimators_by_hand():
@@ -45,7 +45,7 @@ def train(model, batch, steps, reference=None, **cfg):
     """Weights after ``steps`` steps, the step stats, and the mean k3 KL of the trained policy to the
     starting one on the batch's tokens; ``model`` is left as it started."""
     start = {k: v.clone() for k, v in model.state_dict().items()}
-    trainer = Trainer(model, TrainerConfig(n_minibatches=2, lr=3e-3, **cfg), LossConfig(), reference=reference)
+    trainer = Learner(model, TrainerConfig(n_minibatches=2, lr=3e-3, **cfg), LossConfig(), reference=reference)
     stats = [trainer.step(batch) for _ in range(steps)]
     after = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():
@@ -90,12 +90,12 @@ def test_lora_reference_is_the_base_with_adapters_off(policy_and_batch):
     cfg = load_config(None, ["trainer.kl_coef=1.0", "policy.lora_rank=4"])
     reference = build_reference(cfg, lora, "unused")  # no load: the trained module itself, adapters off
     assert reference.adapters_off
-    trainer = Trainer(lora, TrainerConfig(n_minibatches=2, lr=1e-2, kl_coef=1.0), LossConfig(), reference=reference)
+    trainer = Learner(lora, TrainerConfig(n_minibatches=2, lr=1e-2, kl_coef=1.0), LossConfig(), reference=reference)
     for _ in range(2):
         stats = trainer.step(batch)
     with torch.no_grad():
         policy_logp = trainer.logprobs(batch)[0]
-        base_logp = Trainer(base, TrainerConfig(), LossConfig()).logprobs(batch)[0]
+        base_logp = Learner(base, TrainerConfig(), LossConfig()).logprobs(batch)[0]
     ref_logp = reference.logprobs(batch, temperature=1.0, autocast=trainer._autocast())
     assert not torch.allclose(policy_logp, base_logp)  # the adapters trained
     torch.testing.assert_close(ref_logp, base_logp)

@@ -9,7 +9,7 @@ from asyncrl.config import LossConfig, TrainerConfig, load_config
 from asyncrl.core.loader import ConfigError
 from asyncrl.training.lr_schedule import check_schedule, lr_factor
 from asyncrl.stability.config import VcpoConfig
-from asyncrl.training.trainer import Trainer
+from asyncrl.training.trainer import Learner
 
 
 def factors(shape, total=6, warmup=2, min_ratio=0.0):
@@ -37,7 +37,7 @@ def record_update_lrs(trainer):
 def test_each_update_uses_the_scheduled_lr(policy_and_batch):
     model, batch = policy_and_batch
     cfg = TrainerConfig(n_minibatches=2, lr=1e-3, steps=4, warmup_steps=1, lr_schedule="linear", min_lr_ratio=0.2)
-    trainer = Trainer(model, cfg, LossConfig())
+    trainer = Learner(model, cfg, LossConfig())
     seen = record_update_lrs(trainer)
     logged = [trainer.step(batch)["lr"] for _ in range(4)]
     expected = [1e-3 * f for f in factors("linear", total=4, warmup=1, min_ratio=0.2)]
@@ -49,7 +49,7 @@ def test_ess_scaling_rides_on_the_schedule_without_compounding(policy_and_batch)
     model, batch = policy_and_batch
     cfg = TrainerConfig(n_minibatches=2, lr=1e-3, steps=3, lr_schedule="cosine",
                         vcpo=VcpoConfig(enabled=True, base_ess_ratio=1.0))
-    trainer = Trainer(model, cfg, LossConfig())
+    trainer = Learner(model, cfg, LossConfig())
     seen = record_update_lrs(trainer)
     scales = []
     for k in range(1, 4):
@@ -72,11 +72,11 @@ def test_scheduler_state_round_trips_and_a_reloaded_optimizer_is_rescheduled(pol
     def factor(k):
         return lr_factor(k, total=5, warmup=0, shape="cosine", min_ratio=0.0)
 
-    first = Trainer(model, cfg, LossConfig())
+    first = Learner(model, cfg, LossConfig())
     first.step(batch)
     saved = first.state_dict()
     first.step(batch)
-    second = Trainer(model, cfg, LossConfig())
+    second = Learner(model, cfg, LossConfig())
     second.load_state_dict(saved)
     assert second.scheduler.last_epoch == 1
     assert second.step(batch)["lr"] == pytest.approx(1e-3 * factor(2))

@@ -13,7 +13,7 @@ import asyncrl.training.trainer as trainer_module
 from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.objectives.micro_batching import check_micro_batching
 from asyncrl.training.reference import ReferencePolicy
-from asyncrl.training.trainer import Trainer
+from asyncrl.training.trainer import Learner
 from asyncrl.training.steps import micro_bounds
 
 TIMES = ("train_time_s", "prox_time_s", "prox_error_time_s")
@@ -37,7 +37,7 @@ def _run(model, batch, start, loss: LossConfig, micro: int, kl: float = 0.0, **c
         with torch.no_grad():  # a reference away from the policy: a non-zero penalty gradient
             for param in reference.model.parameters():
                 param.add_(0.01 * torch.randn(param.shape, generator=torch.Generator().manual_seed(3)))
-    trainer = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3, micro_batch_size=micro, kl_coef=kl, **cfg),
+    trainer = Learner(model, TrainerConfig(n_minibatches=2, lr=1e-3, micro_batch_size=micro, kl_coef=kl, **cfg),
                       loss, reference=reference, seed=5)
     trainer.version = 2
     # Adam divides by sqrt(v) + eps: with the default 1e-8, float noise in a gradient entry near 0 moves
@@ -93,7 +93,7 @@ def test_recompute_forward_runs_per_micro_batch(policy_and_batch, monkeypatch):
         return real(model, prompt_ids, *args, **kwargs)
 
     monkeypatch.setattr(trainer_module, "completion_logprobs", spy)
-    trainer = Trainer(model, TrainerConfig(n_minibatches=2, micro_batch_size=4, prox="recompute"),
+    trainer = Learner(model, TrainerConfig(n_minibatches=2, micro_batch_size=4, prox="recompute"),
                       LossConfig(name="decoupled"))
     trainer.step(batch)
     assert rows == [4, 4, 4, 4]  # the 16-row batch in no-grad forwards of 4 rows, never at once
@@ -111,7 +111,7 @@ def test_losses_that_cannot_be_split_are_refused(loss):
         check_micro_batching(loss, TrainerConfig(micro_batch_size=2))
     check_micro_batching(loss, TrainerConfig(micro_batch_size=0))  # no split: accepted
     with pytest.raises(ValueError, match="trainer.micro_batch_size"):
-        Trainer(torch.nn.Linear(2, 2), TrainerConfig(micro_batch_size=2), loss)
+        Learner(torch.nn.Linear(2, 2), TrainerConfig(micro_batch_size=2), loss)
 
 
 @pytest.mark.parametrize("field, value", [("micro_batch_size", -1), ("logits_chunk", 0)])
@@ -125,7 +125,7 @@ def test_logp_mismatch_is_zero_when_behav_is_the_trainer(policy_and_batch):
     """Behavior log-probs set to the trainer's own at the current version: a mismatch of 0; the tokens
     of older versions are not counted (NaN when no token is current)."""
     model, batch = policy_and_batch
-    trainer = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3, prox="recompute"), LossConfig(name="decoupled"))
+    trainer = Learner(model, TrainerConfig(n_minibatches=2, lr=1e-3, prox="recompute"), LossConfig(name="decoupled"))
     with torch.no_grad():
         batch.behav_logp = trainer.logprobs(batch)[0]
     batch.versions = torch.where(batch.completion_mask, 0, -1)
@@ -134,7 +134,7 @@ def test_logp_mismatch_is_zero_when_behav_is_the_trainer(policy_and_batch):
 
 
 def _fp16_trainer(model, **cfg):
-    return Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3, autocast="float16", **cfg), LossConfig())
+    return Learner(model, TrainerConfig(n_minibatches=2, lr=1e-3, autocast="float16", **cfg), LossConfig())
 
 
 def test_float16_steps_with_a_loss_scale(policy_and_batch):

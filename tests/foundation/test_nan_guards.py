@@ -12,7 +12,7 @@ from asyncrl.config import ConfigError, LossConfig, TrainerConfig, load_config
 from asyncrl.policy.prompts import encode_problems
 from asyncrl.rollout import EngineSpec, make_engine, score
 from asyncrl.rollout.scoring import RewardError, check_reward, rewards_of
-from asyncrl.training.trainer import Trainer
+from asyncrl.training.trainer import Learner
 
 BAD = [float("nan"), float("inf"), float("-inf")]
 
@@ -43,7 +43,7 @@ def test_healthy_step_changes_weights(setup):
     means the guard held, not that nothing would have happened)."""
     model, batch, _ = setup
     before = _snapshot(model)
-    Trainer(model, TrainerConfig(n_minibatches=1, lr=1e-3), LossConfig()).step(batch)
+    Learner(model, TrainerConfig(n_minibatches=1, lr=1e-3), LossConfig()).step(batch)
     assert not _unchanged_and_finite(model, before)
 
 
@@ -53,7 +53,7 @@ def test_loss(setup, monkeypatch, bad):
     real = trainer_module.policy_loss
     monkeypatch.setattr(trainer_module, "policy_loss", lambda *a, **k: (lambda l, s: (l * bad, s))(*real(*a, **k)))
     before = _snapshot(model)
-    stats = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3), LossConfig()).step(batch)
+    stats = Learner(model, TrainerConfig(n_minibatches=2, lr=1e-3), LossConfig()).step(batch)
     assert stats["skipped_updates"] == 2
     assert _unchanged_and_finite(model, before)
 
@@ -66,7 +66,7 @@ def test_gradient(setup, bad):
     handle = param.register_hook(lambda grad: grad * bad)
     try:
         before = _snapshot(model)
-        stats = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3), LossConfig()).step(batch)
+        stats = Learner(model, TrainerConfig(n_minibatches=2, lr=1e-3), LossConfig()).step(batch)
     finally:
         handle.remove()
     assert stats["skipped_updates"] == 2 and math.isfinite(stats["loss"])
@@ -79,8 +79,8 @@ def test_clip_limit(setup, bad):
     with pytest.raises(ConfigError, match="trainer.grad_clip"):
         load_config(None, [f"trainer.grad_clip={bad}".replace("nan", ".nan").replace("inf", ".inf")])
     with pytest.raises(ValueError, match="trainer.grad_clip"):
-        Trainer(model, TrainerConfig(grad_clip=bad), LossConfig())  # a config built without load
-    trainer = Trainer(model, TrainerConfig(n_minibatches=1, lr=1e-3), LossConfig())
+        Learner(model, TrainerConfig(grad_clip=bad), LossConfig())  # a config built without load
+    trainer = Learner(model, TrainerConfig(n_minibatches=1, lr=1e-3), LossConfig())
     trainer.cfg.grad_clip = bad  # changed after construction: checked at every update
     before = _snapshot(model)
     with pytest.raises(ValueError, match="trainer.grad_clip"):
@@ -94,8 +94,8 @@ def test_learning_rate(setup, bad):
     with pytest.raises(ConfigError, match="trainer.lr"):
         load_config(None, [f"trainer.lr={bad}".replace("nan", ".nan").replace("inf", ".inf")])
     with pytest.raises(ValueError, match="trainer.lr"):
-        Trainer(model, TrainerConfig(lr=bad), LossConfig())
-    trainer = Trainer(model, TrainerConfig(n_minibatches=1, lr=1e-3), LossConfig())
+        Learner(model, TrainerConfig(lr=bad), LossConfig())
+    trainer = Learner(model, TrainerConfig(n_minibatches=1, lr=1e-3), LossConfig())
     trainer.optimizer.param_groups[0]["lr"] = bad  # e.g. a scheduler gone wrong
     before = _snapshot(model)
     with pytest.raises(ValueError, match="trainer.lr"):
@@ -133,7 +133,7 @@ def test_reward(setup, bad):
     # past that guard (a batch built by hand): the poisoned group's advantages are non-finite and
     # the objectives count them as 0; the other group still trains, and every weight stays finite
     batch.rewards[0] = bad
-    stats = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3), LossConfig()).step(batch)
+    stats = Learner(model, TrainerConfig(n_minibatches=2, lr=1e-3), LossConfig()).step(batch)
     assert math.isfinite(stats["loss"])
     assert all(torch.isfinite(p).all() for p in model.parameters())
 

@@ -7,7 +7,7 @@ import asyncrl.training.trainer as trainer_module
 from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.policy.prompts import encode_problems
 from asyncrl.rollout import EngineSpec, make_engine, score
-from asyncrl.training.trainer import Trainer
+from asyncrl.training.trainer import Learner
 
 
 @pytest.fixture()
@@ -26,7 +26,7 @@ def setup(tiny_policy):
 def test_step_updates_weights_and_version(setup):
     model, batch = setup
     before = [p.detach().clone() for p in model.parameters()]
-    trainer = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3), LossConfig())
+    trainer = Learner(model, TrainerConfig(n_minibatches=2, lr=1e-3), LossConfig())
     stats = trainer.step(batch)
     assert trainer.version == 1
     assert math.isfinite(stats["loss"]) and stats["skipped_updates"] == 0
@@ -36,7 +36,7 @@ def test_step_updates_weights_and_version(setup):
 
 def test_positive_advantage_sequences_gain_probability(setup):
     model, batch = setup
-    trainer = Trainer(model, TrainerConfig(n_minibatches=1, lr=1e-3), LossConfig())
+    trainer = Learner(model, TrainerConfig(n_minibatches=1, lr=1e-3), LossConfig())
     with torch.no_grad():
         before = (trainer.logprobs(batch)[0]).sum(1)
     for _ in range(3):
@@ -58,7 +58,7 @@ def test_nonfinite_loss_never_reaches_weights(setup, monkeypatch, bad):
 
     monkeypatch.setattr(trainer_module, "policy_loss", poisoned)
     before = [p.detach().clone() for p in model.parameters()]
-    trainer = Trainer(model, TrainerConfig(n_minibatches=2), LossConfig())
+    trainer = Learner(model, TrainerConfig(n_minibatches=2), LossConfig())
     stats = trainer.step(batch)
     assert stats["skipped_updates"] == 2
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
@@ -77,7 +77,7 @@ def test_step_statistics_are_named_for_what_they_hold(setup, monkeypatch):
         return loss, stats
 
     monkeypatch.setattr(trainer_module, "policy_loss", spy)
-    trainer = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-2), LossConfig())
+    trainer = Learner(model, TrainerConfig(n_minibatches=2, lr=1e-2), LossConfig())
     trainer.version = 1  # the batch is one version stale: both updates have ratios and staleness
     stats = trainer.step(batch.select(torch.arange(len(batch))))
     assert len(per_update) == 2  # one loss per update (no micro-batches)
@@ -123,7 +123,7 @@ def test_prox_error_measures_without_changing_the_update(setup):
     results = {}
     for measure in (False, True):
         model.load_state_dict(start)
-        trainer = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3, prox="loglinear", prox_error=measure),
+        trainer = Learner(model, TrainerConfig(n_minibatches=2, lr=1e-3, prox="loglinear", prox_error=measure),
                           LossConfig())
         trainer.version = 2  # the batch (version 0) is two versions stale
         results[measure] = (trainer.step(batch.select(torch.arange(len(batch)))),
@@ -140,7 +140,7 @@ def test_prox_error_measures_without_changing_the_update(setup):
 def test_prox_error_every_n_measures_only_on_multiples_of_n(setup):
     model, batch = setup
     start = {k: v.clone() for k, v in model.state_dict().items()}
-    trainer = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3, prox="loglinear", prox_error=True,
+    trainer = Learner(model, TrainerConfig(n_minibatches=2, lr=1e-3, prox="loglinear", prox_error=True,
                                            prox_error_every=3), LossConfig())
     measured = [("prox_abs_err_mean" in trainer.step(batch.select(torch.arange(len(batch))))) for _ in range(7)]
     model.load_state_dict(start)
@@ -148,7 +148,7 @@ def test_prox_error_every_n_measures_only_on_multiples_of_n(setup):
 
 
 def test_trainer_never_names_a_proximal_strategy():
-    """The Trainer reaches the proximal policy through the registry only: no strategy name appears
+    """The Learner reaches the proximal policy through the registry only: no strategy name appears
     as a string in its class (so no ``if prox == ...`` branch)."""
     import ast
     from pathlib import Path
@@ -156,7 +156,7 @@ def test_trainer_never_names_a_proximal_strategy():
     from asyncrl.objectives import PROX_STRATEGIES
 
     tree = ast.parse(Path(trainer_module.__file__).read_text())
-    (trainer_class,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Trainer"]
+    (trainer_class,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Learner"]
     strings = {node.value for node in ast.walk(trainer_class)
                if isinstance(node, ast.Constant) and isinstance(node.value, str)}
     assert "step" in {node.name for node in trainer_class.body if isinstance(node, ast.FunctionDef)}
@@ -169,7 +169,7 @@ def test_each_strategy_gets_the_extra_forward_pass_only_when_it_declares_it(setu
     from asyncrl.objectives import PROX_STRATEGIES
 
     model, batch = setup
-    trainer = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3, prox=prox), LossConfig(name=loss))
+    trainer = Learner(model, TrainerConfig(n_minibatches=2, lr=1e-3, prox=prox), LossConfig(name=loss))
     forwards, seen = [], []
     real_logprobs, real_loss = trainer.logprobs, trainer_module.policy_loss
     monkeypatch.setattr(trainer, "logprobs", lambda *a, **k: forwards.append(1) or real_logprobs(*a, **k))

@@ -85,7 +85,7 @@ def test_engine_and_trainer_on_cuda(tiny_policy):
     from asyncrl.config import LossConfig, TrainerConfig
     from asyncrl.policy.prompts import encode_problems
     from asyncrl.rollout import EngineSpec, make_engine, score
-    from asyncrl.training.trainer import Trainer
+    from asyncrl.training.trainer import Learner
 
     model, tok, task = tiny_policy
     model = copy.deepcopy(model).cuda()
@@ -97,7 +97,7 @@ def test_engine_and_trainer_on_cuda(tiny_policy):
     assert gen.completion_ids.device.type == "cpu"  # the engine's exit: CPU tensors
     batch = score(gen, problems, 4, task, tok)
     batch.rewards = torch.tensor([1.0, 0, 0, 0] * 4)
-    trainer = Trainer(model, TrainerConfig(n_minibatches=2, lr=1e-3, autocast="bfloat16"), LossConfig())
+    trainer = Learner(model, TrainerConfig(n_minibatches=2, lr=1e-3, autocast="bfloat16"), LossConfig())
     stats = trainer.step(batch)
     assert trainer.version == 1 and stats["skipped_updates"] == 0
     assert all(p.dtype == torch.float32 for p in model.parameters())  # fp32 master weights

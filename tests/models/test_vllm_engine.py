@@ -113,7 +113,7 @@ def test_update_from_trainer_step(engine, tiny_dir):
     """A real optimizer step (the trainer's), then the engine matches the trained weights."""
     from asyncrl.config import LossConfig, TrainerConfig
     from asyncrl.rollout import score
-    from asyncrl.training.trainer import Trainer
+    from asyncrl.training.trainer import Learner
 
     _, model, tokenizer, task = tiny_dir
     trained = copy.deepcopy(model)
@@ -122,7 +122,7 @@ def test_update_from_trainer_step(engine, tiny_dir):
     gen = engine.generate(_prompts(tokenizer, problems, 4))
     batch = score(gen, problems, 4, task, tokenizer)
     batch.rewards = torch.arange(len(batch), dtype=torch.float32) % 2  # a non-zero advantage signal
-    trainer = Trainer(trained, TrainerConfig(lr=1e-2, n_minibatches=1), LossConfig(), temperature=TEMPERATURE)
+    trainer = Learner(trained, TrainerConfig(lr=1e-2, n_minibatches=1), LossConfig(), temperature=TEMPERATURE)
     trainer.step(batch)
     trained.eval()
     engine.update_weights(trained, trainer.version)

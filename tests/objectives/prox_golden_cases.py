@@ -5,7 +5,7 @@ natural proximal policy, plus importance-weighted REINFORCE and decoupled PPO wi
 proximal policy), the a3po suite's sync arm (ppo against the behavior policy), the probability-space
 mixture ``linear`` and the A-3PO variants (an α floor, an ESS-set floor, a truncated behavior weight,
 sequence level). The inputs are one training batch of B = 8 sequences, T = 12 tokens, split into two
-minibatches of 4 rows as ``Trainer.step`` splits it, at current version V = 16 with token versions
+minibatches of 4 rows as ``Learner.step`` splits it, at current version V = 16 with token versions
 giving every staleness 0..16, padded tails (version −1, outside the mask), and a ``recomputed`` tensor
 standing in for the exact proximal log-probs of the extra forward pass.
 """
@@ -77,7 +77,7 @@ def build_inputs(seed: int = 24) -> dict[str, torch.Tensor]:
 
 
 def minibatch_sizes(batch_size: int) -> list[int]:
-    """Row counts of the minibatches, as Trainer.step chunks its permutation."""
+    """Row counts of the minibatches, as Learner.step chunks its permutation."""
     return [len(index) for index in torch.arange(batch_size).chunk(N_MINIBATCHES)]
 
 

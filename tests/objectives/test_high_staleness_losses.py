@@ -21,7 +21,7 @@ Sources followed (the reference transcriptions below are written in the sources'
   per sequence; here ``agg`` is the caller's, like every loss.
 
 Golden values: data/high_staleness_golden.pt, the losses, gradients and statistics on the proximal
-golden batch (prox_golden_cases.py) along the Trainer.step path, compared to float32 rounding.
+golden batch (prox_golden_cases.py) along the Learner.step path, compared to float32 rounding.
 Re-record after an intended change: ``python tests/objectives/test_high_staleness_losses.py --write``.
 """
 

@@ -2,9 +2,9 @@
 and diagnostics recorded in data/prox_golden.pt, bit for bit.
 
 The golden file was written from the code before the proximal strategies had one home (commit
-a41c1e1: ``Trainer._prox_setup`` and the per-minibatch branches of ``Trainer.step``, with the model's
+a41c1e1: ``Learner._prox_setup`` and the per-minibatch branches of ``Learner.step``, with the model's
 forward passes replaced by the fixed tensors of prox_golden_cases.py). This test drives the same
-calls ``Trainer.step`` makes now: the strategy's plan once per step, its minibatch rows, policy_loss.
+calls ``Learner.step`` makes now: the strategy's plan once per step, its minibatch rows, policy_loss.
 
 The file may have been written on another CPU, whose vectorized exp/log round differently in the
 last bits: values must agree to float32 rounding (``FLOAT32_TOLERANCE`` in prox_golden_cases.py,
@@ -29,7 +29,7 @@ except ImportError:  # run as a script (--write)
 
 
 def trainer_path(loss_name: str, prox: str, params: dict, inp: dict) -> dict:
-    """What Trainer.step computes on these tensors, minibatch by minibatch, concatenated."""
+    """What Learner.step computes on these tensors, minibatch by minibatch, concatenated."""
     strategy = prox_strategy(prox)
     exact = inp["recomputed"] if strategy.needs_forward else None  # the extra no-grad forward pass
     plan = strategy.plan(inp["behav_logp"], inp["versions"], CURRENT_VERSION, exact)

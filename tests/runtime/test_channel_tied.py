@@ -107,7 +107,7 @@ class _FakeStore:
 def ray_store():
     """The Ray channel's module, which imports ray (the ``ray`` extra): skipped where it is missing."""
     pytest.importorskip("ray")
-    from asyncrl.runtime.channels import ray_store
+    from asyncrl.runtime.ray import store as ray_store
 
     return ray_store
 

@@ -57,7 +57,7 @@ class _FakeActorClass:
 
 @pytest.fixture
 def ray_backend():
-    return pytest.importorskip("asyncrl.runtime.ray_backend")  # Ray is an optional extra
+    return pytest.importorskip("asyncrl.runtime.ray.backend")  # Ray is an optional extra
 
 
 @pytest.fixture
@@ -215,7 +215,7 @@ def _run_loop(monkeypatch, device: str) -> list[str]:
     session.cfg = cfg
     monkeypatch.setattr(loop, "open_session", lambda c: session)
     monkeypatch.setattr(loop, "build_reference", lambda *a: None)
-    monkeypatch.setattr(loop, "Trainer", lambda *a, **k: types.SimpleNamespace(version=0, close=lambda: None))
+    monkeypatch.setattr(loop, "Learner", lambda *a, **k: types.SimpleNamespace(version=0, close=lambda: None))
     monkeypatch.setattr(loop, "Evaluations", lambda s: Evaluations())
     monkeypatch.setattr(loop, "open_source", lambda c, s: Source())
     assert loop.train(cfg) == {"steps": 0}

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "foundation"))
 from test_faults import assert_nothing_half_written  # noqa: E402
 from test_ray_loopback import ARGS, GONE_WITHIN_S, _left_after  # noqa: E402
 
-from asyncrl.runtime import ray_backend, ray_local  # noqa: E402
+from asyncrl.runtime.ray import cluster, local as ray_local  # noqa: E402
 
 STOPPED_WITHIN_S = 60  # from the signal to the trainer's exit, its checkpoint written
 # a reward that always separates a group's samples: no "no learning signal" warning on stderr
@@ -165,7 +165,7 @@ def test_a_ray_worker_killed_mid_run_leaves_nothing_on_stdout(tmp_path, model_di
 
 WATCHED = """
 import os, signal, subprocess, sys, time
-from asyncrl.runtime.ray_local import RayletWatch
+from asyncrl.runtime.ray.local import RayletWatch
 raylet = subprocess.Popen(["sleep", "60"])
 watch = RayletWatch(raylet.pid, None)
 watch.run_dir = sys.argv[1]
@@ -197,7 +197,7 @@ def test_the_raylet_watch_ends_the_process_with_one_line(tmp_path):
 
 TRAINER = """
 import os, signal, subprocess, sys, time
-from asyncrl.runtime.worker_entry import start_ray_reaper, tell_ray_reaper
+from asyncrl.runtime.ray.reaper import start_ray_reaper, tell_ray_reaper
 ray_dir, run_dir, temp_dir, how = sys.argv[1:5]
 logs = os.path.join(temp_dir, "session_1", "logs")
 os.makedirs(logs)
@@ -260,15 +260,15 @@ def test_ray_init_keeps_the_runs_stop_signals_and_blocks_sigterm_in_what_it_star
 
 def test_the_private_cluster_gets_a_short_temp_folder_of_its_own(monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr(ray_backend.ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray_backend.ray, "init", lambda **kwargs: calls.append(kwargs))
-    monkeypatch.setattr(ray_backend, "start_ray_reaper", lambda ray_dir, temp_dir: calls.append(temp_dir))
-    monkeypatch.setattr(ray_backend, "_temp_dir", None)
+    monkeypatch.setattr(cluster.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(cluster.ray, "init", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(cluster, "start_ray_reaper", lambda ray_dir, temp_dir: calls.append(temp_dir))
+    monkeypatch.setattr(cluster, "_temp_dir", None)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("TMPDIR", str(tmp_path / ("long" * 20)))  # too long for Ray's socket paths
     (tmp_path / ("long" * 20)).mkdir()
     monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
-    assert ray_backend.init_ray(1)
+    assert cluster.init_ray(1)
     reaped, kwargs = calls
     folder = kwargs["_temp_dir"]
     try:
@@ -276,8 +276,8 @@ def test_the_private_cluster_gets_a_short_temp_folder_of_its_own(monkeypatch, tm
         assert len(folder + "/session_2026-11-27_12-10-20_078909_4194304/sockets/plasma_store") <= 107
         assert kwargs["logging_level"] >= 40  # ERROR: no start-up notices on the run's stderr
     finally:
-        monkeypatch.setattr(ray_backend, "shutdown", lambda: None)
-        ray_backend.stop_private()
+        monkeypatch.setattr(cluster, "shutdown", lambda: None)
+        cluster.stop_private()
     assert not Path(folder).exists()
 
 
@@ -288,12 +288,12 @@ def test_what_rays_driver_prints_for_the_cluster_goes_to_stderr(monkeypatch, cap
     from ray._private import worker
 
     monkeypatch.setattr(worker, "print_worker_logs", worker.print_worker_logs)  # put back after the test
-    monkeypatch.setattr(ray_backend.ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray_backend.ray, "init", lambda **kwargs: None)
+    monkeypatch.setattr(cluster.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(cluster.ray, "init", lambda **kwargs: None)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.7:6379")
     monkeypatch.setenv("RAY_COLOR_PREFIX", "0")
-    assert ray_backend.init_ray(1)
-    ray_backend.init_ray(1)  # a second run in the process: printed once all the same
+    assert cluster.init_ray(1)
+    cluster.init_ray(1)  # a second run in the process: printed once all the same
     notice = "A worker died or was killed while executing a task by an unexpected system error. (test 1)"
     worker.print_to_stdstream({"lines": [notice], "pid": "raylet", "is_err": False}, ignore_prefix=False)
     worker.print_to_stdstream({"lines": ["an actor's print (test 2)"], "pid": 4321, "ip": "127.0.0.1",

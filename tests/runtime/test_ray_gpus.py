@@ -9,8 +9,7 @@ import torch
 
 from asyncrl.config import Config
 from asyncrl.runtime.validate import check_parts
-from asyncrl.runtime import ray_backend
-from asyncrl.runtime.backends import _trainer_gpu_kept_out
+from asyncrl.runtime.ray import _trainer_gpu_kept_out, cluster
 
 
 @pytest.mark.parametrize("trainer, visible, count, expected", [
@@ -20,7 +19,7 @@ from asyncrl.runtime.backends import _trainer_gpu_kept_out
     (None, "0,1", 2, None),  # fractional actors share the trainer's GPU on purpose
 ])
 def test_the_gpus_beside_the_trainer(trainer, visible, count, expected):
-    assert ray_backend.gpus_beside(trainer, visible, count) == expected
+    assert cluster.gpus_beside(trainer, visible, count) == expected
 
 
 def test_a_private_cluster_is_started_without_the_trainers_gpu(monkeypatch, tmp_path):
@@ -29,20 +28,20 @@ def test_a_private_cluster_is_started_without_the_trainers_gpu(monkeypatch, tmp_
     def init(**kwargs):
         seen.update(kwargs, visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
 
-    monkeypatch.setattr(ray_backend.ray, "init", init)
-    monkeypatch.setattr(ray_backend, "new_temp_dir", lambda: str(tmp_path))
-    monkeypatch.setattr(ray_backend, "start_ray_reaper", lambda *args: None)
-    monkeypatch.setattr(ray_backend.RayletWatch, "of_child_raylet", staticmethod(lambda reaper: None))
+    monkeypatch.setattr(cluster.ray, "init", init)
+    monkeypatch.setattr(cluster, "new_temp_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(cluster, "start_ray_reaper", lambda *args: None)
+    monkeypatch.setattr(cluster.RayletWatch, "of_child_raylet", staticmethod(lambda reaper: None))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     try:
-        ray_backend._start_private(2, trainer_gpu=0)
+        cluster._start_private(2, trainer_gpu=0)
     finally:
-        monkeypatch.setattr(ray_backend, "_reaper", None)
-        monkeypatch.setattr(ray_backend, "_temp_dir", None)
-        monkeypatch.setattr(ray_backend, "_raylet_watch", None)
+        monkeypatch.setattr(cluster, "_reaper", None)
+        monkeypatch.setattr(cluster, "_temp_dir", None)
+        monkeypatch.setattr(cluster, "_raylet_watch", None)
         import atexit
-        atexit.unregister(ray_backend.stop_private)
+        atexit.unregister(cluster.stop_private)
     assert seen["visible"] == "1,2,3" and seen["num_gpus"] == 3
     assert "CUDA_VISIBLE_DEVICES" not in os.environ  # this process keeps what it had
 

@@ -120,35 +120,35 @@ def test_nothing_of_ray_outlives_a_sigkilled_trainer(tmp_path, model_dir):
 def test_a_private_cluster_starts_on_loopback_and_a_named_address_is_left_alone(monkeypatch):
     import ray
 
-    from asyncrl.runtime import ray_backend
+    from asyncrl.runtime.ray import cluster
 
     calls = []
 
     def fake_init(**kwargs):
         flag = ray._private.ray_constants.ENABLE_RAY_CLUSTER
-        calls.append((kwargs, os.environ.get(ray_backend.SINGLE_MACHINE_ENV), flag))
+        calls.append((kwargs, os.environ.get(cluster.SINGLE_MACHINE_ENV), flag))
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", fake_init)
-    monkeypatch.setattr(ray_backend, "start_ray_reaper", lambda ray_dir, temp_dir: None)
-    monkeypatch.setattr(ray_backend, "new_temp_dir", lambda: "/nowhere")  # no cluster starts: no folder made
-    monkeypatch.setattr(ray_backend, "_temp_dir", None)
+    monkeypatch.setattr(cluster, "start_ray_reaper", lambda ray_dir, temp_dir: None)
+    monkeypatch.setattr(cluster, "new_temp_dir", lambda: "/nowhere")  # no cluster starts: no folder made
+    monkeypatch.setattr(cluster, "_temp_dir", None)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.delenv(ray_backend.SINGLE_MACHINE_ENV, raising=False)
+    monkeypatch.delenv(cluster.SINGLE_MACHINE_ENV, raising=False)
     flag_before = ray._private.ray_constants.ENABLE_RAY_CLUSTER
-    assert ray_backend.init_ray(1)
+    assert cluster.init_ray(1)
     kwargs, env, flag = calls[-1]
     assert kwargs["_node_ip_address"] == "127.0.0.1" and kwargs["include_dashboard"] is False
     assert env == "0" and flag is False  # a loopback node address stays loopback
-    assert ray_backend.SINGLE_MACHINE_ENV not in os.environ  # restored after the start
+    assert cluster.SINGLE_MACHINE_ENV not in os.environ  # restored after the start
     assert ray._private.ray_constants.ENABLE_RAY_CLUSTER == flag_before
     monkeypatch.setenv("RAY_ADDRESS", "10.1.2.3:6379")
-    assert ray_backend.init_ray(1)
+    assert cluster.init_ray(1)
     kwargs, env, flag = calls[-1]
     assert kwargs["address"] == "10.1.2.3:6379" and "_node_ip_address" not in kwargs
     assert env is None and flag == flag_before
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")  # a cluster on loopback: joined as loopback
-    assert ray_backend.init_ray(1)
+    assert cluster.init_ray(1)
     kwargs, env, flag = calls[-1]
     assert kwargs["address"] == "127.0.0.1:6379" and kwargs["_node_ip_address"] == "127.0.0.1"
     assert env == "0" and flag is False

@@ -21,7 +21,7 @@ def test_auto_reward_model_dtype(device, dtype, expected):
 
 
 def test_inside_an_actor_a_reward_models_gpu_is_its_own():
-    ray_backend = pytest.importorskip("asyncrl.runtime.ray_backend")
+    ray_backend = pytest.importorskip("asyncrl.runtime.ray.backend")
     cfg = Config()
     cfg.policy.device, cfg.reward.model_device = "cuda:1", "cuda:2"
     spec = worker.WorkerSpec(0, to_dict(cfg), "p", 0, 8, True)

@@ -118,7 +118,7 @@ def test_every_reader_of_the_shards_refuses_it(crafted_run):
     from asyncrl.distributed.sharded_state import load_shards, tensor_names
     from asyncrl.training.checkpoint import check_checkpoint, latest_checkpoint, load_states
     from asyncrl.training.export import export_run
-    from asyncrl.training.trainer import Trainer
+    from asyncrl.training.trainer import Learner
 
     run_dir, marker = crafted_run
     checkpoint = latest_checkpoint(run_dir)
@@ -130,7 +130,7 @@ def test_every_reader_of_the_shards_refuses_it(crafted_run):
         export_run(run_dir)
     entry = load_states(checkpoint)[0]["optimizer"]
     model = torch.nn.Linear(2, 2)
-    trainer = Trainer(model, TrainerConfig(n_minibatches=1, lr=1e-3), LossConfig(name="decoupled"), seed=0)
+    trainer = Learner(model, TrainerConfig(n_minibatches=1, lr=1e-3), LossConfig(name="decoupled"), seed=0)
     with pytest.raises(UnsafeCheckpoint):
         load_shards(trainer.optimizer, entry, distributed=False)
     assert not marker.exists()

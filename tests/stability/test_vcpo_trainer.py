@@ -18,7 +18,7 @@ from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.policy.prompts import encode_problems
 from asyncrl.rollout import EngineSpec, make_engine, score
 from asyncrl.stability.config import VcpoConfig
-from asyncrl.training.trainer import Trainer
+from asyncrl.training.trainer import Learner
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "foundation"))
 from test_e2e_train import TINY  # noqa: E402
@@ -38,7 +38,7 @@ def twin_batch(tiny_policy):
     batch = batch.select(torch.tensor([0, 0]))
     batch.group_ids = torch.tensor([0, 0])
     batch.rewards = torch.tensor([1.0, 0.0])
-    trainer = Trainer(model, TrainerConfig(n_minibatches=1), LossConfig())
+    trainer = Learner(model, TrainerConfig(n_minibatches=1), LossConfig())
     with torch.no_grad():
         logp, _ = trainer.logprobs(batch)
     behav = logp.clone()
@@ -51,7 +51,7 @@ def twin_batch(tiny_policy):
 def test_ess_scales_the_learning_rate_of_the_step(twin_batch):
     model, batch = twin_batch
     cfg = TrainerConfig(n_minibatches=1, lr=1e-3, vcpo=VcpoConfig(enabled=True), prox="behav")
-    trainer = Trainer(model, cfg, LossConfig(name="tis"))
+    trainer = Learner(model, cfg, LossConfig(name="tis"))
     seen = []
     real_step = trainer.optimizer.step
     trainer.optimizer.step = lambda *a, **k: (seen.append([g["lr"] for g in trainer.optimizer.param_groups]),
@@ -62,18 +62,18 @@ def test_ess_scales_the_learning_rate_of_the_step(twin_batch):
     assert stats["lr_scale"] == pytest.approx(math.sqrt(0.8), rel=1e-4)
     assert seen == [[pytest.approx(1e-3 * math.sqrt(0.8), rel=1e-4)]]
     assert [g["lr"] for g in trainer.optimizer.param_groups] == [1e-3]  # restored
-    off = Trainer(model, TrainerConfig(n_minibatches=1, lr=1e-3, prox="behav"), LossConfig(name="tis"))
+    off = Learner(model, TrainerConfig(n_minibatches=1, lr=1e-3, prox="behav"), LossConfig(name="tis"))
     assert off.step(batch)["lr_scale"] == 1.0  # measured, not applied, when VCPO is off
 
 
 def test_opob_baseline_through_the_trainer(twin_batch):
     model, batch = twin_batch
     # equal tokens ⇒ equal ‖g‖², which cancels: b* = Σ w² R / Σ w² = (1·1 + 9·0) / 10 = 0.1
-    trainer = Trainer(model, TrainerConfig(n_minibatches=1, advantage="drgrpo", vcpo=VcpoConfig(opob=True)),
+    trainer = Learner(model, TrainerConfig(n_minibatches=1, advantage="drgrpo", vcpo=VcpoConfig(opob=True)),
                       LossConfig())
     adv = trainer._advantages(batch.to(trainer.device))
     assert adv.tolist() == pytest.approx([0.9, -0.1], rel=1e-4)
-    plain = Trainer(model, TrainerConfig(n_minibatches=1, advantage="drgrpo"), LossConfig())._advantages(batch)
+    plain = Learner(model, TrainerConfig(n_minibatches=1, advantage="drgrpo"), LossConfig())._advantages(batch)
     assert plain.tolist() == pytest.approx([0.5, -0.5])  # the group mean, for contrast
 
 

@@ -1,4 +1,5 @@
-"""The environment seam: what an environment is, and the checked calls the runtime makes to it.
+"""The environment seam: what an environment is (:class:`Environment`), and the checked calls the
+runtime makes to it.
 
 An environment is any object with
 
@@ -30,16 +31,39 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from asyncrl.core.loader import ConfigError
 from asyncrl.core.user_code import Exited, TimedOut, call_guarded, finite_number, first_line
 from asyncrl.tasks import Problem
 from asyncrl.tasks.chat import ROLES, as_dicts
 
-__all__ = ["EnvError", "StepResult", "build_env", "check_messages", "check_reset", "check_step", "env_reset",
-           "env_step", "row_of", "tool_functions"]
+__all__ = ["EnvError", "Environment", "StepResult", "build_env", "check_messages", "check_reset", "check_step",
+           "env_reset", "env_step", "row_of", "tool_functions"]
+
+
+Prompt = str | list[dict]  # text, or {"role", "content"} messages
+Observation = str | list[dict]
+StepOutcome = tuple[Observation, float, bool, dict]  # (observation, reward, done, info)
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """One episode's environment, built by its factory (``env.name``'s entry of
+    :data:`asyncrl.agents.ENVIRONMENTS`, called with ``env.kwargs``) for each episode. Either method
+    may be ``async def``. The optional attributes (``stop``, ``role``, ``instance``,
+    ``tool_functions()``) are read with ``getattr``; see the module's notes."""
+
+    def reset(self, row: dict) -> Prompt | Awaitable[Prompt]:
+        """The episode's first prompt for ``row`` (:func:`row_of`: the row's columns, uid, prompt,
+        answer)."""
+        ...
+
+    def step(self, action: str) -> StepOutcome | Awaitable[StepOutcome]:
+        """The environment's answer to one assistant turn ``action``: (observation, reward, done,
+        info)."""
+        ...
 
 
 class EnvError(ConfigError):
@@ -56,7 +80,7 @@ def _name(env: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def build_env(factory: Callable, kwargs: dict) -> Any:
+def build_env(factory: Callable[..., Environment], kwargs: dict) -> Environment:
     """One environment instance (``factory(**env.kwargs)``); EnvError when the constructor fails."""
     try:
         return factory(**kwargs)
@@ -64,7 +88,7 @@ def build_env(factory: Callable, kwargs: dict) -> Any:
         raise EnvError(factory, None, f"construction with env.kwargs={kwargs} raised {first_line(err)}") from None
 
 
-def tool_functions(env: Any) -> Mapping[str, Callable] | None:
+def tool_functions(env: Environment) -> Mapping[str, Callable] | None:
     """The environment's own functions for the tools that act on its state (its optional
     ``tool_functions()``), or None: its episode's tools are plain functions."""
     own = getattr(env, "tool_functions", None)
@@ -108,7 +132,7 @@ def check_messages(env: Any, problem: Problem, value: Any, what: str, role: str)
                                  "non-empty list of {role, content} messages")
 
 
-def env_reset(env: Any, problem: Problem, timeout_s: float | None) -> list[dict]:
+def env_reset(env: Environment, problem: Problem, timeout_s: float | None) -> list[dict]:
     """The episode's first prompt as messages (one guarded call, in this thread)."""
     return check_reset(env, problem, _call(env, problem, "reset", env.reset, timeout_s, row_of(problem)))
 
@@ -127,7 +151,7 @@ class StepResult:
         self.messages, self.reward, self.done, self.info = messages, reward, done, info
 
 
-def env_step(env: Any, problem: Problem, action: str, timeout_s: float | None) -> StepResult:
+def env_step(env: Environment, problem: Problem, action: str, timeout_s: float | None) -> StepResult:
     """One guarded ``step``, in this thread, checked."""
     return check_step(env, problem, _call(env, problem, "step", env.step, timeout_s, action))
 

@@ -31,12 +31,13 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from asyncrl.agents.calls import CallPool, Failed
-from asyncrl.agents.env import EnvError, check_reset, check_step, tool_functions
+from asyncrl.agents.env import EnvError, Environment, check_reset, check_step, tool_functions
 from asyncrl.agents.play import Play
 from asyncrl.agents.render import PrefixBroken
 from asyncrl.agents.tool_formats import FORMATS, ToolFormat
@@ -181,7 +182,7 @@ class EpisodeRunner:
     :class:`~asyncrl.agents.render.ChatTurns` or ``PlainTurns``; ``tools``: a ToolBox or None;
     ``scheduling``: how episodes share the engine and the environment."""
 
-    def __init__(self, env_factory, turns, tokenizer, limits: EpisodeLimits, tools=None,
+    def __init__(self, env_factory: Callable[[], Environment], turns, tokenizer, limits: EpisodeLimits, tools=None,
                  scheduling: Scheduling | None = None, tool_format: ToolFormat | None = None, history: str = "tokens"):
         self.env_factory, self.turns, self.tokenizer = env_factory, turns, tokenizer
         self.limits, self.tools = limits, tools

@@ -138,7 +138,7 @@ MODES: Registry[ModeEntry] = Registry("run.mode", {
 
 BACKENDS: Registry[BackendEntry] = Registry("async.backend", {
     "local": BackendEntry("asyncrl.runtime.backends:local_pool"),
-    "ray": BackendEntry("asyncrl.runtime.backends:ray_pool", provides=frozenset({RAY}), auto_channels=("ray",),
+    "ray": BackendEntry("asyncrl.runtime.ray:ray_pool", provides=frozenset({RAY}), auto_channels=("ray",),
                         workers_on_trainer_gpu=False),
 })
 
@@ -146,7 +146,7 @@ CHANNELS: Registry[ChannelEntry] = Registry("async.weight_channel", {
     "shm": ChannelEntry("asyncrl.runtime.channels.flat:open_shm", needs=frozenset({HOST})),
     "cuda": ChannelEntry("asyncrl.runtime.channels.flat:open_cuda", needs=frozenset({HOST}),
                          devices=frozenset({"cuda"})),
-    "ray": ChannelEntry("asyncrl.runtime.channels.ray_store:open_ray", needs=frozenset({RAY})),
+    "ray": ChannelEntry("asyncrl.runtime.ray.store:open_ray", needs=frozenset({RAY})),
     "collective": ChannelEntry("asyncrl.runtime.channels.collective:open_collective", own_gpu=True,
                                receive_buffer=True),
 })

@@ -44,12 +44,12 @@ from asyncrl.distributed.world import World, broadcast_object, node_ranks
 
 
 def sharded_trainer(cfg, model: torch.nn.Module, world: World, reference=None):
-    """A Trainer of ``model`` (sharded in place) with this rank's data-parallel share."""
-    from asyncrl.training.trainer import Trainer
+    """A Learner of ``model`` (sharded in place) with this rank's data-parallel share."""
+    from asyncrl.training.trainer import Learner
 
     broadcast_parameters(model)
     sharded = shard_model(model, world, cfg.trainer.fsdp, autocast=cfg.trainer.autocast)
-    return Trainer(sharded, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
+    return Learner(sharded, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
                    reference=reference, lm_head_fp32=cfg.policy.lm_head_fp32, parallel=DataParallel(world))
 
 
@@ -64,7 +64,7 @@ def replica_dtype(cfg) -> torch.dtype:
 
 
 class LeaderTrainer:
-    """Rank 0's trainer: a sharded Trainer whose collective calls are announced to the other ranks.
+    """Rank 0's trainer: a sharded Learner whose collective calls are announced to the other ranks.
     ``model`` is the unsharded replica in :func:`replica_dtype` (generation, evaluation, publishing);
     every other attribute is the sharded trainer's. ``model`` passed in is sharded in place: read the
     policy from ``self.model`` afterwards."""

@@ -1,15 +1,16 @@
 """Where rollout workers run: ``local`` (processes on this machine) or ``ray`` (actors on a Ray
-cluster). Each backend returns a pool (submit / poll / restart_dead / wait_ready / n_inflight /
-restarts / shutdown) and the weight channel its workers pull from. A new backend is one function
-plus one line in :data:`asyncrl.core.registries.BACKENDS` (a ``BackendEntry``: its import path, what
-it offers a weight channel, and the channels ``auto`` picks from)."""
+cluster: :func:`asyncrl.runtime.ray.ray_pool`). Each backend returns a pool (submit / poll /
+restart_dead / wait_ready / n_inflight / restarts / shutdown) and the weight channel its workers
+pull from. A new backend is one function plus one line in :data:`asyncrl.core.registries.BACKENDS`
+(a ``BackendEntry``: its import path, what it offers a weight channel, and the channels ``auto``
+picks from)."""
 
 from __future__ import annotations
 
 import torch
 import torch.multiprocessing as tmp
 
-from asyncrl.config import Config, ConfigError
+from asyncrl.config import Config
 from asyncrl.core.import_path import resolve
 from asyncrl.core.registries import BACKENDS, ENGINES
 from asyncrl.runtime.channels import channel_name, open_channel
@@ -18,7 +19,9 @@ from asyncrl.runtime.pool import WorkerPool
 from asyncrl.runtime.worker import WorkerSpec
 
 
-def _channel(cfg: Config, model: torch.nn.Module, ctx=None):
+def open_run_channel(cfg: Config, model: torch.nn.Module, ctx=None):
+    """The run's weight channel (``async.weight_channel``, ``auto`` resolved), holding ``model``'s
+    weights as version 0 in the generation dtype."""
     from asyncrl.policy.model import DTYPES
 
     name = channel_name(cfg.async_.weight_channel, cfg.async_.backend, cfg.policy.device)
@@ -27,19 +30,8 @@ def _channel(cfg: Config, model: torch.nn.Module, ctx=None):
 
 def local_pool(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
     ctx = tmp.get_context("spawn")  # torch's context: CUDA tensors cross as IPC handles
-    channel = _channel(cfg, model, ctx)
+    channel = open_run_channel(cfg, model, ctx)
     return WorkerPool(ctx, specs, channel, start_timeout_s(cfg)), channel
-
-
-def ray_pool(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
-    try:
-        from asyncrl.runtime.ray_backend import RayPool, init_ray
-    except ImportError as err:
-        raise ConfigError("async.backend", f"ray is not installed ({err}); "
-                          "pip install 'asyncrl[ray]' torch==<your torch version>") from None
-    owns_ray = init_ray(len(specs), trainer_gpu=_trainer_gpu_kept_out(cfg))
-    channel = _channel(cfg, model)
-    return RayPool(specs, channel, start_timeout_s(cfg), owns_ray=owns_ray), channel
 
 
 def start_timeout_s(cfg: Config) -> float:
@@ -48,17 +40,6 @@ def start_timeout_s(cfg: Config) -> float:
         return cfg.async_.worker_start_timeout_s
     cpu_s, cuda_s = ENGINES[cfg.rollout.engine].start_s
     return cuda_s if torch.device(cfg.policy.device).type == "cuda" else cpu_s
-
-
-def _trainer_gpu_kept_out(cfg: Config) -> int | None:
-    """The trainer's GPU index when Ray actors ask for whole GPUs (``async.gpus_per_worker`` ≥ 1):
-    those must be others than the trainer's. Actors with a fraction share the trainer's on purpose."""
-    from asyncrl.runtime.worker import worker_gpu_share
-
-    device = torch.device(cfg.policy.device)
-    if device.type != "cuda" or worker_gpu_share(cfg) < 1:
-        return None
-    return device.index if device.index is not None else 0
 
 
 def open_backend(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):

@@ -44,12 +44,12 @@ from asyncrl.runtime.record import Totals, step_record
 from asyncrl.runtime.session import RunStart, Session, warm_start_if_needed
 from asyncrl.runtime.signal_check import SignalCheck
 from asyncrl.runtime.signals import Interrupted, StopRequested
-from asyncrl.runtime.sources import open_source
+from asyncrl.runtime.sources import BatchSource, open_source
 from asyncrl.runtime.step_log import StepLog
 from asyncrl.runtime.timing import LoopClock, StepTimer
 from asyncrl.runtime.validate import validate_run
 from asyncrl.training.reference import build_reference
-from asyncrl.training.trainer import Trainer
+from asyncrl.training.trainer import Learner
 
 
 def train(cfg: Config, callbacks: Sequence[Any] = ()) -> dict | None:
@@ -81,14 +81,14 @@ def train(cfg: Config, callbacks: Sequence[Any] = ()) -> dict | None:
 
 
 def _trainer(cfg: Config, session: Session, peers: Peers | None):
-    """The trained model's Trainer: on the session's model, or, with several ranks, on that model
+    """The trained model's Learner: on the session's model, or, with several ranks, on that model
     sharded, the session then holding rank 0's replica in the generation dtype."""
     reference = build_reference(cfg, session.model, session.policy_dir)  # None unless trainer.kl_coef > 0
     if peers is not None:
         leader = LeaderTrainer(cfg, session.model, session.policy_dir, peers, reference)
         session.model = leader.model  # the loaded model is sharded now: the run reads rank 0's replica
         return leader
-    return Trainer(session.model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
+    return Learner(session.model, cfg.trainer, cfg.loss, temperature=cfg.rollout.temperature, seed=cfg.run.seed,
                    reference=reference, lm_head_fp32=cfg.policy.lm_head_fp32)
 
 
@@ -109,7 +109,7 @@ def open_session(cfg: Config) -> Session:
         return Session.open(start, policy_dir)
 
 
-def _before_first_step(cfg: Config, session: Session, source, evaluations: Evaluations,
+def _before_first_step(cfg: Config, session: Session, source: BatchSource, evaluations: Evaluations,
                        callbacks: RunCallbacks) -> None:
     """The step-0 evaluation (not on resume) and the rollout workers' start-up, in the device's order."""
     engines_first = workers_before_eval(cfg)
@@ -145,14 +145,14 @@ class _BatchFailed(Exception):
         return self.error
 
 
-def _generate(source, version: int, step: int):
+def _generate(source: BatchSource, version: int, step: int):
     try:
         return source.next_batch(version, step)
     except ConfigError as err:
         raise _BatchFailed(err) from err
 
 
-def _stop(cfg: Config, session: Session, trainer, source, checkpoints: Checkpoints, done: int):
+def _stop(cfg: Config, session: Session, trainer, source: BatchSource, checkpoints: Checkpoints, done: int):
     """A run stopped after step ``done`` (a stop signal, a callback's error): its checkpoint (unless
     ``run.checkpoint_on_signal`` is off), then the trainer and the session closed. Returns the
     checkpoint to resume from (None: none new)."""

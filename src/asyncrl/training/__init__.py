@@ -1,4 +1,4 @@
-"""Machinery over one model, in one process: the :class:`~asyncrl.training.trainer.Trainer` (one
+"""Machinery over one model, in one process: the :class:`~asyncrl.training.trainer.Learner` (one
 training step), the parts of its step, the frozen reference policy, the learning-rate schedule,
 evaluation, the warm start (pretraining), checkpoints and export.
 

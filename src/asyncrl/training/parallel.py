@@ -1,6 +1,6 @@
 """The trainer's data-parallel seam: what changes in a minibatch update when processes share it.
 
-:class:`~asyncrl.training.trainer.Trainer` runs one update as the algorithm reads — for each
+:class:`~asyncrl.training.trainer.Learner` runs one update as the algorithm reads — for each
 micro-batch: log-probs, π_prox, loss, backward; then clip and step — and asks a strategy object,
 given to it at construction, the four questions that data parallelism answers differently:
 
@@ -75,7 +75,7 @@ class SingleProcess:
     def exact_logprobs(self, batch: Batch, sizes: list[int], micro_batch_size: int,
                        logprobs: Callable[..., tuple[Tensor, Tensor | None]]) -> Tensor:
         """[B, T] log-probs of the step's whole batch (minibatches of ``sizes`` rows, in order) by
-        ``logprobs`` (the trainer's :meth:`~asyncrl.training.trainer.Trainer.logprobs`), in forward
+        ``logprobs`` (the trainer's :meth:`~asyncrl.training.trainer.Learner.logprobs`), in forward
         passes of at most ``micro_batch_size`` rows (0: of the largest minibatch)."""
         return logprobs(batch, rows_per_forward=micro_batch_size or max(sizes))[0]
 

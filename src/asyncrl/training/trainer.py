@@ -6,7 +6,7 @@ declares whether it needs the extra forward pass, and the trainer runs it). Non-
 gradients skip the update (counted), so NaN/inf never reaches the weights.
 
 Device: the trainer works on its model's device; a batch moves there once, at the entrance of
-:meth:`Trainer.step`. Mixed precision (``trainer.autocast``): the weights and the optimizer stay
+:meth:`Learner.step`. Mixed precision (``trainer.autocast``): the weights and the optimizer stay
 in the policy dtype (fp32 master weights); forward passes run under ``torch.autocast``; float16
 adds a dynamic loss scale (``torch.amp.GradScaler``), whose overflow steps count as skipped updates.
 
@@ -58,8 +58,10 @@ from asyncrl.types import Batch
 AUTOCAST_DTYPES = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class Trainer:
-    """Owns the trained model, its optimizer and the policy version counter."""
+class Learner:
+    """One process's learner: owns the trained model, its optimizer and the policy version counter,
+    and makes one update of them per :meth:`step`. Not the public ``asyncrl.Trainer``
+    (asyncrl.api), which runs a whole training run and builds one of these inside it."""
 
     def __init__(self, model: torch.nn.Module, cfg: TrainerConfig, loss: LossConfig, *,
                  temperature: float = 1.0, seed: int = 0, reference: ReferencePolicy | None = None,

@@ -11,8 +11,8 @@ devices it works on.
 * ``shm``: workers on this machine, CPU. Two flat float32 buffers in host shared memory.
 * ``cuda``: workers on the trainer's GPU. Two flat buffers in GPU memory shared through CUDA IPC;
   publish and pull are device-to-device copies.
-* ``ray``: Ray actors anywhere. The weights, flat in the generation dtype, in Ray's object store; the
-  reference in an actor.
+* ``ray``: Ray actors anywhere (:mod:`asyncrl.runtime.ray.store`). The weights, flat in the
+  generation dtype, in Ray's object store; the reference in an actor.
 
 ``shm`` and ``cuda`` take no lock: the trainer writes the buffer that is not published and then
 publishes it, and a worker copies again if the buffer it copied from was rewritten meanwhile

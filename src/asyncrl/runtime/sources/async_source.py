@@ -87,7 +87,6 @@ class AsyncSource:
     def __init__(self, cfg: Config, session: Session):
         self.cfg, self.session = cfg, session
         self.fatal: ConfigError | None = None  # a worker's, kept by publish for the next batch
-        self.n_generators = cfg.async_.n_workers
         session.progress.phase(f"starting {self.n_generators} rollout worker{'s' if self.n_generators > 1 else ''}")
         self.pool, self.channel = open_backend(cfg, worker_specs(cfg, session.policy_dir), session.model)
         self.trainer_cpu, _ = cpu_plan(cfg)
@@ -111,6 +110,10 @@ class AsyncSource:
             # the workers must tag their tokens with the resumed version from the first one
             self.channel.publish(session.model, session.start_version)
         self.feeder.admit(self.pool, self.buffer, session.start_version)  # workers start generating now
+
+    @property
+    def n_generators(self) -> int:
+        return self.cfg.async_.n_workers
 
     def _restore(self, state: dict) -> None:
         self.feeder.load_state_dict(state["feeder"])

@@ -4,7 +4,7 @@ trainer, and how the run prevents it:
 * **Its temp folder.** Ray keeps every session's logs, sockets and spill files under ``/tmp/ray``
   and never removes them. A private cluster gets a fresh folder of its own (:func:`new_temp_dir`),
   which the run removes when it stops the cluster, and the reaper
-  (:func:`asyncrl.runtime.worker_entry.start_ray_reaper`) when the trainer ends any other way.
+  (:func:`asyncrl.runtime.ray.reaper.start_ray_reaper`) when the trainer ends any other way.
 * **Stop signals** (:func:`stop_signals_kept`). ``ray.init`` replaces the run's SIGTERM handler
   with its own (``sys.exit``), which would end a preempted run without its checkpoint. The
   handlers in place before it are put back after it. Ray's processes start with SIGTERM blocked
@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from asyncrl.runtime.worker_entry import raylet_death_line
+from asyncrl.runtime.ray.reaper import raylet_death_line
 
 UNIX_SOCKET_PATH_MAX = 107  # bytes of an AF_UNIX socket path (Linux), Ray's included
 # what Ray adds under the folder for its longest socket path, and the folder's own name:
