@@ -43,8 +43,7 @@ LAYERS: list[tuple[str, ...]] = [
      "asyncrl.distributed"),
     # the integrations (guess, calculator, GEM, reasoning-gym, TRL's environment classes), one file
     # each, built on the tasks and the agents' seam; those name them by import path, never import them
-    # (asyncrl.agents.trl_env: the TRL adapter's old import path, a re-export of asyncrl.envs.trl)
-    ("asyncrl.envs", "asyncrl.agents.trl_env"),
+    ("asyncrl.envs",),
     # machinery over one model: weights, generation engines, the trainer and its parts, evaluation,
     # warm start, checkpoints; over several ranks, FSDP2 sharding, the data-parallel split and the
     # optimizer's shards (asyncrl.training.fsdp, .data_parallel, .sharded_state)
