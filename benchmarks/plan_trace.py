@@ -113,7 +113,7 @@ def trace_trainer(p, rank: int, layers: int) -> tuple[int, int]:
     updates, the replica's refresh and a checkpoint gather)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from asyncrl.distributed import fsdp
+    from asyncrl.training import fsdp
     from asyncrl.plan.estimate import DTYPE_BYTES
 
     mesh = None
@@ -164,7 +164,7 @@ def _plain_logprobs(model, p):
 def _shard(model, mesh, p):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    from asyncrl.distributed.fsdp import ShardedPolicy, decoder_layers
+    from asyncrl.training.fsdp import ShardedPolicy, decoder_layers
 
     options = {"mesh": mesh, "reshard_after_forward": p.reshard_after_forward}
     if p.fsdp_bf16:

@@ -29,7 +29,7 @@ What this adds to the config, so that rollout worker processes (spawned, or Ray 
 * ``environment_factory`` / ``tools``: TRL's ``GRPOTrainer`` arguments, into ``env.factory`` /
   ``env.tools``, travelling the same way (a class or function from the script is pickled). The
   factory's class is checked here (``reset``, every public method a tool) and, when it defines
-  ``get_reward``, the reward function ``asyncrl.agents.trl_env:get_reward`` joins ``reward.funcs``
+  ``get_reward``, the reward function ``asyncrl.envs.trl:get_reward`` joins ``reward.funcs``
   with weight 1, as TRL adds it: without other reward functions it is the only reward.
 * ``harness``: an agent loop over an OpenAI client, ``agent(session)`` (docs/harness.md), into
   ``env.harness``, travelling the same way.

@@ -36,7 +36,7 @@ def run_case(model, batch, case: str, micro: int, n_minibatches: int, parallel=N
                       loss, reference=reference, seed=5, parallel=parallel)
     trainer.version = 2
     trainer.optimizer.param_groups[0]["eps"] = 1e-3  # see tests/foundation/test_micro_batches.py
-    from asyncrl.distributed.data_parallel import full
+    from asyncrl.training.data_parallel import full
 
     grads = []
     trainer.optimizer.register_step_pre_hook(
@@ -49,8 +49,8 @@ def run_case(model, batch, case: str, micro: int, n_minibatches: int, parallel=N
 def main(rank: int, out: Path, case: str, micro: int, n_minibatches: int, world_size: int = 2,
          device: str = "cpu") -> None:
     from asyncrl.distributed.config import FsdpConfig
-    from asyncrl.distributed.data_parallel import DataParallel
-    from asyncrl.distributed.fsdp import shard_model
+    from asyncrl.training.data_parallel import DataParallel
+    from asyncrl.training.fsdp import shard_model
     from asyncrl.distributed.world import World
     from rendezvous import close_group, init_group
 

@@ -1,9 +1,9 @@
-"""One rank of a gloo world of two running the real leader/follower pair (asyncrl.distributed.ranks),
+"""One rank of a gloo world of two running the real leader/follower pair (asyncrl.runtime.ranks),
 as ``python replica_case.py RANK DIR``: rank 0 builds a LeaderTrainer on DIR/policy with
 ``rollout.dtype=bfloat16`` and fp32 master weights, trains one step of DIR/input.pt's batch, and
 writes to DIR/replica.pt what its replica and the gathers looked like; rank 1 follows.
 
-Every whole tensor that :mod:`asyncrl.distributed.fsdp` gathers is recorded (its dtype, and how many
+Every whole tensor that :mod:`asyncrl.training.fsdp` gathers is recorded (its dtype, and how many
 earlier ones were still alive when it was gathered), so the test sees that no rank ever holds the
 whole model gathered at once."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 from rendezvous import close_group, init_group
 
-import asyncrl.distributed.fsdp as fsdp
+import asyncrl.training.fsdp as fsdp
 from asyncrl.config import load_config
-from asyncrl.distributed import ranks
+from asyncrl.runtime import ranks
 from asyncrl.distributed.world import World
 
 

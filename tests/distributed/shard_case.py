@@ -12,12 +12,12 @@ from pathlib import Path
 import torch
 from rendezvous import close_group, init_group
 
-from asyncrl.training.checkpoint import load_states
 from asyncrl.config import LossConfig, TrainerConfig
 from asyncrl.distributed.config import FsdpConfig
-from asyncrl.distributed.data_parallel import DataParallel, full
-from asyncrl.distributed.fsdp import shard_model
 from asyncrl.distributed.world import World
+from asyncrl.training.checkpoint import load_states
+from asyncrl.training.data_parallel import DataParallel, full
+from asyncrl.training.fsdp import shard_model
 from asyncrl.training.trainer import Learner
 
 

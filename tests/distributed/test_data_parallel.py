@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from asyncrl.distributed.data_parallel import DataParallel, shares
 from asyncrl.distributed.world import World
+from asyncrl.training.data_parallel import DataParallel, shares
 from asyncrl.training.parallel import MicroBatch, SingleProcess
 
 HERE = Path(__file__).parent

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from asyncrl.config import load_config
-from asyncrl.distributed import fsdp
 from asyncrl.distributed.config import FsdpConfig, gather_dtype, param_dtype_of
 from asyncrl.distributed.world import World
+from asyncrl.training import fsdp
 
 
 @pytest.mark.parametrize("param_dtype,device,autocast,expected", [

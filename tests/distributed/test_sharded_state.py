@@ -13,7 +13,7 @@ import torch
 
 from asyncrl.training.checkpoint import DamagedCheckpoint, _non_finite_shards, load_states
 from asyncrl.config import LossConfig, TrainerConfig
-from asyncrl.distributed.sharded_state import SHARDS, tensor_names
+from asyncrl.training.sharded_state import SHARDS, tensor_names
 from asyncrl.training.trainer import Learner
 
 HERE = Path(__file__).parent

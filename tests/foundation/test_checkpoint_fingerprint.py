@@ -91,7 +91,7 @@ def test_difference_names_the_first_field_that_differs(tiny_policy):
 def test_a_sharded_checkpoint_records_its_fingerprint(tmp_path, tiny_policy):
     """The several-rank layout (optimizer shards in ``optimizer/``, written by torch.distributed.
     checkpoint; rank 0 writes the rest of the folder, the fingerprint included)."""
-    from asyncrl.distributed.sharded_state import SHARDS, save_shards, shard_entry
+    from asyncrl.training.sharded_state import SHARDS, save_shards, shard_entry
 
     shared, tokenizer, _ = tiny_policy
     model = copy.deepcopy(shared)  # the session's model keeps its weights

@@ -62,7 +62,7 @@ def test_export_of_a_sharded_checkpoint_leaves_the_optimizer_shards_out(tmp_path
     import copy
 
     from asyncrl.config import load_config
-    from asyncrl.distributed.sharded_state import SHARDS, save_shards, shard_entry
+    from asyncrl.training.sharded_state import SHARDS, save_shards, shard_entry
     from asyncrl.training.fingerprint import FINGERPRINT, model_fingerprint
 
     shared, tokenizer, _ = tiny_policy

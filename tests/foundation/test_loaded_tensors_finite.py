@@ -90,7 +90,7 @@ def test_a_negative_second_moment_refuses_the_checkpoint(tmp_path, tiny_policy):
 def test_non_finite_optimizer_shards_are_refused_where_they_load(tmp_path, tiny_policy):
     """The several-rank layout (torch.distributed.checkpoint files): the resume's check of every
     shard, and the load itself (the ESS rollback and every other rank read the files again)."""
-    from asyncrl.distributed.sharded_state import SHARDS, load_shards, save_shards, shard_entry
+    from asyncrl.training.sharded_state import SHARDS, load_shards, save_shards, shard_entry
     from asyncrl.training.checkpoint import _non_finite_shards, load_states
 
     model, tokenizer, _ = tiny_policy

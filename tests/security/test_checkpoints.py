@@ -18,8 +18,8 @@ import pytest
 import torch
 import yaml
 
-from asyncrl.distributed.sharded_state import SHARDS, save_shards, shard_entry
 from asyncrl.training.checkpoint import save_checkpoint
+from asyncrl.training.sharded_state import SHARDS, save_shards, shard_entry
 
 METADATA = ".metadata"
 
@@ -115,7 +115,7 @@ def test_every_reader_of_the_shards_refuses_it(crafted_run):
     """The library calls behind export, resume, the ESS rollback and a world-1 optimizer load."""
     from asyncrl.config import LossConfig, TrainerConfig
     from asyncrl.distributed.dcp_reader import UnsafeCheckpoint
-    from asyncrl.distributed.sharded_state import load_shards, tensor_names
+    from asyncrl.training.sharded_state import load_shards, tensor_names
     from asyncrl.training.checkpoint import check_checkpoint, latest_checkpoint, load_states
     from asyncrl.training.export import export_run
     from asyncrl.training.trainer import Learner
@@ -157,7 +157,7 @@ def test_a_shard_path_outside_the_folder_is_refused(genuine_run, tmp_path):
 
 
 def test_genuine_shards_still_read_back(genuine_run):
-    from asyncrl.distributed.sharded_state import read_tensor, tensor_names
+    from asyncrl.training.sharded_state import read_tensor, tensor_names
     from asyncrl.training.checkpoint import check_checkpoint, latest_checkpoint
 
     checkpoint = latest_checkpoint(genuine_run)

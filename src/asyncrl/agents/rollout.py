@@ -10,7 +10,7 @@ answer from the final assistant turn only, and reward models render the roles. A
 returns no rewards (0) leaves the trajectory reward alone, the default. Reward functions also get
 ``environments``: the episodes' environment instances (TRL's name; an environment's ``instance``
 where it has one, asyncrl.agents.env: for ``env.factory``, the user's class's instances, whose
-``get_reward`` the reward function ``asyncrl.agents.trl_env:get_reward`` reads).
+``get_reward`` the reward function ``asyncrl.envs.trl:get_reward`` reads).
 """
 
 from __future__ import annotations

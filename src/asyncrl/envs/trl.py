@@ -16,8 +16,7 @@ TRL's contract (``GRPOTrainer(environment_factory=Cls)``, TRL 1.16), kept here:
   ``tool_functions``, asyncrl.agents.env: a turn's calls run one after another).
 * ``get_reward() -> float`` (optional) is a reward source of weight 1, called once per finished
   episode: the reward function :func:`get_reward` (``reward.funcs``; ``asyncrl.train`` adds it, as
-  TRL does), named by its documented path :data:`GET_REWARD` (the module asyncrl.agents.trl_env,
-  where the adapter lived, re-exports it: run configs, saved ones too, hold that path).
+  TRL does), named by its documented path :data:`GET_REWARD`, which run configs hold.
 * The episode ends at the first assistant turn that calls no tool (TRL's tool loop); the runtime
   also ends it at ``env.max_turns`` assistant turns (TRL's ``max_tool_calling_iterations`` + 1),
   and runs no tool on that turn, as TRL runs none after its last iteration: ``get_reward`` sees the
@@ -43,8 +42,8 @@ __all__ = ["GET_REWARD", "RESERVED", "TrlEnvironment", "environment_class", "fac
            "inspect_factory", "load_factory", "method_tool", "method_tools", "tool_names", "wrap"]
 
 RESERVED = ("reset", "get_reward")  # TRL's names that are never tools
-# the reward function that reads get_reward(), by its documented path (asyncrl.agents.trl_env re-exports it)
-GET_REWARD = "asyncrl.agents.trl_env:get_reward"
+# the reward function that reads get_reward(), by its documented path (docs/agents.md)
+GET_REWARD = "asyncrl.envs.trl:get_reward"
 
 
 def tool_names(cls: type) -> list[str]:

@@ -18,7 +18,7 @@ moments of a step, which never overlap:
 * the end of the backward pass: every gradient, and the tied embedding's dense gradient;
 * the optimizer step: gradients and AdamW's temporaries;
 * with several ranks, one whole parameter gathered at a time (the replica's refresh, checkpoints:
-  asyncrl.distributed.fsdp); with LoRA, the merged copies of the adapted weights publishing makes.
+  asyncrl.training.fsdp); with LoRA, the merged copies of the adapted weights publishing makes.
 
 With LoRA (:mod:`asyncrl.plan.lora`, one trainer rank) only the adapters have gradients and AdamW
 state; the frozen base weights stay in their dtype, and the LM head and embeddings get no gradient.
@@ -111,7 +111,7 @@ class PlanInputs:
 
     def forward_rows(self) -> tuple[int, bool]:
         """(rows of one forward pass on rank 0, whether gradients accumulate over several passes),
-        as asyncrl.distributed.data_parallel splits a minibatch over ranks and micro-batches."""
+        as asyncrl.training.data_parallel splits a minibatch over ranks and micro-batches."""
         if self.minibatch_rows < self.gpus:
             raise ValueError(f"gpus: each minibatch ({self.minibatch_rows} rows) needs at least one row per "
                              f"trainer rank ({self.gpus})")

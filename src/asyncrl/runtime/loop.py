@@ -34,7 +34,7 @@ from asyncrl.core.loader import ConfigError
 from asyncrl.config.threads import thread_plan
 from asyncrl.distributed.agreement import agree
 from asyncrl.distributed.liveness import Peers
-from asyncrl.distributed.ranks import LeaderTrainer, follow
+from asyncrl.runtime.ranks import LeaderTrainer, follow
 from asyncrl.distributed.world import RankLost, World, close_world, init_world, node_ranks, torchrun_world
 from asyncrl.runtime.callbacks import CallbackError, RunCallbacks
 from asyncrl.runtime.checkpointing import Checkpoints
@@ -55,7 +55,7 @@ from asyncrl.training.trainer import Learner
 def train(cfg: Config, callbacks: Sequence[Any] = ()) -> dict | None:
     """Run ``cfg`` to the end (or resume it, per ``run.resume``); returns the summary (also written
     to ``<run dir>/summary.json``). Under ``torchrun`` rank 0 runs the loop and the other ranks
-    follow it (asyncrl.distributed.ranks); they return None. ``callbacks``: objects with
+    follow it (asyncrl.runtime.ranks); they return None. ``callbacks``: objects with
     ``on_step_end`` / ``on_evaluate`` / ``on_save`` (asyncrl.runtime.callbacks), called by rank 0.
     ``cfg`` is checked against the parts first (asyncrl.runtime.validate; a no-op for a config
     already loaded with ``load_run_config``), so a Config built in Python is held to the same rules."""

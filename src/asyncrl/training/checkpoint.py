@@ -7,7 +7,7 @@ Layout of a run directory::
         trainer_state.pt     optimizer, trainer RNG, version, step, the process-wide RNGs
         optimizer/           with several trainer ranks: the optimizer's state tensors, each rank's
                              shard written by torch.distributed.checkpoint (trainer_state.pt then
-                             holds only the param groups; asyncrl.distributed.sharded_state)
+                             holds only the param groups; asyncrl.training.sharded_state)
         run_state.pt         the batch source (prompt cursor, buffer, in-flight work, engine RNG),
                              the evaluation history and the run totals
         fingerprint.json     what the checkpoint fits: architecture, tokenizer, loss, LoRA
@@ -285,7 +285,7 @@ def _check_weights(path: Path) -> None:
 def _non_finite_shards(folder: Path) -> str | None:
     """The first non-finite value among a shards folder's tensors, read whole one at a time (a
     missing or torn shard file is :class:`DamagedCheckpoint`)."""
-    from asyncrl.distributed.sharded_state import read_tensor, tensor_names
+    from asyncrl.training.sharded_state import read_tensor, tensor_names
 
     try:
         names = tensor_names(folder)

@@ -24,7 +24,6 @@ import stat
 from pathlib import Path
 from typing import NamedTuple
 
-from asyncrl.distributed.sharded_state import SHARDS
 from asyncrl.training.checkpoint import (
     RUN_STATE,
     TRAINER_STATE,
@@ -35,6 +34,7 @@ from asyncrl.training.checkpoint import (
     latest_checkpoint,
 )
 from asyncrl.training.fingerprint import FINGERPRINT
+from asyncrl.training.sharded_state import SHARDS
 
 # resume state (the optimizer's shards too); the adapter is merged in the weights
 LEFT_OUT = (TRAINER_STATE, RUN_STATE, SHARDS, FINGERPRINT, "lora_adapter")

@@ -16,7 +16,7 @@ and, for the step's extra no-grad pass (π_prox by recomputation, ``trainer.prox
 
 :class:`SingleProcess`, the default, answers "all of them, as they are": its hooks leave the update
 exactly the single-process algorithm. The torchrun strategy is
-:class:`asyncrl.distributed.data_parallel.DataParallel`, which subclasses it. The checkpoint hooks
+:class:`asyncrl.training.data_parallel.DataParallel`, which subclasses it. The checkpoint hooks
 (:meth:`SingleProcess.optimizer_state` and the rest) are the same seam for the optimizer state.
 """
 
@@ -93,7 +93,7 @@ class SingleProcess:
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
         """A checkpoint's optimizer entry: whole (a single-process checkpoint) or sharded (written by
         several ranks, read here as whole tensors)."""
-        from asyncrl.distributed.sharded_state import is_sharded, load_shards
+        from asyncrl.training.sharded_state import is_sharded, load_shards
 
         if is_sharded(state):
             load_shards(optimizer, state, distributed=False)

@@ -18,7 +18,7 @@ the LM head's memory (asyncrl.policy.logprobs).
 Data parallelism stays outside the algorithm: the trainer is given a strategy
 (asyncrl.training.parallel) that says which micro-batches this process runs, scales their losses
 and gathers the minibatch's log-probs. The default, one process, changes nothing; torchrun's ranks
-get asyncrl.distributed.data_parallel.DataParallel.
+get asyncrl.training.data_parallel.DataParallel.
 
 Statistics: each minibatch update yields one value per statistic (over the whole minibatch); the
 step reports, per key, the largest of its updates' values for a key ending in ``_max``, the smallest
@@ -68,7 +68,7 @@ class Learner:
                  lm_head_fp32: bool = False, parallel: SingleProcess | None = None):
         self.model = model
         # who trains which rows of a minibatch (asyncrl.training.parallel): one process, or torchrun's
-        # ranks each with their share (asyncrl.distributed.data_parallel)
+        # ranks each with their share (asyncrl.training.data_parallel)
         self.parallel = parallel or SingleProcess()
         self.reference = reference if cfg.kl_coef > 0 else None  # frozen starting policy of the KL penalty
         self.cfg = cfg
@@ -119,7 +119,7 @@ class Learner:
         return torch.cat([part[0] for part in parts]), entropy
 
     def _forward(self, batch: Batch, with_entropy: bool):
-        # a sharded model computes them itself, inside its FSDP root (asyncrl.distributed.fsdp)
+        # a sharded model computes them itself, inside its FSDP root (asyncrl.training.fsdp)
         logprobs = getattr(self.model, "completion_logprobs", None) or partial(completion_logprobs, self.model)
         with self._autocast():
             return logprobs(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask,
@@ -314,11 +314,11 @@ class Learner:
         return grad_norm.item()
 
     def close(self) -> None:
-        """Nothing to release in one process (several ranks: asyncrl.distributed.ranks.LeaderTrainer)."""
+        """Nothing to release in one process (several ranks: asyncrl.runtime.ranks.LeaderTrainer)."""
 
     def master_weights(self) -> dict[str, torch.Tensor] | None:
         """None: a checkpoint writes the model's own weights (several ranks: the shards, gathered by
-        asyncrl.distributed.ranks.LeaderTrainer)."""
+        asyncrl.runtime.ranks.LeaderTrainer)."""
         return None
 
     def state_dict(self) -> dict:

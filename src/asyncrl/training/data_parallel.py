@@ -117,14 +117,14 @@ class DataParallel(SingleProcess):
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
         """A sharded entry (no collective): the state's tensors go to the checkpoint's shards folder
         (:meth:`write_shards`), each rank its own piece."""
-        from asyncrl.distributed.sharded_state import shard_entry
+        from asyncrl.training.sharded_state import shard_entry
 
         return shard_entry(optimizer)
 
     def write_shards(self, optimizer: torch.optim.Optimizer, checkpoint: Path) -> None:
         """This rank's piece of the optimizer state into the checkpoint folder's shards folder (a
         collective, with DCP)."""
-        from asyncrl.distributed.sharded_state import SHARDS, save_shards
+        from asyncrl.training.sharded_state import SHARDS, save_shards
 
         save_shards(optimizer, Path(checkpoint) / SHARDS)
 
@@ -137,7 +137,7 @@ class DataParallel(SingleProcess):
         """A checkpoint's optimizer entry at this world size: a sharded one (any world size wrote it)
         through DCP, each rank reading its shard; a single-process one (the same on every rank) with
         each tensor cut to this rank's shard."""
-        from asyncrl.distributed.sharded_state import is_sharded, load_shards
+        from asyncrl.training.sharded_state import is_sharded, load_shards
 
         if is_sharded(state):
             load_shards(optimizer, state, distributed=True)

@@ -21,8 +21,8 @@ import copy
 import torch
 
 from asyncrl.distributed.config import FsdpConfig, gather_dtype
-from asyncrl.distributed.data_parallel import full
 from asyncrl.distributed.world import World
+from asyncrl.training.data_parallel import full
 
 PARAM_DTYPES = {"none": None, "bfloat16": torch.bfloat16}
 

@@ -35,12 +35,12 @@ from pathlib import Path
 
 import torch
 
-from asyncrl.distributed.data_parallel import DataParallel
-from asyncrl.distributed.fsdp import (broadcast_parameters, generation_replica, master_state, named_like, shard_model,
-                                      stream_into)
 from asyncrl.config.threads import trainer_threads
 from asyncrl.distributed.liveness import Peers
 from asyncrl.distributed.world import World, broadcast_object, node_ranks
+from asyncrl.training.data_parallel import DataParallel
+from asyncrl.training.fsdp import (broadcast_parameters, generation_replica, master_state, named_like, shard_model,
+                                   stream_into)
 
 
 def sharded_trainer(cfg, model: torch.nn.Module, world: World, reference=None):
