@@ -125,6 +125,20 @@ def test_readme_numbers_come_from_the_studies(rerendered):
             assert cells in text and verdict in text.split(cells, 1)[1][:40], stat["comparison"]
         for arm in ("sync", "a3po_floor", "vespo", "sapo"):
             assert _pm(summary["methods"][arm]["final_eval_reward"]) in README, arm
+        gaps = {stat["comparison"]: -100 * stat["mean"] for stat in summary["primary"]}  # the headline
+        assert (f"exact decoupled PPO loses {gaps['recompute - sync']:.1f} points to sync and A-3PO "
+                f"{gaps['a3po - sync']:.1f}") in text
+    elif study.name == "2026-11-28-agent":  # speed against sync, and the share of the ideal *gain*
+        text = " ".join(README.split())
+        ideal, arms = summary["ideal_overlap"], summary["arms"]
+        ratio = {k: arms[f"async-loglinear-k{k}"]["samples_per_s_ratio"] for k in (1, 2, 4)}
+        assert f"{ratio[1]:.2f}× (K = 1), {ratio[2]:.2f}× (K = 2) and {ratio[4]:.2f}× (K = 4)" in text
+        gain = [round(100 * (r - 1) / (ideal - 1)) for r in ratio.values()]
+        assert f"{min(gain):+d} % to {max(gain):+d} %".replace("-", "−") in text
+        recompute = arms["async-recompute-k2"]["samples_per_s_ratio"]
+        assert f"{recompute:.2f}× ({round(100 * (recompute - 1) / (ideal - 1)):+d} %)".replace("-", "−") in text
+    elif study.name == "2026-11-27-speed":  # the two-core speed headline
+        assert f"A-3PO is not faster than sync: {summary['speedup_vs_sync']:.2f}× its speed" in README
     elif study.name == "2026-11-25-control":  # PPO-clip's and VACO's IQM at buffer 1 and 8
         agg = summary["aggregate"]
         for arm, (n1, n8) in {"ppo": ("0.26", "0.12"), "vaco": ("0.17", "0.21")}.items():
