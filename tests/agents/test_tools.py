@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from asyncrl.agents.tools import MalformedCall, Tool, ToolBox, ToolCall, ToolResult, parse_tool_calls
@@ -93,6 +93,8 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_siz
        as_string=st.booleans(), indent=st.sampled_from([None, 2]))
 def test_parse_round_trips_a_well_formed_call(name, arguments, as_string, indent):
     payload = {"name": name, "arguments": json.dumps(arguments) if as_string else arguments}
+    # a closing tag inside the JSON ends the block where the model's own would: not a round trip
+    assume("</tool_call>" not in json.dumps(payload, indent=indent))
     text = "prefix " + _block(json.dumps(payload, indent=indent)) + " suffix"
     assert parse_tool_calls(text) == [ToolCall(name, arguments)]
 
