@@ -11,8 +11,10 @@ treated as independent (different policies' samples). GEM's games reward a malfo
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from benchmarks.bench import stats as S
@@ -66,3 +68,15 @@ def lift_params(cfg: Any) -> dict[str, Any]:
     """What eval_lift_z needs of a run's loaded config, recorded in its cell's params."""
     low, high = reward_bounds(cfg.env.name)
     return {"eval_problems": int(cfg.eval.n_problems), "reward_low": low, "reward_high": high}
+
+
+def run_dir_lift_z(run_dir: Path) -> float:
+    """The lift z of a run directory (its summary.json and config.yaml), as eval_lift_z computes it
+    for a study's run: how the committed runs of the scripts' era are checked."""
+    import yaml
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    low, high = reward_bounds(str((config.get("env") or {}).get("name") or ""))
+    return lift_z(S.as_float(summary["initial_eval_reward"]), S.as_float(summary["final_eval_reward"]),
+                  int(config["eval"]["n_problems"]), low, high)

@@ -17,7 +17,7 @@ from benchmarks.bench.suites import CellRequest, build_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANS = sorted((ROOT / "benchmarks" / "plans").glob("*.yaml"))
-SYNC = ["run.mode=sync", "trainer.prox=behav", "loss.name=ppo"]  # train_modes.sh's sync GRPO
+SYNC = ["run.mode=sync", "trainer.prox=behav", "loss.name=ppo"]  # sync GRPO
 ASYNC = ["run.mode=async"]  # and its async A-3PO, the defaults
 EXAMPLES = f"{ROOT}/examples"
 # what the retired scripts passed to `asyncrl train` (besides run.out_dir/name/progress), per run
