@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from benchmarks.bench import wording as W
+from benchmarks.bench.stats import as_float
 from benchmarks.bench.plan_file import StudyPlan
 
 
@@ -39,7 +40,9 @@ def bar_verdicts(plan: StudyPlan, groups: Mapping[str, list],
 
 
 def show(x: float, endpoint: str) -> str:
-    """A lift in points ("+17.6"), a z as it is ("+2.02"), any other endpoint as a reward ("0.412")."""
+    """A lift in points ("+17.6"), a z as it is ("+2.02"), any other endpoint as a reward ("0.412");
+    a summary read back from JSON holds None where the value was NaN."""
+    x = as_float(x)
     if not math.isfinite(x):
         return "n/a"
     if endpoint == "eval_lift":

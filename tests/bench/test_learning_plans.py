@@ -5,9 +5,12 @@ the report says pass or fail per arm."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+
+from asyncrl.tracking.metrics import json_safe
 
 from benchmarks.bench.lift import eval_lift, lift_z, reward_bounds
 from benchmarks.bench.plan_file import PlanError, load_plan, stored_plan
@@ -171,6 +174,9 @@ def test_a_bar_judges_the_mean_or_every_seed(tmp_path):
     assert extra["bar_verdicts"] == {"sync": "fail", "async": "pass"}
     extra, _, _ = build_study({"suite": "study", "plan": each.as_dict(), "runs": runs[2:]}, tmp_path, {})
     assert extra["bar_verdicts"] == {"sync": "not run", "async": "pass"}
+    read_back = json.loads(json.dumps(json_safe(extra)))  # summary.json: NaN is null there
+    assert headline_study(read_back, {})[0] == ("Verdict, sync on eval reward lift (last step minus step 0): "
+                                                "not run (n/a points vs bar +15.0 points)")
 
 
 def test_the_lift_and_its_z_by_hand():
