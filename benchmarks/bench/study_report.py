@@ -3,7 +3,10 @@ Holm family on its primary endpoint, and every other number marked exploratory.
 
 Endpoints per run: ``final_eval_reward`` (the last evaluation), and ``eval_auc``, the area under the
 eval-reward curve divided by its step range (the curve's mean, trapezoid rule), which separates "learns
-slower" from "ends worse" when evaluation runs along the way (``eval.every``).
+slower" from "ends worse" when evaluation runs along the way (``eval.every``); ``eval_lift``, the final
+eval reward minus the same run's step-0 one, and ``eval_lift_z``, that lift over its standard error's
+bound (:mod:`benchmarks.bench.lift`), the endpoints of learning studies judged by a bar
+(:mod:`benchmarks.bench.study_bar`).
 """
 
 from __future__ import annotations
@@ -19,10 +22,14 @@ from benchmarks.bench import figures as F
 from benchmarks.bench import report as R
 from benchmarks.bench import stats as S
 from benchmarks.bench import wording as W
+from benchmarks.bench.lift import eval_lift, eval_lift_z
 from benchmarks.bench.paired import compare_paired
-from benchmarks.bench.plan_file import Comparison, StudyPlan, stored_plan
+from benchmarks.bench.plan_file import LIFT_ENDPOINTS, Comparison, StudyPlan, stored_plan
+from benchmarks.bench.study_bar import bar_line, bar_table, bar_verdicts
 
-ENDPOINT_WORDS = {"final_eval_reward": "final eval reward", "eval_auc": "eval reward AUC (curve mean)"}
+ENDPOINT_WORDS = {"final_eval_reward": "final eval reward", "eval_auc": "eval reward AUC (curve mean)",
+                  "eval_lift": "eval reward lift (last step minus step 0)",
+                  "eval_lift_z": "eval reward lift over its SE bound (z)"}
 
 
 def eval_auc(run: Mapping[str, Any]) -> float:
@@ -35,8 +42,11 @@ def eval_auc(run: Mapping[str, Any]) -> float:
     return float(np.trapezoid(ys, xs) / (xs[-1] - xs[0]))
 
 
+_COMPUTED = {"eval_auc": eval_auc, "eval_lift": eval_lift, "eval_lift_z": eval_lift_z}
+
+
 def endpoint_value(run: Mapping[str, Any], endpoint: str) -> float:
-    return eval_auc(run) if endpoint == "eval_auc" else S.run_value(run, endpoint)
+    return _COMPUTED[endpoint](run) if endpoint in _COMPUTED else S.run_value(run, endpoint)
 
 
 def by_seed(runs: Sequence[Mapping[str, Any]], endpoint: str) -> dict[int, float]:
@@ -58,7 +68,8 @@ def compare(plan: StudyPlan, groups: Mapping[str, list], comp: Comparison, endpo
 def primary_family(plan: StudyPlan, groups: Mapping[str, list]) -> list[dict[str, Any]]:
     """The plan's family on its primary endpoint, Holm-adjusted together: the only verdicts."""
     family = [compare(plan, groups, c, plan.endpoint) for c in plan.family]
-    S.verdicts_within(family)
+    if family:
+        S.verdicts_within(family)
     return family
 
 
@@ -74,14 +85,39 @@ def exploratory(plan: StudyPlan, groups: Mapping[str, list]) -> list[dict[str, A
 
 
 def _arm_table(plan: StudyPlan, groups: Mapping[str, list]) -> str:
+    lift = plan.endpoint in LIFT_ENDPOINTS  # a learning study's table adds the lift
+    endpoints = ("final_eval_reward", "eval_auc", *(("eval_lift",) if lift else ()))
     body = []
     for arm, runs in groups.items():
         cells = [arm, str(len(runs)), str(len({r.get('params', {}).get('warm_start') for r in runs}))]
-        for endpoint in ("final_eval_reward", "eval_auc"):
-            mean, low, high = S.mean_ci([endpoint_value(r, endpoint) for r in runs])
+        for endpoint in endpoints:
+            values = [endpoint_value(r, endpoint) for r in runs]
+            mean, low, high = S.mean_ci([100 * v for v in values] if endpoint == "eval_lift" else values)
             cells.append(W.mean_pm(mean, (high - low) / 2))
         body.append(cells)
-    return W.md_table(["Arm", "runs", "warm starts", "final eval reward", "eval AUC"], body)
+    return W.md_table(["Arm", "runs", "warm starts", "final eval reward", "eval AUC",
+                       *(("eval lift (points)",) if lift else ())], body)
+
+
+def _plan_line(plan: StudyPlan, family: list) -> str:
+    """What the plan fixed: endpoint, test and family, or bar, seeds."""
+    seeds = f"{plan.seeds} seeds per arm over {plan.warm_starts} warm start(s); plan sha256 {plan.sha256[:12]}.\n"
+    if not plan.bars and plan.endpoint not in LIFT_ENDPOINTS:  # the committed studies' wording, unchanged
+        test = "paired t by seed" if plan.test == "paired" else "Welch"
+        return (f"Primary endpoint: {ENDPOINT_WORDS[plan.endpoint]}; test: {test}; one Holm family of "
+                f"{len(family)}; equivalence margin ±{100 * plan.margin:g} points; {seeds}")
+    parts = [f"Primary endpoint: {ENDPOINT_WORDS[plan.endpoint]}"]
+    if family:
+        parts.append(f"one Holm family of {len(family)} ({'paired t by seed' if plan.test == 'paired' else 'Welch'}, "
+                     f"equivalence margin ±{100 * plan.margin:g} points)")
+    if plan.bars:
+        parts.append("each arm judged against its bar by its " + (
+            "lowest seed" if plan.bar_over == "each_seed" else "mean over seeds") + " (no test)")
+    if not (family or plan.bars):
+        parts.append("no criterion fixed: every number is descriptive")
+    if plan.seed_values:
+        seeds = seeds.replace(f"{plan.seeds} seeds per arm", f"seeds {', '.join(map(str, plan.seed_values))} of every arm")
+    return "; ".join(parts) + "; " + seeds
 
 
 def _exploratory_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -97,13 +133,14 @@ def build_study(results: Mapping[str, Any], fig_dir: Path, methods: dict) -> tup
     groups = S.group_by_method(results.get("runs") or [], tuple(plan.arms))
     family, explore = primary_family(plan, groups), exploratory(plan, groups)
     test = "paired t by seed" if plan.test == "paired" else "Welch"
+    bars = bar_verdicts(plan, groups, lambda run: endpoint_value(run, plan.endpoint))
     parts = [f"## Plan: {plan.name}\n", *([f"{plan.question}\n"] if plan.question else []),
-             f"Primary endpoint: {ENDPOINT_WORDS[plan.endpoint]}; test: {test}; one Holm family of "
-             f"{len(family)}; equivalence margin ±{100 * plan.margin:g} points; {plan.seeds} seeds per arm over "
-             f"{plan.warm_starts} warm start(s); plan sha256 {plan.sha256[:12]}.\n",
-             "## Arms\n", _arm_table(plan, groups),
-             "\n## Primary family (the study's verdicts)\n",
-             W.comparison_table([(c["comparison"], c) for c in family]).replace("Welch", test)]
+             _plan_line(plan, family), "## Arms\n", _arm_table(plan, groups)]
+    if bars:
+        parts += ["\n## Bar (the study's verdicts)\n", bar_table(bars)]
+    if family:
+        parts += ["\n## Primary family (the study's verdicts)\n",
+                  W.comparison_table([(c["comparison"], c) for c in family]).replace("Welch", test)]
     if explore:
         parts += ["\n## Exploratory (no verdicts; p-values unadjusted)\n", _exploratory_table(explore)]
     colors = F.method_colors(list(groups))
@@ -112,6 +149,8 @@ def build_study(results: Mapping[str, Any], fig_dir: Path, methods: dict) -> tup
          "Eval reward vs step per arm")], colors)
     extra = {"plan": plan.as_dict(), "primary": family, "exploratory": explore,
              "verdicts": {c["comparison"]: c["verdict"] for c in family}}
+    if bars:  # absent otherwise: the committed studies' summaries stay as they were
+        extra.update(bar=bars, bar_verdicts={r["arm"]: r["verdict"] for r in bars})
     return extra, "\n".join(parts), figures
 
 
@@ -119,4 +158,5 @@ def headline_study(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> li
     """One line per comparison of the primary family, with its verdict."""
     plan = summary.get("plan") or {}
     endpoint = ENDPOINT_WORDS.get((plan.get("primary") or {}).get("endpoint"), "endpoint")
-    return [f"Verdict, {c['comparison']} on {endpoint}: {W.comparison(c)}" for c in summary.get("primary") or []]
+    return ([bar_line(row, endpoint) for row in summary.get("bar") or []]
+            + [f"Verdict, {c['comparison']} on {endpoint}: {W.comparison(c)}" for c in summary.get("primary") or []])

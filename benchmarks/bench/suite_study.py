@@ -4,10 +4,15 @@
 Seed ``s`` of every arm starts from warm start ``pretrain.seed = s % warm_starts``, so the spread
 between warm starts is part of what the seeds sample, and the same seed of two arms shares its warm
 start and its evaluation problems (what a paired test pairs).
+
+A value naming a Python file relative to the repository (``env.harness: examples/harness_guess.py:agent``)
+is made absolute against the repository root when that file is there, so a study finds it from any
+working directory.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from benchmarks.bench.cells import Cell, overrides
@@ -39,17 +44,44 @@ def _seeds(request: CellRequest) -> int:
     return plan.seeds
 
 
-def _cells(suite: Suite, request: CellRequest, seed: int) -> list[Cell]:
+REPO = Path(__file__).resolve().parents[2]
+_FILE_ATTR = re.compile(r"(?P<file>[^:\s]+\.py):(?P<attr>[A-Za-z_][\w.]*)")
+
+
+def in_repo(value: object) -> object:
+    """``path/file.py:attr`` relative to the repository, as an absolute path when the file is there;
+    any other value as it is."""
+    match = _FILE_ATTR.fullmatch(value) if isinstance(value, str) else None
+    if match is None or Path(match["file"]).is_absolute() or not (REPO / match["file"]).is_file():
+        return value
+    return f"{REPO / match['file']}:{match['attr']}"
+
+
+def _lift_params(config: str | None, switches: tuple[str, ...]) -> dict:
+    """The eval problems and reward range eval_lift_z reads from a run's params."""
+    from asyncrl.runtime.validate import load_run_config
+    from benchmarks.bench.lift import lift_params
+
+    return lift_params(load_run_config(config, list(switches)))
+
+
+def _cells(suite: Suite, request: CellRequest, index: int) -> list[Cell]:
     plan = request_plan(request)
     if plan.config is not None and request.config is not None and request.config != plan.config:
         raise PlanError(f"--config: the plan fixes config {plan.config!r}")
     config = request.config or plan.config
+    seed = plan.seed_ids[index]
     block = seed % plan.warm_starts
     base = {**suite.base(request), **plan.common}
-    return [Cell(f"{arm}-s{seed}", arm, seed, "train",
-                 overrides(base, switches, {"run.seed": seed, "pretrain.seed": block}) + request.extra,
-                 {"arm": arm, "warm_start": block}, config)
-            for arm, switches in plan.arms.items()]
+    cells = []
+    for arm, switches in plan.arms.items():
+        merged = {k: in_repo(v) for k, v in {**base, **switches}.items()}
+        args = overrides(merged, {"run.seed": seed, "pretrain.seed": block}) + request.extra
+        params = {"arm": arm, "warm_start": block}
+        if plan.endpoint == "eval_lift_z":
+            params.update(_lift_params(config, args))
+        cells.append(Cell(f"{arm}-s{seed}", arm, seed, "train", args, params, config))
+    return cells
 
 
 def _header(request: CellRequest) -> dict:

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmarks.bench.lift import run_dir_lift_z
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "2026-11-28-short-start-lifts"
 BAR = 1.96  # one-sided 0.025 for each run; all four must pass (an intersection-union test)
@@ -61,12 +63,7 @@ def test_the_readme_verdict_is_the_criterions(config):
     runs = [RESULTS / r for r in RUNS if r.startswith(config)]
     if not all((r / "summary.json").exists() for r in runs):
         pytest.skip(f"{config}: not all four runs are committed")
-    summary_module = _module("agents_summary")
-    zs = []
-    for run in runs:
-        summary = json.loads((run / "summary.json").read_text())
-        zs.append(summary_module.lift_z(summary["initial_eval_reward"], summary["final_eval_reward"],
-                                        summary_module.eval_problems(run), *summary_module.reward_bounds(run)))
+    zs = [run_dir_lift_z(run) for run in runs]
     readme = (RESULTS / "README.md").read_text()
     verdict = "lifts" if min(zs) > BAR else "does not lift"
     assert f"`{config}` {verdict}" in readme, (config, zs)

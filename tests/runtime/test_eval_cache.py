@@ -35,6 +35,10 @@ def test_key_follows_weights_problems_and_settings(tiny_policy):
                      "task.arithmetic.max_value=20"):
         assert key(model, problems, override) != base, override
     assert key(model, problems[:7]) != base
+    # an episode's environment shapes the evaluation: the same start played another way is another key
+    guess = key(model, problems, "env.name=guess")
+    assert guess != base and key(model, problems, "env.name=guess", "env.max_turns=7") != guess
+    assert key(model, problems, "env.harness=examples/harness_guess.py:agent") not in (base, guess)
     weight = next(model.parameters())
     saved = weight.detach().clone()
     with torch.no_grad():

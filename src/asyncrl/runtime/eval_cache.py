@@ -8,7 +8,8 @@ read them back.
 
 The key hashes everything the result depends on: the starting weights themselves (not their path),
 the evaluation problems (prompts and answers), and the settings of evaluation, task, reward
-functions, generation length, chat template, dtype, device and seed, and, when evaluation generates
+functions, generation length, chat template, dtype, device and seed, the environment when episodes
+are played (``env.*``: its name, tools, harness, turn limits), and, when evaluation generates
 through the run's rollout engine (vLLM in sync and simulated modes), that engine and its dtype. Any
 change is a new key, so a stale entry is never read.
 """
@@ -50,6 +51,8 @@ def initial_eval_key(cfg: Config, model: torch.nn.Module, problems: list, engine
         "dtype": cfg.policy.dtype, "device": cfg.policy.device, "seed": cfg.run.seed,
         "precision": str(eval_autocast_dtype(cfg)), "lm_head_fp32": cfg.policy.lm_head_fp32,
     }
+    if cfg.env.episodes:  # evaluation plays episodes: the environment, tools and limits shape its result
+        settings["env"] = data["env"]  # (absent for single turns, whose keys stay as they were)
     if engine is not None:  # absent otherwise: the keys of evaluations on the trained model stay as they were
         settings.update(engine=engine, generation_dtype=generation_dtype(cfg))
     digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
