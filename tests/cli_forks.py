@@ -75,10 +75,22 @@ def _wait(pid: int, timeout_s: float = 120.0) -> int:
     return os.waitpid(pid, 0)[1]
 
 
-def serve() -> None:
-    import torch  # noqa: F401  (what the children need, imported once)
+PRELOAD = ("torch", "asyncrl.cli", "asyncrl.runtime.loop", "asyncrl.runtime.validate", "asyncrl.runtime.worker",
+           "asyncrl.runtime.sources.lockstep", "asyncrl.runtime.sources.async_source", "asyncrl.rollout.hf_engine",
+           "asyncrl.training.trainer", "asyncrl.training.pretrain", "asyncrl.agents.rollout", "asyncrl.config.help")
 
-    import asyncrl.cli  # noqa: F401
+
+def serve() -> None:
+    import importlib
+    import threading
+
+    # what the children need, imported once: the CLI imports the runtime only when a command runs,
+    # which would cost each child seconds; none of these imports starts a thread (checked: a fork
+    # copies only the forking thread, so a kept thread's locks could be copied held)
+    for module in PRELOAD:
+        importlib.import_module(module)
+    if threading.active_count() != 1:
+        raise RuntimeError(f"cli_forks: the preloaded imports started threads: {threading.enumerate()}")
 
     scratch = tempfile.mkdtemp(prefix="cli-forks-")
     reply = sys.stdout

@@ -24,8 +24,17 @@ BENCH_MOVED = ("the benchmark suites are no longer part of the installed package
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr (exit 2), like every other bad input."""
 
+    def __init__(self, *args, epilog_of=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.epilog_of = epilog_of  # builds the epilog when help is shown: the keys' table takes a second
+
     def error(self, message: str):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def format_help(self) -> str:
+        if self.epilog_of is not None and self.epilog is None:
+            self.epilog = self.epilog_of()
+        return super().format_help()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         ("eval", "evaluate the policy (policy.model_path or the cached warm start) on the eval split"),
         ("config", "print the resolved config as YAML (every key, defaults included); runs nothing"),
     ]:
-        cmd = sub.add_parser(name, help=help_text, epilog=keys_epilog(),
+        cmd = sub.add_parser(name, help=help_text, epilog_of=keys_epilog,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
         cmd.add_argument("--config", metavar="FILE|PRESET",
                          help=f"YAML config file, or a packaged preset: {', '.join(preset_names())}")
