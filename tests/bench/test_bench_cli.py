@@ -43,6 +43,7 @@ def check_report(out: Path, n_runs: int) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
+@pytest.mark.slow  # the apparatus end to end: make test-all
 def test_a3po_quick_runs_reports_and_resumes(tmp_path, cache):
     proc = bench(tmp_path, cache, "a3po", "--quick", "--out", "out")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -62,6 +62,7 @@ def test_bad_jobs():
         run_cells([], _write_cell, jobs=0)
 
 
+@pytest.mark.slow  # bench cells on a Ray cluster: make test-all
 def test_ray_runs_every_cell_as_a_task(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

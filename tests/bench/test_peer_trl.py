@@ -40,6 +40,7 @@ def run_peer(cwd: Path, *args: str, timeout: int = 240) -> subprocess.CompletedP
                           text=True, cwd=cwd, env=env, timeout=timeout)
 
 
+@pytest.mark.slow  # the apparatus end to end: make test-all
 def test_peer_trl_end_to_end(tmp_path, cache):
     proc = run_peer(tmp_path, *TINY, f"policy.cache_dir={cache}", "run.out_dir=runs", "run.name=t")
     assert proc.returncode == 0, proc.stderr[-3000:]

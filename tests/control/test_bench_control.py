@@ -18,6 +18,7 @@ pytest.importorskip("gymnasium")  # the `control` extra
 SMALL = ["--seeds", "1", "--methods", "ppo,vaco", "--ks", "2", "--jobs", "2", "total_steps=512", "num_steps=64"]
 
 
+@pytest.mark.slow  # the apparatus end to end: make test-all
 def test_quick_runs_reports_and_resumes(tmp_path, monkeypatch, capsys):
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "control", "--quick", "--out", "out",
                            *SMALL], capture_output=True, text=True, cwd=tmp_path, timeout=300,

@@ -88,7 +88,10 @@ def test_one_fsdp2_rank_gives_the_update_of_the_plain_model(policy_and_batch, tm
 
 
 @pytest.mark.parametrize("case, micro, n_minibatches", [
-    ("a3po", 0, 2), ("recompute", 3, 2), ("gspo_kl", 0, 2),
+    # the default suite keeps the two cases that hold the others' paths (micro-batches, a forward
+    # pass for the proximal policy, a stand-in pass); make test-all runs all four
+    pytest.param("a3po", 0, 2, marks=pytest.mark.slow), ("recompute", 3, 2),
+    pytest.param("gspo_kl", 0, 2, marks=pytest.mark.slow),
     ("a3po", 1, 3),  # minibatches of 6, 5, 5 rows: shares 3 + 2, three micro-batches each: a stand-in pass
 ])
 def test_two_ranks_give_the_update_of_one_process(policy_and_batch, tmp_path, case, micro, n_minibatches):

@@ -87,6 +87,7 @@ def _beating(store, stop):
     return thread
 
 
+@pytest.mark.slow  # a torchrun fault path: make test-all
 def test_a_waiting_rank_follows_a_live_rank_0_and_leaves_a_silent_one_after_a_stop_signal(follower):
     import threading
 
@@ -127,6 +128,7 @@ def _per_rank_script(tmp_path: Path, key: str, values: tuple[str, str]) -> Path:
     return script
 
 
+@pytest.mark.slow  # torchrun jobs: make test-all
 @pytest.mark.parametrize("key, values", [("trainer.lr", ("3e-05", "0.0001")), ("trainer.n_minibatches", ("2", "4"))])
 def test_ranks_that_disagree_are_refused_before_anything_is_written(tmp_path, cache, key, values):
     script = _per_rank_script(tmp_path, key, values)

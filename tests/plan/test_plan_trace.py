@@ -51,6 +51,7 @@ def test_committed_traces_match_the_plan_made_now():
     assert not committed["32B-32"]["roles"]["rollout GPU (vllm)"]["fits"]
 
 
+@pytest.mark.slow  # a traced job, a measurement check: make test-all
 def test_tiny_job_traced_now_matches_the_plan(tmp_path):
     """A tiny Qwen2 shape on 2 fake ranks and a rollout GPU, traced in fresh processes (~20 s)."""
     out = tmp_path / "tiny.json"

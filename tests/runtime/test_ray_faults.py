@@ -97,6 +97,7 @@ def _assert_left_nothing(seen: dict, tmpdir: Path) -> None:
     assert _ray_files(tmpdir) == []
 
 
+@pytest.mark.slow  # a Ray cluster's fault path: make test-all
 def test_sigterm_of_a_ray_run_checkpoints_once_and_leaves_nothing(tmp_path, model_dir, short_tmpdir):
     proc = _start(tmp_path, model_dir, short_tmpdir)
     run_dir = tmp_path / "out" / "fault"
@@ -113,6 +114,7 @@ def test_sigterm_of_a_ray_run_checkpoints_once_and_leaves_nothing(tmp_path, mode
     _assert_left_nothing(seen, short_tmpdir)
 
 
+@pytest.mark.slow  # a Ray cluster's fault path: make test-all
 def test_a_killed_raylet_is_one_line_and_exit_2(tmp_path, model_dir, short_tmpdir):
     proc = _start(tmp_path, model_dir, short_tmpdir)
     seen = _run_until_step(proc, tmp_path / "out" / "fault" / "metrics.jsonl", 2)

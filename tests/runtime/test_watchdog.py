@@ -47,6 +47,7 @@ def _stop_a_worker_after_step(proc: subprocess.Popen, metrics: Path, step: int) 
     raise AssertionError(f"no worker to stop: {proc.communicate()[1][-2000:]}")
 
 
+@pytest.mark.slow  # a SIGSTOPped worker; a killed one's restart stays in test_worker_failure: make test-all
 def test_stopped_worker_is_killed_and_replaced(tmp_path, model_dir):
     # 12 steps: more than the look-ahead can hold once the worker stops after step 1 (max_staleness 4),
     # so the run needs the stopped worker and its watchdog must fire
