@@ -173,6 +173,7 @@ def test_an_id_that_cannot_run_offline_is_refused_at_config_load_in_one_line(gem
         assert "only GEM's offline games run here: GuessTheNumber, Mastermind" in text
 
 
+@pytest.mark.slow  # every GEM id (an optional integration's registry): make test-all
 def test_every_registered_gem_id_is_run_or_refused_and_only_the_offline_games_run(gem):
     from asyncrl.envs.gem import OFFLINE_GAMES, refusal
     from gem.envs.registration import ENV_REGISTRY

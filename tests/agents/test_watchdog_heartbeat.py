@@ -7,6 +7,8 @@ heartbeat, the worker was killed every step."""
 import subprocess
 import sys
 
+import pytest
+
 from .test_agents_e2e import ENV, SMALL, rows
 
 PLUGIN = '''
@@ -26,6 +28,7 @@ class Slow:
 '''
 
 
+@pytest.mark.slow  # a watchdog fault path: make test-all
 def test_a_worker_waiting_on_slow_environments_is_not_killed(tmp_path, cache):
     (tmp_path / "slow_env.py").write_text(PLUGIN)
     args = [*[a for a in SMALL if not a.startswith("rollout.")], "task=arithmetic", "run.plugins=[slow_env]",

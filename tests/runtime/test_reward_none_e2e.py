@@ -75,6 +75,7 @@ def test_none_rewards_in_sync_mode_with_the_console_table(tmp_path, model_dir):
     assert "reward" in header and "even_len" in header and "even_marker" in header
 
 
+@pytest.mark.slow  # sync's run of the same rows stays in the default suite: make test-all
 def test_none_rewards_in_async_mode(tmp_path, model_dir):
     """The rollout worker scores: its rows reach the trainer with the None values kept apart."""
     user = tmp_path / "user_code"
