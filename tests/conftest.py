@@ -13,6 +13,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # and one thread in every subprocess too (the CLI sets policy.torch_threads, but a worker that waits
 # in an OpenMP pool of two spins on the core another test needs)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Threads that wait for work sleep instead of spinning: a warm start builds with its own thread count
+# (pretrain.torch_threads, part of its cache key), and two builds of two threads each on two busy
+# cores spun at OpenMP's barriers for 125 s where each takes 7 s alone. Waiting policy changes no result.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # No test reads or writes the user's cache (~/.cache/asyncrl, or a developer's $ASYNCRL_CACHE): the
 # default-cache runs of this test run share a throwaway one (subprocesses inherit the variable). The
 # process that loads this file first (pytest itself, or xdist's controller, which starts its
