@@ -69,12 +69,15 @@ def test_the_example_harness_trains_by_cli_in_sync_and_by_the_api_in_async(tmp_p
 
 def test_the_guess_example_trains_by_the_api_and_its_return_is_the_reward(tmp_path, cache):
     """As docs/harness.md shows it: the preset's own environment set to none, the function passed."""
+    # rounds: the episodes decode together in a fixed order, so what the tiny model samples (and
+    # whether some of its 32 episodes find the number) does not depend on when each harness thread asked
     train_by_api(tmp_path, [*SMALL, "env.name=none", "run.mode=sync", "trainer.steps=2", "run.name=guess",
+                            "env.schedule=rounds", "rollout.prompts_per_step=4",
                             "run.log_episodes_every=1", f"policy.cache_dir={cache}"], ENV,
                  call="asyncrl.train('guess-agent', harness=agent, overrides=overrides)",
                  prelude=f"import sys\nsys.path.insert(0, {str(EXAMPLES)!r})\nfrom harness_guess import agent\n")
     episodes = rows(tmp_path / "runs" / "guess" / "episodes.jsonl")
-    assert len(episodes) == 16 and all(e["end"] != "failed" and e["turns"] for e in episodes)
+    assert len(episodes) == 32 and all(e["end"] != "failed" and e["turns"] for e in episodes)
     # the harness's number: 0.8^(t-1) for the number found at turn t (then it stops asking), else 0
     for e in episodes:
         assert e["reward"] == pytest.approx(0.8 ** (len(e["turns"]) - 1) if e["reward"] else 0.0)
