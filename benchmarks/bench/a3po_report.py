@@ -16,7 +16,7 @@ from . import figures as F
 from . import wording as W
 from .report import CI_CAPTION, FigureList, line_figures, mean, method_table, mratio, points_gap, ratio, seed_points
 from .stats import as_float as _num
-from .stats import compare_arms, group_by_method, run_value, verdicts_within, wall_time_key
+from .stats import final_reward_gap, group_by_method, verdicts_within, wall_time_key
 
 METHOD_ORDER = ("sync", "async-recompute", "async-loglinear", "async-a3po-floor")
 EQUIVALENCE_MARGIN = 0.03  # TOST margin in eval reward: "equivalent" means within 3 points
@@ -112,7 +112,7 @@ def _stale_summary(methods: Mapping[str, Any], groups: Mapping[str, list]) -> di
         match = re.fullmatch(r"async-loglinear-k(\d+)", m)
         if not match:
             continue
-        rec = f"async-recompute-k{match.group(1)}"
+        rec, floor = f"async-recompute-k{match.group(1)}", f"async-a3po-floor-k{match.group(1)}"
         xs, errs = curves.get(m, ((), ()))[:2]
         out[match.group(1)] = {
             "realized_staleness": _finite(mean(methods, m, "staleness_token_mean")),
@@ -120,29 +120,17 @@ def _stale_summary(methods: Mapping[str, Any], groups: Mapping[str, list]) -> di
             "prox_abs_err_mean_stale_steps": _stale_steps_error(groups.get(m, [])),
             "prox_abs_err_at_max_staleness": _finite(float(errs[-1])) if len(xs) else None,
             "max_measured_staleness": int(xs[-1]) if len(xs) else None,
-            "eval_gap_loglinear_minus_recompute": _gap_ci(groups, m, rec),
-            "eval_gap_loglinear_minus_sync": _gap_ci(groups, m, "sync"),
+            "eval_gap_loglinear_minus_recompute": final_reward_gap(groups, m, rec, EQUIVALENCE_MARGIN),
+            "eval_gap_loglinear_minus_sync": final_reward_gap(groups, m, "sync", EQUIVALENCE_MARGIN),
             # A-3PO with its α floored, where run (--methods async-a3po-floor): against A-3PO and sync
-            "eval_gap_floor_minus_loglinear": _gap_ci(groups, f"async-a3po-floor-k{match.group(1)}", m),
-            "eval_gap_floor_minus_sync": _gap_ci(groups, f"async-a3po-floor-k{match.group(1)}", "sync"),
+            "eval_gap_floor_minus_loglinear": final_reward_gap(groups, floor, m, EQUIVALENCE_MARGIN),
+            "eval_gap_floor_minus_sync": final_reward_gap(groups, floor, "sync", EQUIVALENCE_MARGIN),
             "speedup_vs_recompute": mratio(methods, rec, m, "train_wall_s"),
             "speedup_vs_sync": mratio(methods, "sync", m, "train_wall_s")}
     verdicts_within([g for row in out.values() for key in ("eval_gap_loglinear_minus_recompute",
                                                            "eval_gap_loglinear_minus_sync", "eval_gap_floor_minus_loglinear",
                                                            "eval_gap_floor_minus_sync") if (g := row[key])])
     return out
-
-
-def _gap_ci(groups: Mapping[str, list], a: str, b: str) -> dict | None:
-    """compare_arms of final eval reward a − b over the two arms' seeds, with the differences (mean,
-    ci_low, ci_high, mde, margin) in points; the verdict comes with the table's Holm adjustment."""
-    if a not in groups or b not in groups:
-        return None
-    gap = compare_arms([run_value(r, "final_eval_reward") for r in groups[a]],
-                       [run_value(r, "final_eval_reward") for r in groups[b]], EQUIVALENCE_MARGIN)
-    for key in ("mean", "ci_low", "ci_high", "mde", "margin"):
-        gap[key] = 100 * gap[key]
-    return None if not math.isfinite(gap["mean"]) else gap
 
 
 def _stale_steps_error(runs: list) -> float | None:

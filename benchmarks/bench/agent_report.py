@@ -37,7 +37,7 @@ import numpy as np
 from . import figures as F
 from . import wording as W
 from .report import CI_CAPTION, FigureList, line_figures, mean, method_table, mratio, ratio, seed_points
-from .stats import as_float, compare_arms, finite, group_by_method, run_value, seed_stat, verdicts_within
+from .stats import as_float, final_reward_gap, finite, group_by_method, seed_stat, verdicts_within
 
 METHOD_ORDER = ("sync", "async-loglinear-k1", "async-loglinear-k2", "async-loglinear-k4", "async-recompute-k2")
 EQUIVALENCE_MARGIN = 0.03  # TOST margin in eval reward, as the a3po suite: within 3 points
@@ -155,18 +155,6 @@ def token_staleness_shares(runs: Sequence[Mapping[str, Any]]) -> list[np.ndarray
 
 # ---- the report ------------------------------------------------------------------------------
 
-def _gap(groups: Mapping[str, list], a: str, b: str) -> dict | None:
-    """compare_arms of final eval reward a − b, differences in points; the verdict comes with the
-    table's Holm adjustment (verdicts_within)."""
-    if a not in groups or b not in groups:
-        return None
-    gap = compare_arms([run_value(r, "final_eval_reward") for r in groups[a]],
-                       [run_value(r, "final_eval_reward") for r in groups[b]], EQUIVALENCE_MARGIN)
-    for key in ("mean", "ci_low", "ci_high", "mde", "margin"):
-        gap[key] = 100 * gap[key]
-    return gap if math.isfinite(gap["mean"]) else None
-
-
 def _k_of(method: str) -> int | None:
     match = re.fullmatch(r"async-\w+-k(\d+)", method)
     return int(match.group(1)) if match else None
@@ -189,7 +177,7 @@ def arm_summary(methods: Mapping[str, Any], groups: Mapping[str, list], ideal: f
             "staleness_oldest_mean": _finite(mean(methods, method, "staleness_oldest_mean")),
             "staleness_oldest_max": _finite(_max_over_runs(groups.get(method, []))),
             "dropped_samples": _finite(mean(methods, method, "dropped_samples")),
-            "eval_gap_vs_sync": _gap(groups, method, SYNC)}
+            "eval_gap_vs_sync": final_reward_gap(groups, method, SYNC, EQUIVALENCE_MARGIN)}
     verdicts_within([row["eval_gap_vs_sync"] for row in out.values() if row["eval_gap_vs_sync"]])
     return out
 

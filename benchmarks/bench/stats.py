@@ -394,6 +394,20 @@ def compare_arms(values: Iterable[Any], reference: Iterable[Any], margin: float)
     return out
 
 
+def final_reward_gap(groups: Mapping[str, Sequence[Mapping[str, Any]]], a: str, b: str,
+                     margin: float) -> dict[str, Any] | None:
+    """compare_arms of final eval reward, arm ``a`` − arm ``b`` over their seeds, the differences
+    (mean, ci_low, ci_high, mde, margin) in points; None when an arm is missing or the gap is not
+    finite. The verdict needs the table's Holm adjustment (verdicts_within)."""
+    if a not in groups or b not in groups:
+        return None
+    gap = compare_arms([run_value(r, "final_eval_reward") for r in groups[a]],
+                       [run_value(r, "final_eval_reward") for r in groups[b]], margin)
+    for key in ("mean", "ci_low", "ci_high", "mde", "margin"):
+        gap[key] = 100 * gap[key]
+    return gap if math.isfinite(gap["mean"]) else None
+
+
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm step-down adjustment of a family of p-values (NaNs stay NaN and are not counted):
     the i-th smallest of m becomes max over j <= i of min(1, (m − j + 1) · p_(j)). Rejecting
