@@ -9,13 +9,14 @@ import torch
 
 from asyncrl.config import Config
 from asyncrl.runtime.validate import check_parts
-from asyncrl.runtime.ray import _trainer_gpu_kept_out, cluster
+from asyncrl.runtime.ray import _trainer_gpus_kept_out, cluster
 
 
 @pytest.mark.parametrize("trainer, visible, count, expected", [
-    (0, None, 4, ["1", "2", "3"]),
-    (1, "4,5,6", 8, ["4", "6"]),  # an index among the visible ones, as torch numbers them
-    (0, None, 1, []),  # nothing left: check_gpus then says the actors' GPUs are missing, in one line
+    ([0], None, 4, ["1", "2", "3"]),
+    ([1], "4,5,6", 8, ["4", "6"]),  # an index among the visible ones, as torch numbers them
+    ([0], None, 1, []),  # nothing left: check_gpus then says the actors' GPUs are missing, in one line
+    ([0, 1, 2], None, 8, ["3", "4", "5", "6", "7"]),  # three trainer ranks on the node
     (None, "0,1", 2, None),  # fractional actors share the trainer's GPU on purpose
 ])
 def test_the_gpus_beside_the_trainer(trainer, visible, count, expected):
@@ -35,7 +36,7 @@ def test_a_private_cluster_is_started_without_the_trainers_gpu(monkeypatch, tmp_
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     try:
-        cluster._start_private(2, trainer_gpu=0)
+        cluster._start_private(2, trainer_gpus=[0])
     finally:
         monkeypatch.setattr(cluster, "_reaper", None)
         monkeypatch.setattr(cluster, "_temp_dir", None)
@@ -55,10 +56,17 @@ def _cfg(device="cuda:2", share=1.0, channel="auto") -> Config:
 
 
 def test_only_actors_on_whole_gpus_keep_the_trainers_out():
-    assert _trainer_gpu_kept_out(_cfg()) == 2
-    assert _trainer_gpu_kept_out(_cfg(device="cuda")) == 0
-    assert _trainer_gpu_kept_out(_cfg(share=0.5)) is None
-    assert _trainer_gpu_kept_out(_cfg(device="cpu")) is None
+    assert _trainer_gpus_kept_out(_cfg(), {}) == [2]
+    assert _trainer_gpus_kept_out(_cfg(device="cuda"), {}) == [0]
+    assert _trainer_gpus_kept_out(_cfg(share=0.5), {}) is None
+    assert _trainer_gpus_kept_out(_cfg(device="cpu"), {}) is None
+
+
+def test_under_torchrun_every_local_ranks_gpu_is_kept_out():
+    """Rank 0 starts the private cluster, but ranks 1..3 train on GPUs 1..3: an actor given one of
+    those would share a trainer rank's GPU (and an NCCL pair there would have two ranks on it)."""
+    assert _trainer_gpus_kept_out(_cfg(device="cuda:0"), {"LOCAL_WORLD_SIZE": "4"}) == [0, 1, 2, 3]
+    assert _trainer_gpus_kept_out(_cfg(device="cuda:0"), {"LOCAL_WORLD_SIZE": "1"}) == [0]
 
 
 @pytest.mark.parametrize("share", [0.0, 0.5])

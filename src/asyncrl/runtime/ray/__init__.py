@@ -16,6 +16,8 @@ place. Ray is an optional dependency: this package's own module imports no Ray, 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -38,14 +40,17 @@ def ray_pool(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):
     except ImportError as err:
         raise ConfigError("async.backend", f"ray is not installed ({err}); "
                           "pip install 'asyncrl[ray]' torch==<your torch version>") from None
-    owns_ray = init_ray(len(specs), trainer_gpu=_trainer_gpu_kept_out(cfg))
+    owns_ray = init_ray(len(specs), trainer_gpus=_trainer_gpus_kept_out(cfg))
     channel = open_run_channel(cfg, model)
     return RayPool(specs, channel, start_timeout_s(cfg), owns_ray=owns_ray), channel
 
 
-def _trainer_gpu_kept_out(cfg: Config) -> int | None:
-    """The trainer's GPU index when Ray actors ask for whole GPUs (``async.gpus_per_worker`` ≥ 1):
-    those must be others than the trainer's. Actors with a fraction share the trainer's on purpose."""
+def _trainer_gpus_kept_out(cfg: Config, environ: Mapping[str, str] = os.environ) -> list[int] | None:
+    """The trainer ranks' GPU indices on this node when Ray actors ask for whole GPUs
+    (``async.gpus_per_worker`` ≥ 1): those must be others than any trainer's. Under torchrun every
+    rank of the node trains on GPU ``LOCAL_RANK`` (asyncrl.distributed.world), so the private
+    cluster rank 0 starts must leave out all ``LOCAL_WORLD_SIZE`` of them, not rank 0's alone.
+    Actors with a fraction share the trainer's on purpose: None."""
     import torch
 
     from asyncrl.runtime.worker import worker_gpu_share
@@ -53,4 +58,7 @@ def _trainer_gpu_kept_out(cfg: Config) -> int | None:
     device = torch.device(cfg.policy.device)
     if device.type != "cuda" or worker_gpu_share(cfg) < 1:
         return None
-    return device.index if device.index is not None else 0
+    local = environ.get("LOCAL_WORLD_SIZE", "")
+    if local.isdigit() and int(local) > 1:
+        return list(range(int(local)))
+    return [device.index if device.index is not None else 0]

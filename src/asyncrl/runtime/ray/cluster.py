@@ -18,7 +18,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import ray
@@ -80,12 +80,12 @@ def _cluster_output_on_stderr() -> None:
     module.print_worker_logs = print_on_stderr
 
 
-def init_ray(n_workers: int, trainer_gpu: int | None = None) -> bool:
+def init_ray(n_workers: int, trainer_gpus: Collection[int] | None = None) -> bool:
     """Connect to ``RAY_ADDRESS`` (left as the user set it up), or start a private local cluster on
     loopback whose processes a reaper ends with the run, however it ends; True when this process
-    started or joined Ray (and must shut it down). ``trainer_gpu``: the index of the trainer's GPU
-    among this process's visible ones, kept out of a private cluster (actors that ask for GPUs of
-    their own must not be given the trainer's); None keeps every GPU in it."""
+    started or joined Ray (and must shut it down). ``trainer_gpus``: the indices of the trainer ranks'
+    GPUs among this process's visible ones, kept out of a private cluster (actors that ask for GPUs
+    of their own must not be given a trainer's); None keeps every GPU in it."""
     if ray.is_initialized():
         return False
     _cluster_output_on_stderr()
@@ -98,18 +98,18 @@ def init_ray(n_workers: int, trainer_gpu: int | None = None) -> bool:
         with stop_signals_kept():
             ray.init(address=address, include_dashboard=False, log_to_driver=True)
         return True
-    _start_private(n_workers, trainer_gpu)
+    _start_private(n_workers, trainer_gpus)
     return True
 
 
-def gpus_beside(trainer_gpu: int | None, visible: str | None, count: int) -> list[str] | None:
+def gpus_beside(trainer_gpus: Collection[int] | None, visible: str | None, count: int) -> list[str] | None:
     """The GPUs (as ``CUDA_VISIBLE_DEVICES`` entries) a private cluster may offer its actors: this
-    process's visible ones (``visible``, else 0 .. ``count`` − 1) without the trainer's; None for
+    process's visible ones (``visible``, else 0 .. ``count`` − 1) without the trainers'; None for
     all of them."""
-    if trainer_gpu is None:
+    if trainer_gpus is None:
         return None
     ids = [d.strip() for d in visible.split(",") if d.strip()] if visible else [str(i) for i in range(count)]
-    return [d for i, d in enumerate(ids) if i != trainer_gpu]
+    return [d for i, d in enumerate(ids) if i not in set(trainer_gpus)]
 
 
 @contextlib.contextmanager
@@ -131,7 +131,7 @@ def _ray_sees(gpus: list[str] | None) -> Iterator[dict]:
             os.environ["CUDA_VISIBLE_DEVICES"] = saved
 
 
-def _start_private(n_workers: int, trainer_gpu: int | None = None) -> None:
+def _start_private(n_workers: int, trainer_gpus: Collection[int] | None = None) -> None:
     """The private cluster: in a temp folder of its own, Ray's log lines on the driver's stderr
     from ERROR up (its start-up notices would break the one-line contract), its raylet watched."""
     global _reaper, _temp_dir, _raylet_watch
@@ -140,7 +140,7 @@ def _start_private(n_workers: int, trainer_gpu: int | None = None) -> None:
     try:
         import torch
 
-        gpus = gpus_beside(trainer_gpu, os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.device_count())
+        gpus = gpus_beside(trainer_gpus, os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.device_count())
         with _loopback_only(), stop_signals_kept(), _ray_sees(gpus) as gpu_args:
             ray.init(num_cpus=max(2, n_workers + 1), _node_ip_address="127.0.0.1", include_dashboard=False,
                      log_to_driver=True, _temp_dir=_temp_dir, logging_level=logging.ERROR, **gpu_args)
