@@ -62,3 +62,14 @@ def test_cli_prints_one_line_per_gpu_role(capsys):
     assert "channel receive buffer 14.19" in table  # 7.62B parameters in bf16
     assert main(["plan", "--model", "32B", "--gpus", "33", "--trainer-gpus", "32", *KV_SIZED, *ROLLOUT_GPU]) == 0
     assert "NO: vLLM needs" in capsys.readouterr().out
+
+
+def test_async_channel_buffers_caps_what_rank_0_is_counted_for():
+    """Three rollout GPUs: workers + 1 = 4 flat copies on rank 0 by default; async.channel_buffers=2
+    caps the channel at 2 (a publish then waits for a send), and the plan counts 2."""
+    weights = PRESETS["7B"].params * 2
+    three = replace(SEVEN_B, dedicated_workers=3)
+    rank0 = {role.role: role for role in job_gpus(three)}["trainer rank 0"].items
+    assert rank0["weight channel buffers"][0] == 4 * weights
+    capped = {role.role: role for role in job_gpus(replace(three, channel_buffers=2))}["trainer rank 0"].items
+    assert capped["weight channel buffers"][0] == 2 * weights and "channel_buffers=2" in capped["weight channel buffers"][1]

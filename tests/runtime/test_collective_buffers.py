@@ -61,6 +61,43 @@ def test_a_buffer_being_sent_is_never_rewritten_and_blocks_no_publish():
     assert set(channel._current.flat.tolist()) == {11.0}
 
 
+def test_at_the_buffer_cap_a_publish_waits_for_a_send_to_finish():
+    """async.channel_buffers=2: with one buffer held by a send and the other published and held by
+    a second send, the next publish allocates no third; it waits until a send lets one go."""
+    model = Weights(size=1_000, value=0.0)
+    channel = open_channel("collective", model, ctx=SPAWN, device="cpu", dtype=torch.float32, max_buffers=2)
+    never = threading.Event()
+    first = channel._take(never)
+    model.fill(1.0)
+    channel.publish(model, 1)
+    second = channel._take(never)
+    assert channel.allocations == 2 and first is not second
+    done = threading.Event()
+
+    def publish() -> None:
+        model.fill(2.0)
+        channel.publish(model, 2)
+        done.set()
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    assert not done.wait(0.5)  # both buffers held: the publish waits
+    assert channel.allocations == 2 and channel._current is second
+    channel._let_go(first)
+    assert done.wait(10)
+    thread.join(10)
+    assert channel.allocations == 2 and channel._current is first and set(first.flat.tolist()) == {2.0}
+    assert set(second.flat.tolist()) == {1.0}  # the buffer being sent was never rewritten
+    channel._let_go(second)
+
+
+def test_a_cap_below_two_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="max_buffers"):
+        open_channel("collective", Weights(size=10), ctx=SPAWN, device="cpu", dtype=torch.float32, max_buffers=1)
+
+
 def _checked_pulls(channel, results, pulls: int) -> None:
     """Pull ``pulls`` times; report each version and every value the weights held after it."""
     torch.set_num_threads(1)

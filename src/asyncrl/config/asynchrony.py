@@ -42,6 +42,10 @@ class AsyncConfig:
     gpus_per_worker: float = setting(
         0.0, "Ray backend, policy.device cuda: GPUs each rollout actor asks Ray for; 0 = auto, "
              "1 / (n_workers + 1): every actor beside the trainer on one GPU")
+    # each buffer is a flat copy of the weights on the trainer's GPU (14 GiB at 7B in bf16)
+    channel_buffers: int = setting(
+        0, "collective channel: weight buffers on the trainer's device at most; a publish that finds "
+           "them all held by sends waits for one to finish; 0 = n_workers + 1 (never waits)")
     # keeps the scheduler from migrating the two busy processes onto one core; a vLLM worker is left
     # unpinned: it compiles with many threads at start-up and drives a GPU, one core would slow it
     pin_cpus: bool = setting(True, "pin the trainer to CPU 0 and worker i to CPU 1 + i (when enough CPUs; "
@@ -74,5 +78,8 @@ class AsyncConfig:
             raise ValueError("worker_start_timeout_s: must be >= 0 (0 = the engine's own bound)")
         if self.worker_timeout_s <= 0:
             raise ValueError("worker_timeout_s: must be > 0")
+        if self.channel_buffers < 0 or self.channel_buffers == 1:
+            raise ValueError("channel_buffers: must be 0 (n_workers + 1) or >= 2 (one published while one "
+                             "is written)")
         if self.gpus_per_worker < 0:
             raise ValueError("gpus_per_worker: must be >= 0 (0 = auto)")

@@ -86,6 +86,7 @@ class PlanInputs:
     vllm_positions: int = 0  # engine_kwargs.max_model_len; 0 = prompt + new tokens
     dedicated_workers: int = 0  # async rollout workers on GPUs of their own (Ray, async.gpus_per_worker >= 1)
     collective: bool = False  # the collective channel: each worker receives into a buffer on its GPU
+    channel_buffers: int = 0  # async.channel_buffers: the collective channel's cap; 0 = workers + 1
     rollout_workers: int = 1  # rollout engines on rank 0's GPU (async workers; 1 in a sync run)
     cuda_channel: bool = True  # async weights through the CUDA IPC channel (two buffers on the GPU)
     kl_reference: bool = False  # trainer.kl_coef > 0: a frozen copy of the weights on every rank
@@ -322,9 +323,10 @@ def channel_buffers(p: PlanInputs) -> tuple[int, str]:
 
     * ``cuda`` (asyncrl.runtime.channels.flat): two buffers, allocated together at the start.
     * ``collective`` (asyncrl.runtime.channels.collective): one in steady state; a publish that finds
-      every buffer held by a send allocates another, and one idle spare is kept. The code sets no cap,
-      but each worker's sending thread holds one buffer at a time, so at most workers + 1 exist (a
-      dead worker's thread holds its buffer until its pair is aborted): that bound is counted.
+      every buffer held by a send allocates another, and one idle spare is kept. Each worker's
+      sending thread holds one buffer at a time, so at most workers + 1 exist (a dead worker's
+      thread holds its buffer until its pair is aborted); ``async.channel_buffers`` caps them lower
+      (a publish at the cap waits for a send). The smaller bound is counted.
     * ``ray``, ``shm``: nothing on the GPU (a pinned host buffer and Ray's object store; host memory)."""
     if p.mode != "async" or p.device != "cuda":
         return 0, ""
@@ -333,6 +335,8 @@ def channel_buffers(p: PlanInputs) -> tuple[int, str]:
         return 2 * flat, "async, CUDA IPC: 2 × P in the generation dtype"
     if p.collective:
         held = p.dedicated_workers + 1
+        if 2 <= p.channel_buffers < held:
+            return p.channel_buffers * flat, f"collective: P·g each, capped by async.channel_buffers={p.channel_buffers}"
         return held * flat, (f"collective: P·g each, 1 + one per worker whose send a publish overlaps: "
                              f"{held} at most")
     return 0, "ray or shm: the weights go through host memory, none on the GPU"
@@ -449,7 +453,8 @@ def inputs_from_config(cfg, shape: ModelShape, gpus: int, prompt_tokens: int, **
                         mode=cfg.run.mode, engine=ro.engine, rollout_dtype=generation, gpu_mem_util=util,
                         kv_sized=not MEMORY_KEYS & set(kw), vllm_seqs=int(kw.get("max_num_seqs") or 0),
                         vllm_positions=int(kw.get("max_model_len") or 0), dedicated_workers=dedicated,
-                        collective=channel in CHANNELS and CHANNELS[channel].receive_buffer, rollout_workers=engines, cuda_channel=channel == "cuda",
+                        collective=channel in CHANNELS and CHANNELS[channel].receive_buffer,
+                        channel_buffers=asy.channel_buffers, rollout_workers=engines, cuda_channel=channel == "cuda",
                         kl_reference=tr.kl_coef > 0, extra_forwards=extra,
                         lora=lora_shapes.lora_plan(pol, shape.model_type))
     return replace(inputs, **changes)

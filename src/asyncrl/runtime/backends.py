@@ -25,7 +25,8 @@ def open_run_channel(cfg: Config, model: torch.nn.Module, ctx=None):
     from asyncrl.policy.model import DTYPES
 
     name = channel_name(cfg.async_.weight_channel, cfg.async_.backend, cfg.policy.device)
-    return open_channel(name, model, ctx=ctx, device=cfg.policy.device, dtype=DTYPES[generation_dtype(cfg)])
+    return open_channel(name, model, ctx=ctx, device=cfg.policy.device, dtype=DTYPES[generation_dtype(cfg)],
+                        max_buffers=cfg.async_.channel_buffers or cfg.async_.n_workers + 1)
 
 
 def local_pool(cfg: Config, specs: list[WorkerSpec], model: torch.nn.Module):

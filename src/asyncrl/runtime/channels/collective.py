@@ -146,7 +146,12 @@ class _Pair:
 class CollectiveWeights:
     """The channel's handle: the trainer's object publishes; a pickled copy (a worker's) pulls."""
 
-    def __init__(self, model: torch.nn.Module, device: str, dtype: torch.dtype):
+    def __init__(self, model: torch.nn.Module, device: str, dtype: torch.dtype, max_buffers: int | None = None):
+        """``max_buffers``: flat buffers allocated at most (None: no cap; each worker's sending
+        thread holds one at a time, so workers + 1 are never exceeded anyway)."""
+        if max_buffers is not None and max_buffers < 2:
+            raise ValueError("max_buffers: must be >= 2 (one published while one is written)")
+        self.max_buffers = max_buffers
         self.layout = weight_layout(model)
         self.tied = tied_names(export_state_dict(model))  # sent once; a receiver that does not tie them gets both
         self.numel = sum(shape.numel() for _, shape in self.layout)
@@ -211,15 +216,22 @@ class CollectiveWeights:
     def _writable(self) -> _Buffer:
         """The buffer this publish writes: the published one if no thread is sending it (withdrawn
         until the copy is done; if the copy fails, pulls wait for the next publish), else one that
-        no thread holds, allocated only when every buffer is held. Only publish writes a buffer."""
+        no thread holds, allocated only when every buffer is held and the cap allows; at the cap,
+        the publish waits until a send lets one go. Only publish writes a buffer."""
         with self._published:
-            current, self._current = self._current, None
-            if current is not None and current.senders == 0:
-                return current
-            self._current = current
-            for buffer in self._buffers:
-                if buffer is not current and buffer.senders == 0:
-                    return buffer
+            while True:
+                current, self._current = self._current, None
+                if current is not None and current.senders == 0:
+                    return current
+                self._current = current
+                for buffer in self._buffers:
+                    if buffer is not current and buffer.senders == 0:
+                        return buffer
+                if self.max_buffers is None or len(self._buffers) < self.max_buffers:
+                    break
+                if self._closed.is_set():
+                    raise RuntimeError("the channel closed")
+                self._published.wait(0.1)  # _let_go notifies
         buffer = _Buffer(torch.empty(self.numel, dtype=self.dtype, device=self.device))
         self.allocations += 1
         with self._published:
@@ -239,6 +251,7 @@ class CollectiveWeights:
     def _let_go(self, buffer: _Buffer) -> None:
         with self._published:
             buffer.senders -= 1
+            self._published.notify_all()  # a publish may wait at the cap
 
     def worker_lost(self, pid: int, host: str | None = None) -> None:
         """The pool's word that worker process ``pid`` (on ``host``; default this machine) is dead:
@@ -355,6 +368,7 @@ class CollectiveWeights:
         return version
 
 
-def open_collective(model: torch.nn.Module, *, device, dtype, **_) -> CollectiveWeights:
+def open_collective(model: torch.nn.Module, *, device, dtype, max_buffers: int | None = None,
+                    **_) -> CollectiveWeights:
     """The ``collective`` entry of :data:`asyncrl.core.registries.CHANNELS`."""
-    return CollectiveWeights(model, device=device, dtype=dtype)
+    return CollectiveWeights(model, device=device, dtype=dtype, max_buffers=max_buffers)
