@@ -121,7 +121,8 @@ def mixed_section(plan: StudyPlan, family: Sequence[Mapping[str, Any]]) -> str:
     for comp in family:
         m = comp["mixed"]
         if "refused" in m:
-            body.append([comp["comparison"], W.gap_ci(comp), W.verdict_words(comp), m["refused"], "", "", "", "refused"])
+            body.append([comp["comparison"], W.gap_ci(comp), W.verdict_words(comp), m["refused"],
+                         "", "", "", "refused"])
             continue
         body.append([comp["comparison"], W.gap_ci(comp), W.verdict_words(comp), W.gap_ci(m), W._p(m["p_holm"]),
                      W._p(m["p_tost"]), _sd_pair(m), W.verdict_words({**m, "n_a": m["n"], "n_b": m["n"]})])

@@ -108,8 +108,8 @@ def mixed_gap(gaps: Iterable[Any], blocks: Iterable[Any], margin: float | None =
     maximum is σ_e² + n σ_u² = MSB and σ_e² = MSW, the ANOVA estimates. The GLS estimate of μ is the
     grand mean whatever the variances (every warm start weighs the same), and its variance
     (σ_u² + σ_e² / n) / W = (σ_e² + n σ_u²) / N is estimated by MSB / N: SE = sqrt(MSB / N), t on the
-    W − 1 df of MSB. That t is exact for every σ_u² >= 0, because MSB / (σ_e² + n σ_u²) is χ²(W − 1) / (W − 1)
-    and independent of the grand mean: it is the t test of the W warm-start means.
+    W − 1 df of MSB. That t is exact for every σ_u² >= 0, because MSB / (σ_e² + n σ_u²) is
+    χ²(W − 1) / (W − 1) and independent of the grand mean: it is the t test of the W warm-start means.
 
     When MSB < MSW, REML's maximum lies on the boundary σ_u² = 0, where its plug-in variance would be the
     pooled (SSB + SSW) / (N − 1), the paired t's. Our choice: keep SE = sqrt(MSB / N) on W − 1 df there

@@ -62,15 +62,18 @@ def test_each_rate_gets_its_row_and_the_unrun_ones_say_so(report):
     assert rows["lr 5e-5"]["paired"]["verdict"] == "differs"
     assert "paired" not in rows["lr 1.25e-5"] and rows["lr 0.0001"]["status"] == NOT_RUN
     assert len(summary["comparisons"]) == 8 and text.count("\n## ") == 8
-    assert "| lr 1.25e-5 | not run (no folder) |" in text and "| lr 0.0001 | not run (partial: 110 of 140 runs) |" in text
+    assert "| lr 1.25e-5 | not run (no folder) |" in text
+    assert "| lr 0.0001 | not run (partial: 110 of 140 runs) |" in text
 
 
 def test_the_headline_answers_the_question_at_each_rate(report):
     summary, text = report
     line = summary["headline"]
     assert line.startswith("Do a3po_floor and vespo end within 3 points of sync at K = 16? lr 1.25e-5: not run. ")
-    assert "lr 2.5e-5: a3po_floor yes (−0.7 points; mixed model: yes); vespo yes (−0.9 points; mixed model: yes)" in line
-    assert "lr 5e-5: a3po_floor no, differs (−6.7 points; mixed model: " in line and line.endswith("lr 0.0001: not run.")
+    assert ("lr 2.5e-5: a3po_floor yes (−0.7 points; mixed model: yes); "
+            "vespo yes (−0.9 points; mixed model: yes)") in line
+    assert "lr 5e-5: a3po_floor no, differs (−6.7 points; mixed model: " in line
+    assert line.endswith("lr 0.0001: not run.")
     assert line in text
 
 
@@ -94,4 +97,5 @@ def test_the_command(tmp_path):
     assert (tmp_path / "out" / "compare.md").exists() and (tmp_path / "out" / "compare.json").exists()
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "a3po", "--compare", str(K16)], capture_output=True,
                           text=True, timeout=120, cwd=tmp_path, env=checkout_env())
-    assert proc.returncode == 2 and proc.stderr == "benchmarks: --compare: compares planned studies (the study suite), not a3po\n"
+    assert proc.returncode == 2
+    assert proc.stderr == "benchmarks: --compare: compares planned studies (the study suite), not a3po\n"
