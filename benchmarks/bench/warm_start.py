@@ -96,7 +96,7 @@ def mixed_gap(gaps: Iterable[Any], blocks: Iterable[Any], margin: float | None =
     """The paired gaps d_ij (warm start i of W, seed j of n; ``blocks`` gives each gap's warm start) under
     the mixed model d_ij = μ + u_i + e_ij, u_i ~ N(0, σ_u²), e_ij ~ N(0, σ_e²): {"mean" (μ̂), "ci_low",
     "ci_high", "se", "df", "p" (two-sided, H0: μ = 0), "p_tost" (within ±``margin``; NaN without one),
-    "sd_between" (σ̂_u), "sd_within" (σ̂_e), "boundary" (REML puts σ̂_u² at 0: see below),
+    "sd_between" (σ̂_u), "sd_within" (σ̂_e), both REML's, "boundary" (REML puts σ̂_u² at 0: see below),
     "n_warm_starts", "n", "margin", "test": "mixed"}.
 
     Balanced designs only: ValueError (one line) when the warm starts hold different numbers of gaps,
@@ -111,12 +111,13 @@ def mixed_gap(gaps: Iterable[Any], blocks: Iterable[Any], margin: float | None =
     W − 1 df of MSB. That t is exact for every σ_u² >= 0, because MSB / (σ_e² + n σ_u²) is
     χ²(W − 1) / (W − 1) and independent of the grand mean: it is the t test of the W warm-start means.
 
-    When MSB < MSW, REML's maximum lies on the boundary σ_u² = 0, where its plug-in variance would be the
-    pooled (SSB + SSW) / (N − 1), the paired t's. Our choice: keep SE = sqrt(MSB / N) on W − 1 df there
-    too ("boundary": true, σ̂_u = 0), since that test stays exact; the pooled variance on W − 1 df would be
-    conservative for no reason, and on N − 1 df it would assume σ_u² = 0 exactly, which is the paired t
-    already beside it. With one gap per warm start σ_u and σ_e cannot be told apart (NaN) and the test is
-    the paired t. No spread at all gives no test (p NaN), as in paired()."""
+    When MSB < MSW, REML's maximum lies on the boundary σ_u² = 0, where σ̂_e² is the pooled
+    (SSB + SSW) / (N − 1) (reported as "sd_within") and the plug-in SE would be the paired t's. Our
+    choice: keep SE = sqrt(MSB / N) on W − 1 df there too ("boundary": true, σ̂_u = 0), since that test
+    stays exact; the pooled variance on W − 1 df would be conservative for no reason, and on N − 1 df it
+    would assume σ_u² = 0 exactly, which is the paired t already beside it. With one gap per warm start
+    σ_u and σ_e cannot be told apart (NaN) and the test is the paired t. No spread at all gives no test
+    (p NaN), as in paired()."""
     _check_confidence(confidence)
     groups = warm_start_groups(gaps, blocks)
     sizes = sorted({g.size for g in groups})
@@ -135,9 +136,11 @@ def mixed_gap(gaps: Iterable[Any], blocks: Iterable[Any], margin: float | None =
         return out
     _, ms_between, ms_within, n = _anova(groups)
     se, df = math.sqrt(ms_between / total), float(n_warm - 1)
-    if math.isfinite(ms_within):
-        out.update(sd_between=math.sqrt(max(0.0, (ms_between - ms_within) / n)), sd_within=math.sqrt(ms_within),
-                   boundary=bool(ms_between < ms_within))
+    if math.isfinite(ms_within):  # REML's variance components: on the boundary, σ_u = 0 and σ_e² the pooled
+        boundary = ms_between < ms_within
+        within = float(np.concatenate(groups).var(ddof=1)) if boundary else ms_within
+        out.update(sd_between=0.0 if boundary else math.sqrt((ms_between - ms_within) / n),
+                   sd_within=math.sqrt(within), boundary=bool(boundary))
     out.update(se=se, df=df)
     if se > 0:
         half = float(_t.ppf((1 + confidence) / 2, df)) * se

@@ -45,13 +45,46 @@ def test_the_between_component_at_zero_keeps_the_between_mean_square():
     # The paired t on the same 6 gaps: variance (4 + 96) / 5 = 20, t = 2 / sqrt(20/6) = 1.095 on 5 df.
     gaps, blocks = [-3, 5, -2, 6, -1, 7], [0, 0, 1, 1, 2, 2]
     out = mixed_gap(gaps, blocks)
-    assert out["boundary"] and out["sd_between"] == 0 and out["sd_within"] == pytest.approx(math.sqrt(32))
+    # REML's σ_e² on the boundary is the pooled (SSB + SSW) / (N − 1) = (4 + 96) / 5 = 20
+    assert out["boundary"] and out["sd_between"] == 0 and out["sd_within"] == pytest.approx(math.sqrt(20))
     assert out["se"] == pytest.approx(math.sqrt(1 / 3)) and out["df"] == 2
     assert out["p"] == pytest.approx(1 - math.sqrt(6 / 7))
     assert math.isnan(out["p_tost"])  # no margin given
     p_paired = paired(gaps, [0] * 6)["p"]
     assert p_paired == pytest.approx(ttest_1samp(gaps, 0).pvalue) and p_paired > 0.3
     assert icc(gaps, blocks) == 0  # floored, as REML floors σ_u²
+
+
+def _reml_by_search(gaps, blocks) -> tuple[float, float]:
+    """(σ_u, σ_e) maximising the restricted likelihood of d = 1μ + Z u + e written out in general,
+    −½ (log|V| + log|1ᵀV⁻¹1| + rᵀV⁻¹r), V = σ_u² ZZᵀ + σ_e² I, by a bounded numerical search: no use of
+    the balanced design's closed form that mixed_gap relies on."""
+    from scipy.optimize import minimize
+
+    y = np.asarray(gaps, float)
+    z = (np.asarray(blocks)[:, None] == np.unique(blocks)[None, :]).astype(float)
+    one = np.ones_like(y)
+
+    def minus_loglik(theta):
+        v = theta[0] * z @ z.T + theta[1] * np.eye(y.size)
+        vi = np.linalg.inv(v)
+        info = one @ vi @ one
+        r = y - one * (one @ vi @ y) / info
+        return 0.5 * (np.linalg.slogdet(v)[1] + math.log(info) + r @ vi @ r)
+
+    fit = minimize(minus_loglik, [1.0, 1.0], bounds=[(0, None), (1e-9, None)], method="L-BFGS-B",
+                   options={"ftol": 1e-15, "gtol": 1e-12})
+    return math.sqrt(fit.x[0]), math.sqrt(fit.x[1])
+
+
+@pytest.mark.parametrize("gaps, blocks", [
+    ([1, 3, 5, 7, 2, 2.5], [0, 0, 1, 1, 2, 2]),  # between spread well above the within: interior
+    ([-3, 5, -2, 6, -1, 7], [0, 0, 1, 1, 2, 2]),  # the boundary case above
+])
+def test_the_closed_form_is_what_a_general_reml_search_finds(gaps, blocks):
+    out = mixed_gap(gaps, blocks)
+    between, within = _reml_by_search(gaps, blocks)
+    assert (out["sd_between"], out["sd_within"]) == pytest.approx((between, within), abs=2e-3)
 
 
 def test_an_unbalanced_design():
