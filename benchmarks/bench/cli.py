@@ -83,6 +83,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="run no cell: write the report from the cells already finished in the runs "
                             "directory (a partial report says how many), else re-render the study stored "
                             "in --out (results.json + steps.csv.xz, e.g. a committed folder)")
+    bench.add_argument("--compare", nargs="+", metavar="DIR",
+                       help="study: run nothing; compare the study folders of plans that differ only in "
+                            "learning rate, one table per comparison of their family, into OUT/compare.md and "
+                            "compare.json (a folder not run yet, or in part, is reported as not run)")
     bench.add_argument("overrides", nargs="*", metavar="dotted.key=value",
                        help="applied to every cell; run.plugins=[pkg.module] also adds the suites a plugin registers")
     return bench
@@ -130,6 +134,8 @@ def _bench(args) -> int:
     from benchmarks.bench.suites import CellRequest, build_cells, get_suite
 
     suite = get_suite(args.suite)
+    if args.compare is not None:
+        return _compare(args)
     try:
         if args.jobs < 1:
             raise ValueError(f"--jobs: must be >= 1, got {args.jobs}")
@@ -160,6 +166,26 @@ def _bench(args) -> int:
     return _run_reported(lambda: run_suite(suite, cells, out, runs_dir=runs_dir, quick=args.quick, command=_redo(args),
                                            in_process=in_process, jobs=args.jobs, ray=args.ray,
                                            report_only=args.report_only, header=header), out)
+
+
+def _compare(args) -> int:
+    """``study --compare DIR ...``: the report across learning rates (benchmarks.bench.study_compare)."""
+    from pathlib import Path
+
+    from benchmarks.bench.study import StudyError
+    from benchmarks.bench.study_compare import write_compare
+
+    try:
+        if args.suite != "study":
+            raise ValueError(f"--compare: compares planned studies (the study suite), not {args.suite}")
+        out = Path(args.out or "runs/bench/study-compare")
+        summary = write_compare(args.compare, out)
+    except (ValueError, StudyError) as err:
+        print(f"benchmarks: {err}", file=sys.stderr)
+        return 2
+    print(summary["headline"])
+    print(f"report: {out / 'compare.md'}")
+    return 0
 
 
 def _redo(args) -> str:

@@ -26,6 +26,7 @@ from benchmarks.bench.lift import eval_lift, eval_lift_z
 from benchmarks.bench.paired import compare_paired
 from benchmarks.bench.plan_file import LIFT_ENDPOINTS, Comparison, StudyPlan, stored_plan
 from benchmarks.bench.study_bar import bar_line, bar_table, bar_verdicts
+from benchmarks.bench.study_warm import build as warm_start_level
 
 ENDPOINT_WORDS = {"final_eval_reward": "final eval reward", "eval_auc": "eval reward AUC (curve mean)",
                   "eval_lift": "eval reward lift (last step minus step 0)",
@@ -134,13 +135,14 @@ def build_study(results: Mapping[str, Any], fig_dir: Path, methods: dict) -> tup
     family, explore = primary_family(plan, groups), exploratory(plan, groups)
     test = "paired t by seed" if plan.test == "paired" else "Welch"
     bars = bar_verdicts(plan, groups, lambda run: endpoint_value(run, plan.endpoint))
+    warm, warm_arms, warm_family = warm_start_level(plan, groups, family, endpoint_value)  # secondary
     parts = [f"## Plan: {plan.name}\n", *([f"{plan.question}\n"] if plan.question else []),
-             _plan_line(plan, family), "## Arms\n", _arm_table(plan, groups)]
+             _plan_line(plan, family), "## Arms\n", _arm_table(plan, groups) + warm_arms]
     if bars:
         parts += ["\n## Bar (the study's verdicts)\n", bar_table(bars)]
     if family:
         parts += ["\n## Primary family (the study's verdicts)\n",
-                  W.comparison_table([(c["comparison"], c) for c in family]).replace("Welch", test)]
+                  W.comparison_table([(c["comparison"], c) for c in family]).replace("Welch", test) + warm_family]
     if explore:
         parts += ["\n## Exploratory (no verdicts; p-values unadjusted)\n", _exploratory_table(explore)]
     colors = F.method_colors(list(groups))
@@ -148,7 +150,7 @@ def build_study(results: Mapping[str, Any], fig_dir: Path, methods: dict) -> tup
         ("fig1_eval_reward.png", {"": "eval_reward"}, "step", "Eval reward vs step", "eval reward",
          "Eval reward vs step per arm")], colors)
     extra = {"plan": plan.as_dict(), "primary": family, "exploratory": explore,
-             "verdicts": {c["comparison"]: c["verdict"] for c in family}}
+             "verdicts": {c["comparison"]: c["verdict"] for c in family}, **warm}
     if bars:  # absent otherwise: the committed studies' summaries stay as they were
         extra.update(bar=bars, bar_verdicts={r["arm"]: r["verdict"] for r in bars})
     return extra, "\n".join(parts), figures
