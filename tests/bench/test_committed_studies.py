@@ -125,6 +125,15 @@ def test_readme_numbers_come_from_the_studies(rerendered):
             assert cells in text and verdict in text.split(cells, 1)[1][:40], stat["comparison"]
         for arm in ("sync", "a3po_floor", "vespo", "sapo"):
             assert _pm(summary["methods"][arm]["final_eval_reward"]) in README, arm
+        # the mixed model (warm start as a random effect): which verdicts hold, and the ICC range
+        mixed = summary["mixed_verdicts"]
+        assert mixed["a3po_floor - sync"] == mixed["vespo - sync"] == "equivalent"
+        assert mixed["a3po_floor - a3po"] == "differs"
+        undecided = [c for c in ("dppo - sync", "recompute - sync", "a3po - sync", "sapo - sync") if mixed[c] == "undecided"]
+        holm = sorted(stat["mixed"]["p_holm"] for stat in summary["primary"] if stat["comparison"] in undecided)
+        assert len(undecided) == 4 and f"Holm-adjusted p is {holm[0]:.2f}-{holm[-1]:.2f}" in text
+        iccs = [summary["warm_start_level"][arm]["final_eval_reward"]["icc"] for arm in summary["methods"]]
+        assert f"ICC {min(iccs):.2f}-{max(iccs):.2f}" in text
         gaps = {stat["comparison"]: -100 * stat["mean"] for stat in summary["primary"]}  # the headline
         assert (f"exact decoupled PPO loses {gaps['recompute - sync']:.1f} points to sync and A-3PO "
                 f"{gaps['a3po - sync']:.1f}") in text
