@@ -14,6 +14,7 @@ import numpy as np
 
 from . import figures as F
 from . import wording as W
+from .speed_report import speed_section
 from .report import CI_CAPTION, FigureList, line_figures, mean, method_table, mratio, points_gap, ratio, seed_points
 from .stats import as_float as _num
 from .stats import final_reward_gap, group_by_method, verdicts_within, wall_time_key
@@ -78,6 +79,11 @@ def build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
             ("clipped_tokens", "Clipped tokens (%)", 100), ("entropy", "Entropy"), ("ess_frac", "ESS (%)", 100)]
     table = method_table(methods, groups, cols,
                           CI_CAPTION + " IW/clipped/entropy/ESS are per-run means over steps.")
+    speed, speed_md = speed_section(results.get("timed_runs") or results.get("runs") or [],
+                                    _speed_comparisons(methods), _overlap_ideal, IDEAL_WORDS)
+    if speed:
+        extra["speed"] = speed
+        table += "\n" + speed_md
     stale = _stale_summary(methods, groups)
     if stale:  # the --ks variant: A-3PO against recompute at each look-ahead W = K
         extra["by_k"] = stale
@@ -98,6 +104,24 @@ def build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
                      "log-probs against the recomputed ones, by how many versions behind each token is (mean "
                      "over the measured steps); line = mean over seeds, band = min/max over seeds."))
     return extra, table, figs
+
+
+IDEAL_WORDS = ("the a3po suite's ideal is perfect overlap of generation and training, (T_gen + T_train) / "
+               "max(T_gen, T_train) per step of each pair's sync run, and applies to the ratios against sync")
+
+
+def _overlap_ideal(sync_run: Mapping[str, Any]) -> float | None:
+    """The speed-up over this sync run that perfectly overlapped phases would give (None if unlogged)."""
+    gen, train = (_num((sync_run.get("summary") or {}).get(k)) for k in ("gen_time_per_step_s",
+                                                                          "train_time_per_step_s"))
+    return ratio(gen + train, max(gen, train)) if gen > 0 and train > 0 else None
+
+
+def _speed_comparisons(methods: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Every arm against sync, then A-3PO against recompute at the same look-ahead."""
+    pairs = [(m, "sync") for m in methods if m != "sync"]
+    return pairs + [(m, m.replace("async-loglinear", "async-recompute")) for m in methods
+                    if m.startswith("async-loglinear")]
 
 
 def _stale_summary(methods: Mapping[str, Any], groups: Mapping[str, list]) -> dict:
