@@ -88,6 +88,16 @@ def speed_section(runs: Sequence[Mapping[str, Any]], comparisons: Sequence[tuple
     return entry, _markdown(table, runs, ideal_words, warnings)
 
 
+def paired_headline(target: dict, speed: Mapping[str, Any], keys: Mapping[str, tuple[str, str]]) -> None:
+    """Under ``--repeats``: set each ``keys`` entry of ``target`` ({key: (comparison, metric)}) to the
+    speed table's geometric mean over every paired repeat, where it has one; the ratio of means that
+    the builders compute reads repeat 1 only (the reward statistics' runs)."""
+    for key, (comparison, metric) in keys.items():
+        geomean = (((speed.get("comparisons") or {}).get(comparison) or {}).get(metric) or {}).get("geomean")
+        if geomean is not None and math.isfinite(geomean):
+            target[key] = geomean
+
+
 def _interval(stats: Mapping[str, Any]) -> str:
     low, high = stats["ci_low"], stats["ci_high"]
     return "n/a (one pair)" if not math.isfinite(low) else f"[{W.number(low)}, {W.number(high)}]"

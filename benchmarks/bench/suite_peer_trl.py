@@ -11,7 +11,7 @@ from benchmarks.bench import figures as F
 from benchmarks.bench import report as R
 from benchmarks.bench import wording as W
 from benchmarks.bench.cells import Cell, check_known, overrides, params
-from benchmarks.bench.speed_report import speed_section
+from benchmarks.bench.speed_report import paired_headline, speed_section
 from benchmarks.bench.stats import group_by_method
 from benchmarks.bench.suite_a3po import A3PO_METHODS, QUICK_COMMON
 from benchmarks.bench.suites import CellRequest, Suite, validate_train_cells
@@ -62,6 +62,9 @@ def build_peer_trl(results: Mapping[str, Any], fig_dir: Path, methods: dict) -> 
     if speed:
         extra["speed"] = speed
         table += "\n" + speed_md
+        if "timed_runs" in results:  # --repeats: the headline ratios over every repeat, not repeat 1
+            paired_headline(extra, speed, {"samples_per_s_ratio_vs_trl": (f"{ll} vs {trl}", "samples_per_s"),
+                                           "samples_per_s_ratio_sync_vs_trl": (f"{sync} vs {trl}", "samples_per_s")})
     return extra, table, figs
 
 

@@ -133,9 +133,15 @@ def comparison_table(rows: Sequence[tuple[str, Mapping[str, Any]]], scale: float
                      "MDE (points)", "Verdict"], body) + "\n" + TEST_CAPTION + "\n"
 
 
+# the headline numbers that are speed figures: they carry the speed protocol's mark (speed_mark)
+SPEED_KEYS = frozenset({"speedup_vs_sync", "speedup_vs_recompute", "speedup_fraction_of_ideal",
+                        "samples_per_s_ratio_vs_trl", "samples_per_s_ratio_sync_vs_trl"})
+
+
 def headline_items(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(words, formatted value) for the summary's headline numbers, in table order."""
-    return [(label, fmt(summary[key])) for key, (label, fmt) in HEADLINE_LABELS.items()
+    return [(label, fmt(summary[key]) + (speed_mark(summary) if key in SPEED_KEYS else ""))
+            for key, (label, fmt) in HEADLINE_LABELS.items()
             if key in summary and isinstance(summary[key], (int, float)) and not isinstance(summary[key], bool)]
 
 

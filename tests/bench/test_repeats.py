@@ -115,8 +115,9 @@ def test_swapping_the_arms_inverts_the_ratio_and_its_interval(pairs, higher):
     assert back["geomean"] == pytest.approx(1 / forward["geomean"], rel=1e-9)
     assert back["ci_low"] == pytest.approx(1 / forward["ci_high"], rel=1e-9)
     assert back["ci_high"] == pytest.approx(1 / forward["ci_low"], rel=1e-9)
-    assert forward["min"] <= forward["geomean"] <= forward["max"]
-    assert forward["ci_low"] <= forward["geomean"] <= forward["ci_high"]
+    eps = 1 + 1e-12  # exp(mean of logs) of equal ratios can differ from them in the last bit
+    assert forward["min"] / eps <= forward["geomean"] <= forward["max"] * eps
+    assert forward["ci_low"] / eps <= forward["geomean"] <= forward["ci_high"] * eps
     # a rate is the inverse of a time: the same runs give the same speed ratio either way
     assert speed_ratios(arm, base, True) == pytest.approx(speed_ratios(base, arm, False))
 
@@ -187,6 +188,11 @@ def test_fewer_repeats_are_marked_in_the_table_and_the_headline(tmp_path):
     assert "speed ratio 1.12×, 95 % paired interval" in verdict and "2 repeats: below the 5-repeat protocol" in verdict
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["speed"]["comparisons"]["async-loglinear vs sync"]["time_per_step_s"]["below_protocol"] is True
+    # and in the report page's list of headline numbers, where under --repeats the speed-up is the
+    # paired geometric mean over every repeat (√1.25 = 1.118), not the ratio of repeat 1's means (1.25)
+    assert summary["speedup_vs_sync"] == pytest.approx(1.25 ** 0.5)
+    assert "over sync (training wall time): 1.12× (2 repeats: below the 5-repeat protocol)</li>" in \
+        (tmp_path / "report.html").read_text()
 
 
 def test_peer_trl_compares_with_sync_and_trl_and_defines_no_ideal(tmp_path):
@@ -199,5 +205,20 @@ def test_peer_trl_compares_with_sync_and_trl_and_defines_no_ideal(tmp_path):
     assert set(comps) == {"asyncrl-sync vs trl-grpo", "asyncrl-async-loglinear vs trl-grpo",
                           "asyncrl-async-loglinear vs asyncrl-sync"}
     assert comps["asyncrl-async-loglinear vs asyncrl-sync"]["samples_per_s"]["geomean"] == pytest.approx(1.28)
+    assert summary["samples_per_s_ratio_vs_trl"] == pytest.approx(1.6)  # 40 s / 25 s in both repeats
     assert all(m["share_of_ideal"] is None and m["ideal"] is None for c in comps.values() for m in c.values())
     assert "defines no ideal" in summary["speed"]["ideal"]
+
+
+def test_the_headline_ratios_under_repeats_are_paired_over_every_repeat(tmp_path):
+    # --ks 4 with two repeats: sync 100 s, A-3PO 80 then 100 s, recompute 100 then 80 s; per K the
+    # speed-ups are geometric means over the pairs: √(1.25 × 1) = 1.118 against sync and √(1.25 × 0.8) = 1
+    # against recompute (repeat 1 alone would say 1.25 and 1.25)
+    runs = []
+    for r, (ll, rec) in enumerate([(80.0, 100.0), (100.0, 80.0)], start=1):
+        runs += [_run("sync", 0, r, 100.0, 0.6), _run("async-loglinear-k4", 0, r, ll, 0.5),
+                 _run("async-recompute-k4", 0, r, rec, 0.5)]
+    summary = write_report(tmp_path, {**_study(1), "runs": runs})
+    row = summary["by_k"]["4"]
+    assert row["speedup_vs_sync"] == pytest.approx(1.25 ** 0.5) and row["speedup_vs_recompute"] == pytest.approx(1.0)
+    assert "(2 repeats: below the 5-repeat protocol)" in (tmp_path / "table.md").read_text().split("\n\n")[1]
