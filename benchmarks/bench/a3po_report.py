@@ -14,6 +14,7 @@ import numpy as np
 
 from . import figures as F
 from . import wording as W
+from .speed_report import paired_headline, speed_section
 from .report import CI_CAPTION, FigureList, line_figures, mean, method_table, mratio, points_gap, ratio, seed_points
 from .stats import as_float as _num
 from .stats import final_reward_gap, group_by_method, verdicts_within, wall_time_key
@@ -97,7 +98,43 @@ def build_a3po(results: Mapping[str, Any], fig_dir: Path, methods: dict
         figs.append(("fig7_prox_error_vs_staleness.png", "Mean absolute error of the log-linear proximal "
                      "log-probs against the recomputed ones, by how many versions behind each token is (mean "
                      "over the measured steps); line = mean over seeds, band = min/max over seeds."))
+    speed, speed_md = speed_section(results.get("timed_runs") or results.get("runs") or [],
+                                    _speed_comparisons(methods), _overlap_ideal, IDEAL_WORDS)
+    if speed:
+        extra["speed"] = speed
+        table += "\n" + speed_md
+        if "timed_runs" in results:  # --repeats: the headline ratios over every repeat, not repeat 1
+            _paired_headline(extra, speed, ll, rec)
     return extra, table, figs
+
+
+IDEAL_WORDS = ("the a3po suite's ideal is perfect overlap of generation and training, (T_gen + T_train) / "
+               "max(T_gen, T_train) per step of each pair's sync run, and applies to the ratios against sync")
+
+
+def _overlap_ideal(sync_run: Mapping[str, Any]) -> float | None:
+    """The speed-up over this sync run that perfectly overlapped phases would give (None if unlogged)."""
+    gen, train = (_num((sync_run.get("summary") or {}).get(k)) for k in ("gen_time_per_step_s",
+                                                                          "train_time_per_step_s"))
+    return ratio(gen + train, max(gen, train)) if gen > 0 and train > 0 else None
+
+
+def _paired_headline(extra: dict, speed: Mapping[str, Any], ll: str, rec: str) -> None:
+    """speedup_vs_sync / _vs_recompute (and per K with --ks) as paired geometric means over the repeats."""
+    paired_headline(extra, speed, {"speedup_vs_sync": (f"{ll} vs sync", "train_wall_s"),
+                                   "speedup_vs_recompute": (f"{ll} vs {rec}", "train_wall_s")})
+    if extra.get("speedup_vs_sync") is not None and extra.get("ideal_overlap") is not None:
+        extra["speedup_fraction_of_ideal"] = extra["speedup_vs_sync"] / extra["ideal_overlap"]
+    for k, row in (extra.get("by_k") or {}).items():
+        paired_headline(row, speed, {"speedup_vs_sync": (f"{ll}-k{k} vs sync", "train_wall_s"),
+                                     "speedup_vs_recompute": (f"{ll}-k{k} vs {rec}-k{k}", "train_wall_s")})
+
+
+def _speed_comparisons(methods: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Every arm against sync, then A-3PO against recompute at the same look-ahead."""
+    pairs = [(m, "sync") for m in methods if m != "sync"]
+    return pairs + [(m, m.replace("async-loglinear", "async-recompute")) for m in methods
+                    if m.startswith("async-loglinear")]
 
 
 def _stale_summary(methods: Mapping[str, Any], groups: Mapping[str, list]) -> dict:

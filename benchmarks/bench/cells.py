@@ -17,6 +17,7 @@ class Cell:
     overrides: tuple[str, ...]  # dotted key=value, applied on top of the defaults
     params: dict = field(default_factory=dict, compare=False)  # what varies across cells, for the report
     config: str | None = None  # YAML config file under the overrides (``python -m benchmarks --config``)
+    repeat: int | None = None  # which run of the same work under ``--repeats`` (1-based; benchmarks.bench.repeats)
 
 
 def overrides(*parts: dict[str, object]) -> tuple[str, ...]:

@@ -65,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--plan", metavar="FILE",
                        help="study: the plan file (arms, seeds, primary endpoint, one Holm family), frozen "
                             "into --out before the first run (default: OUT/plan.yaml)")
+    bench.add_argument("--repeats", type=int, metavar="N",
+                       help="a3po, peer-trl: run every cell N times with the same seed, arms interleaved "
+                            "(repeat 1 in order, 2 reversed, ...; one at a time), and report each speed "
+                            "ratio over the paired repeats (docs/speed-protocol.md)")
     bench.add_argument("--jobs", type=int, default=1,
                        help="cells run at once on this machine, each its own process (default 1)")
     bench.add_argument("--ray", action="store_true",
@@ -73,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--in-process", action="store_true",
                        help="run asyncrl cells in this process (faster start-up; default for atlas)")
     bench.add_argument("--only", metavar="GLOBS",
-                       help="comma-separated globs over cell names without the seed (e.g. 'ppo-k0,*-k16'): run "
+                       help="comma-separated globs over cell names without seed and repeat (e.g. 'ppo-k0,*-k16'): run "
                             "and report only the cells they match")
     bench.add_argument("--list", action="store_true", help="print the cells and exit")
     bench.add_argument("--runs-dir", metavar="DIR",
@@ -113,6 +117,19 @@ def _ks(args) -> list[int] | None:
         raise ValueError(f"--ks: expected comma-separated integers, got {args.ks!r}") from None
 
 
+def _check_repeats(args) -> None:
+    """Repeats exist to time the arms against each other, so they run one at a time: cells run side
+    by side share the cores and would time each other."""
+    if args.repeats is None:
+        return
+    if args.repeats < 1:
+        raise ValueError(f"--repeats: must be >= 1, got {args.repeats}")
+    if args.jobs > 1 or args.ray:
+        how = "--ray" if args.ray else f"--jobs {args.jobs}"
+        raise ValueError(f"--repeats: runs cells one at a time (concurrent runs would time each other); "
+                         f"drop {how}")
+
+
 def _run_reported(run, out) -> int:
     """Run a suite; print its scalar summary and the report's path (exit 0), or its error (exit 1)."""
     from benchmarks.bench.runner import BenchError
@@ -139,11 +156,13 @@ def _bench(args) -> int:
     try:
         if args.jobs < 1:
             raise ValueError(f"--jobs: must be >= 1, got {args.jobs}")
+        _check_repeats(args)
         out = Path(args.out or f"runs/bench/{suite.name}{'-quick' if args.quick else ''}")
         request = CellRequest(quick=args.quick, seeds=args.seeds, methods=_csv(args.methods, str, "--methods"),
                               ks=_ks(args), rows=_csv(args.rows, str, "--rows"), envs=_csv(args.envs, str, "--envs"),
                               extra=tuple(args.overrides), config=args.config,
-                              only=_csv(args.only, str, "--only"), plan=args.plan, out=str(out))
+                              only=_csv(args.only, str, "--only"), plan=args.plan, out=str(out),
+                              repeats=args.repeats)
         cells = build_cells(suite.name, request)
         if suite.validate is not None:  # every cell's config, before running anything
             suite.validate(cells)

@@ -162,6 +162,8 @@ def load_run(cell: Cell, run_dir: Path) -> dict:
         if metrics_file.exists() else []
     run = {"cell": cell.name, "method": cell.method, "seed": cell.seed, "params": cell.params,
            "summary": summary, "metrics": metrics}
+    if cell.repeat is not None:  # --repeats: which run of the same work (the speed report pairs by it)
+        run["repeat"] = cell.repeat
     load = read_load(run_dir)
     if load is not None:  # cells run before it was recorded have none
         run["load"] = load

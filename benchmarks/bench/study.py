@@ -4,8 +4,9 @@ run's per-step metrics in one table).
 A study folder is what gets committed and shared::
 
     README.md  table.md  summary.json  report.html  figures/*.png    what a reader opens
-    results.json     the suite, command, host, and per run: cell, method, seed, params, summary,
-                     load (the machine's load averages at the cell's start and end: benchmarks.bench.load)
+    results.json     the suite, command, host, and per run: cell, method, seed, repeat (``--repeats``
+                     only), params, summary, load (the machine's load averages at the cell's start and
+                     end: benchmarks.bench.load)
     steps.csv.xz     one row per (run, step): ``cell`` then one column per metric
 
 The per-cell run directories (checkpoints, logs, completions) stay where the run wrote them and are
@@ -37,7 +38,7 @@ from asyncrl.tracking.metrics import json_safe
 RESULTS_FILE = "results.json"
 STEPS_FILE = "steps.csv.xz"
 GZIP_STEPS_FILE = "steps.csv.gz"  # the table of folders written before the switch to xz
-RUN_KEYS = ("cell", "method", "seed", "params", "summary", "load")  # what results.json keeps of each run
+RUN_KEYS = ("cell", "method", "seed", "repeat", "params", "summary", "load")  # what results.json keeps of each run
 
 
 class StudyError(RuntimeError):

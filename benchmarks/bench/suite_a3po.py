@@ -77,4 +77,4 @@ SUITE = Suite(
     full={"eval.cache_initial": True}, seeds=3,
     report=build_a3po, headline=W.headline_a3po,
     method_order=("sync", "async-recompute", "async-loglinear", *A3PO_VARIANTS),
-    takes=frozenset({"ks", "config"}), validate=validate_train_cells)
+    takes=frozenset({"ks", "config", "repeats"}), validate=validate_train_cells)

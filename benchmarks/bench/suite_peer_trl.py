@@ -11,6 +11,7 @@ from benchmarks.bench import figures as F
 from benchmarks.bench import report as R
 from benchmarks.bench import wording as W
 from benchmarks.bench.cells import Cell, check_known, overrides, params
+from benchmarks.bench.speed_report import paired_headline, speed_section
 from benchmarks.bench.stats import group_by_method
 from benchmarks.bench.suite_a3po import A3PO_METHODS, QUICK_COMMON
 from benchmarks.bench.suites import CellRequest, Suite, validate_train_cells
@@ -55,7 +56,21 @@ def build_peer_trl(results: Mapping[str, Any], fig_dir: Path, methods: dict) -> 
                                               "Eval reward vs step", "eval reward", "Eval reward vs step")], colors)
     cols = [("samples_per_s", "Samples/s"), ("time_per_step_s", "Time/step (s)"),
             ("final_eval_reward", "Final eval reward"), ("train_wall_s", "Train wall (s)")]
-    return extra, R.method_table(methods, groups, cols, R.CI_CAPTION), figs
+    table = R.method_table(methods, groups, cols, R.CI_CAPTION)
+    speed, speed_md = speed_section(results.get("timed_runs") or results.get("runs") or [],
+                                    [(sync, trl), (ll, trl), (ll, sync)], None, NO_IDEAL)
+    if speed:
+        extra["speed"] = speed
+        table += "\n" + speed_md
+        if "timed_runs" in results:  # --repeats: the headline ratios over every repeat, not repeat 1
+            paired_headline(extra, speed, {"samples_per_s_ratio_vs_trl": (f"{ll} vs {trl}", "samples_per_s"),
+                                           "samples_per_s_ratio_sync_vs_trl": (f"{sync} vs {trl}", "samples_per_s")})
+    return extra, table, figs
+
+
+# the a3po suite's overlap ideal bounds async against sync of the same code; TRL differs in code, and
+# this suite has not defined an ideal for its own async ÷ sync either
+NO_IDEAL = "the peer-trl suite defines no ideal, so no share of one is given"
 
 
 SUITE = Suite(
@@ -63,4 +78,4 @@ SUITE = Suite(
     cells=_cells, quick={**QUICK_COMMON, "trainer.steps": 3},
     full={"trainer.steps": 100, "eval.every": 25}, seeds=1,
     report=build_peer_trl, headline=W.headline_peer_trl, method_order=METHOD_ORDER,
-    takes=frozenset({"config"}), validate=validate_train_cells)
+    takes=frozenset({"config", "repeats"}), validate=validate_train_cells)

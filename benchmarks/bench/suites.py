@@ -34,7 +34,7 @@ SUITES: Registry[str] = Registry("suite", {
     "study": "benchmarks.bench.suite_study:SUITE",
     "agent": "benchmarks.bench.suite_agent:SUITE",
 })
-OPTIONS = ("ks", "rows", "envs", "config", "plan")  # the CLI filters a suite may take besides --methods/--seeds
+OPTIONS = ("ks", "rows", "envs", "config", "plan", "repeats")  # what a suite may take besides --methods/--seeds
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class CellRequest:
     only: list[str] | None = None  # fnmatch globs over cell names without the "-s<seed>" suffix
     plan: str | None = None  # a study's plan file (the study suite)
     out: str | None = None  # the study's output folder (where a suite may keep its own files)
+    repeats: int | None = None  # every cell this many times, interleaved (suites that report speed)
 
 
 Builder = Callable[["Suite", CellRequest, int], list[Cell]]  # (suite, request, seed) -> that seed's cells
@@ -121,16 +122,31 @@ def build_cells(name: str, request: CellRequest | None = None, **kwargs) -> list
     n_seeds = suite.n_seeds(request)
     if n_seeds < 1:
         raise ValueError("--seeds: must be >= 1")
-    cells = [cell for seed in range(n_seeds) for cell in suite.cells(suite, request, seed)]
+    cells = [cell for seed in range(n_seeds) for cell in _repeated(suite.cells(suite, request, seed), request)]
     return cells if request.only is None else keep_only(cells, request.only)
+
+
+def _repeated(cells: list[Cell], request: CellRequest) -> list[Cell]:
+    """One seed's cells, ``--repeats`` times each in interleaved order (benchmarks.bench.repeats)."""
+    if request.repeats is None:
+        return cells
+    from benchmarks.bench.repeats import repeat_cells
+
+    return repeat_cells(cells, request.repeats)
+
+
+def cell_stem(cell: Cell) -> str:
+    """The cell's name without its ``-s<seed>`` (and ``-r<repeat>``) suffix: what ``--only`` matches."""
+    name = cell.name
+    if cell.repeat is not None and name.endswith(f"-r{cell.repeat}"):
+        name = name[:-len(f"-r{cell.repeat}")]
+    return name[:-len(f"-s{cell.seed}")] if name.endswith(f"-s{cell.seed}") else name
 
 
 def keep_only(cells: list[Cell], globs: list[str]) -> list[Cell]:
     """The cells whose name without its ``-s<seed>`` suffix matches one of ``globs`` (fnmatch), in
     order; ValueError naming a glob that matches no cell (a typo would otherwise drop cells silently)."""
-    def stem(cell: Cell) -> str:
-        return cell.name.rsplit("-s", 1)[0] if cell.name.endswith(f"-s{cell.seed}") else cell.name
-
+    stem = cell_stem
     for glob in globs:
         if not any(fnmatch.fnmatchcase(stem(c), glob) for c in cells):
             raise ValueError(f"--only: {glob!r} matches no cell (e.g. {', '.join(stem(c) for c in cells[:3])})")

@@ -133,9 +133,15 @@ def comparison_table(rows: Sequence[tuple[str, Mapping[str, Any]]], scale: float
                      "MDE (points)", "Verdict"], body) + "\n" + TEST_CAPTION + "\n"
 
 
+# the headline numbers that are speed figures: they carry the speed protocol's mark (speed_mark)
+SPEED_KEYS = frozenset({"speedup_vs_sync", "speedup_vs_recompute", "speedup_fraction_of_ideal",
+                        "samples_per_s_ratio_vs_trl", "samples_per_s_ratio_sync_vs_trl"})
+
+
 def headline_items(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(words, formatted value) for the summary's headline numbers, in table order."""
-    return [(label, fmt(summary[key])) for key, (label, fmt) in HEADLINE_LABELS.items()
+    return [(label, fmt(summary[key]) + (speed_mark(summary) if key in SPEED_KEYS else ""))
+            for key, (label, fmt) in HEADLINE_LABELS.items()
             if key in summary and isinstance(summary[key], (int, float)) and not isinstance(summary[key], bool)]
 
 
@@ -212,9 +218,37 @@ def _one_seed(methods: Mapping[str, Any] | None, *names: str) -> bool:
     return methods is not None and min(_stat(methods, m, "final_eval_reward")[2] for m in names) < 2
 
 
-def headline_a3po_by_k(by_k: Mapping[str, Mapping[str, Any]], methods: Mapping[str, Any] | None = None) -> list[str]:
+def speed_mark(summary: Mapping[str, Any]) -> str:
+    """" (N repeat(s): below the 5-repeat protocol)" after a speed figure of a summary whose speed
+    table (benchmarks.bench.speed_report) rests on too few repeats; "" otherwise."""
+    from .repeats import protocol_mark
+
+    repeats = (summary.get("speed") or {}).get("repeats")
+    mark = protocol_mark(int(repeats)) if isinstance(repeats, int) else ""
+    return f" {mark}" if mark else ""
+
+
+def paired_speed(summary: Mapping[str, Any], comparison: str, metric: str, fallback: Any) -> tuple[float, str]:
+    """(speed ratio, note) for a headline: the geometric mean over the paired runs of the speed
+    table with " (speed ratio 1.05×, 95 % paired interval [0.83, 1.32] over 5 pairs)" and the
+    protocol's mark; ``fallback`` (a ratio of means) and "" where the summary has no such entry."""
+    stats = ((summary.get("speed") or {}).get("comparisons") or {}).get(comparison, {}).get(metric) or {}
+    geomean = as_float(stats.get("geomean"))
+    if not math.isfinite(geomean):
+        return as_float(fallback), ""
+    low, high = as_float(stats.get("ci_low")), as_float(stats.get("ci_high"))
+    n = int(stats.get("n") or 0)
+    spread = (f"95 % paired interval [{number(low)}, {number(high)}] over {n} pairs" if math.isfinite(low)
+              else "one pair, no interval")
+    mark = speed_mark(summary)
+    return geomean, f" (speed ratio {ratio(geomean)}, {spread}{'; ' + mark[2:-1] if mark else ''})"
+
+
+def headline_a3po_by_k(by_k: Mapping[str, Mapping[str, Any]], methods: Mapping[str, Any] | None = None,
+                       mark: str = "") -> list[str]:
     """One sentence per look-ahead K (``bench a3po --ks``), then a verdict on A-3PO against recompute;
-    ``methods`` (async-<prox>-k<K>, sync) gives the seed counts: one seed claims nothing."""
+    ``methods`` (async-<prox>-k<K>, sync) gives the seed counts: one seed claims nothing; ``mark``
+    follows the speed figures (speed_mark)."""
     lines, behind, untested = [], [], False
     for k, row in sorted(by_k.items(), key=lambda kv: int(kv[0])):
         rec_gap = row.get("eval_gap_loglinear_minus_recompute")
@@ -231,7 +265,7 @@ def headline_a3po_by_k(by_k: Mapping[str, Mapping[str, Any]], methods: Mapping[s
                      f"A-3PO ends {_gap_words(rec_gap, 'async recompute', one_rec)} and "
                      f"{_gap_words(row.get('eval_gap_loglinear_minus_sync'), 'sync', one_sync)}, training "
                      f"{ratio(row.get('speedup_vs_recompute'))} as fast as recompute and "
-                     f"{ratio(row.get('speedup_vs_sync'))} as fast as sync{err}.")
+                     f"{ratio(row.get('speedup_vs_sync'))} as fast as sync{mark}{err}.")
     verdict = (f"Verdict: A-3PO ends below recompute (differs: Welch, Holm p < 0.05) at K = {', '.join(behind)}."
                if behind else "Verdict: no K where A-3PO's difference from recompute passes the test (Welch, "
                "Holm p < 0.05); see each K's verdict.")
@@ -242,19 +276,20 @@ def headline_a3po_by_k(by_k: Mapping[str, Mapping[str, Any]], methods: Mapping[s
 
 def headline_a3po(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> list[str]:
     if summary.get("by_k"):
-        return headline_a3po_by_k(summary["by_k"], methods)
+        return headline_a3po_by_k(summary["by_k"], methods, speed_mark(summary))
     ll, sync = "async-loglinear", "sync"
     if ll not in methods or sync not in methods:
         return ["A-3PO or sync is missing from these runs: no comparison."]
     gap, noise = _compare(methods, ll, sync, "sync")
-    speed = as_float(summary.get("speedup_vs_sync"))
-    time = f", in {1 / speed:.2f}× its training wall time" if math.isfinite(speed) and speed > 0 else ""
+    speed, note = paired_speed(summary, f"{ll} vs {sync}", "train_wall_s", summary.get("speedup_vs_sync"))
+    time = (f", in {1 / speed:.2f}× its training wall time{speed_mark(summary)}"
+            if math.isfinite(speed) and speed > 0 else "")
     first = f"A-3PO reaches {_reward_phrase(methods, ll)}, {gap}{time}."
     if not math.isfinite(speed):
         return [first, "Verdict: no wall-time comparison (a method lacks train_wall_s)."]
     pace = f"{speed:.2f}× faster than" if speed >= 1 else f"{1 / speed:.2f}× slower than"
     quality = "its eval reward within seed noise" if noise == "within seed noise" else f"eval reward {gap} ({noise})"
-    return [first, f"Verdict: A-3PO trains {pace} sync, with {quality}."]
+    return [first, f"Verdict: A-3PO trains {pace} sync{note}, with {quality}."]
 
 
 def headline_peer_trl(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> list[str]:
@@ -263,11 +298,13 @@ def headline_peer_trl(summary: Mapping[str, Any], methods: Mapping[str, Any]) ->
         return ["asyncrl A-3PO or TRL GRPO is missing from these runs: no comparison."]
     sps = {m: _stat(methods, m, "samples_per_s")[0] for m in (ll, trl)}
     gap, noise = _compare(methods, ll, trl, "TRL GRPO")
-    speed = as_float(summary.get("samples_per_s_ratio_vs_trl"))
+    speed, note = paired_speed(summary, f"{ll} vs {trl}", "samples_per_s", summary.get("samples_per_s_ratio_vs_trl"))
+    mark = speed_mark(summary)  # " (N repeats: ...)", inside the ratio's own brackets as "; N repeats: ..."
     first = (f"asyncrl A-3PO trains at {number(sps[ll])} samples/s against TRL GRPO's {number(sps[trl])} "
-             f"({ratio(speed)}) and reaches {_reward_phrase(methods, ll)}, {gap}.")
+             f"({ratio(speed)}{'; ' + mark[2:-1] if mark else ''}) and reaches {_reward_phrase(methods, ll)}, {gap}.")
     verdict = "faster than" if speed > 1 else "not faster than"
-    return [first, f"Verdict: asyncrl is {verdict} TRL here, with eval reward {gap}{f' ({noise})' if noise else ''}."]
+    return [first, f"Verdict: asyncrl is {verdict} TRL here{note}, with eval reward {gap}"
+                   f"{f' ({noise})' if noise else ''}."]
 
 
 def headline_atlas(summary: Mapping[str, Any], methods: Mapping[str, Any]) -> list[str]:

@@ -62,6 +62,29 @@ def test_a3po_quick_runs_reports_and_resumes(tmp_path, cache):
     assert {p: p.stat().st_mtime for p in stamps} == stamps
 
 
+@pytest.mark.slow  # four tiny cells end to end: make test-all
+def test_a3po_repeats_run_interleaved_pair_up_and_resume(tmp_path, cache):
+    """`--repeats 2`: A B B A, one run folder per repeat, the speed table over the two pairs marked as
+    below the protocol, and a rerun after the cut-off of the last repeat runs only that one."""
+    args = ("a3po", "--quick", "--methods", "sync,async-loglinear", "--repeats", "2", "--out", "out")
+    proc = bench(tmp_path, cache, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "out"
+    runs = load_study(out)["runs"]
+    assert [(r["method"], r["repeat"]) for r in runs] == [("sync", 1), ("async-loglinear", 1),
+                                                          ("async-loglinear", 2), ("sync", 2)]
+    assert all(r["load"]["start"] is not None for r in runs)
+    summary = json.loads((out / "summary.json").read_text())
+    wall = summary["speed"]["comparisons"]["async-loglinear vs sync"]["train_wall_s"]
+    assert wall["n"] == 2 and wall["below_protocol"] and wall["ci_low"] <= wall["geomean"] <= wall["ci_high"]
+    assert summary["methods"]["sync"]["final_eval_reward"]["n"] == 1  # repeat 1 only
+    assert "(2 repeats: below the 5-repeat protocol)" in (out / "table.md").read_text()
+    shutil.rmtree(out / "runs" / "sync-s0-r2")  # cut off during the last repeat
+    again = bench(tmp_path, cache, *args, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "3 of 4 cells already finished" in again.stderr
+
+
 # the atlas suite's quick subset (minutes): `make test-all`
 @pytest.mark.slow
 def test_atlas_quick_subset(tmp_path, cache):
