@@ -21,6 +21,8 @@ run() {  # run MEDIAN NAME ARGS...
   shift 2
   [ -f "$out/$name/summary.json" ] && return 0
   echo "== $name $(date -u +%H:%M:%S)" >&2
+  # the machine's load average at the start and end of each run, beside its timings
+  cut -d' ' -f1-3 /proc/loadavg > "$out/$name.load"
   local common=(rollout.prompts_per_step=8 rollout.samples_per_prompt=4 trainer.steps="$steps" eval.n_problems=0
                 run.out_dir="$out" run.name="$name" run.progress=false "run.report_to=[]")
   case $suite in
@@ -30,6 +32,7 @@ run() {  # run MEDIAN NAME ARGS...
                   --median-s "$median" --sigma 1.0 -- asyncrl train --config calculator-agent \
                   "env.tools=[remote_calculator:calculator]" "${common[@]}" "$@" > "$out/$name.log" 2>&1 ;;
   esac
+  cut -d' ' -f1-3 /proc/loadavg >> "$out/$name.load"
 }
 for median in $medians; do
   for r in $(seq 1 "$repeats"); do
