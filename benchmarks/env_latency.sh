@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Agents whose environments take time: sync GRPO against async A-3PO at staleness K = 2 and 4 (arms
-# async2, async4) and against sync GRPO in lock-step rounds (arm rounds: what the ready schedule costs
-# or saves), on
+# async2, async4: the default W = async.max_ahead = 1, one batch generated ahead; arms asyncw2,
+# asyncw4: W = K, up to K batches ahead) and against sync GRPO in lock-step rounds (arm rounds: what
+# the ready schedule costs or saves), on
 #   guess:      the guess game (guess-agent preset) whose every reset and step answers after a
 #               lognormal delay (env.name=latency, median MEDIAN s, σ = 1);
 #   calculator: the calculator agent (calculator-agent preset) whose calculator tool is an HTTP
@@ -43,6 +44,8 @@ for median in $medians; do
         sync) run "$median" "$suite-m$median-sync-r$r" run.mode=sync trainer.prox=behav loss.name=ppo "$@" ;;
         rounds) run "$median" "$suite-m$median-rounds-r$r" run.mode=sync trainer.prox=behav loss.name=ppo \
                   env.schedule=rounds "$@" ;;
+        asyncw*) run "$median" "$suite-m$median-$arm-r$r" run.mode=async async.max_staleness="${arm#asyncw}" \
+                   async.max_ahead="${arm#asyncw}" "$@" ;;
         async*) run "$median" "$suite-m$median-$arm-r$r" run.mode=async async.max_staleness="${arm#async}" "$@" ;;
       esac
     done

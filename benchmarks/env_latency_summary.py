@@ -75,7 +75,7 @@ def fmean(values) -> float:
 def main(out: Path) -> dict:
     runs: dict = {}
     for d in sorted(p for p in out.iterdir() if (p / "summary.json").exists() and not p.name.startswith("scale-")):
-        suite, median, arm, repeat = re.fullmatch(r"(\w+)-m([\d.]+)-(sync|rounds|async\d+)-r(\d+)", d.name).groups()
+        suite, median, arm, repeat = re.fullmatch(r"(\w+)-m([\d.]+)-(sync|rounds|asyncw?\d+)-r(\d+)", d.name).groups()
         numbers = run_numbers(d)
         numbers["load"] = run_load(out, d.name)
         runs.setdefault((suite, median), {}).setdefault(int(repeat), {})[arm] = numbers
@@ -112,6 +112,8 @@ def main(out: Path) -> dict:
     for name, entry in summary.items():
         for arm in ["sync", *entry["arms"]]:
             rs = [p[arm] for p in entry["repeats"].values() if arm in p]
+            if not rs:
+                continue
             print(f"| {name} | {arm} | {fmean(r['step_s'] for r in rs):.2f} | {fmean(r['env_wait_s'] for r in rs):.2f} "
                   f"| {fmean(r['decode_s'] for r in rs):.2f} | {fmean(r['train_s'] for r in rs):.2f} "
                   f"| {fmean(r['idle_s'] for r in rs):.2f} | {fmean(r['duration_s'] for r in rs):.2f} / "

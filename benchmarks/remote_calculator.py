@@ -78,7 +78,17 @@ def serve(median_s: float, sigma: float, seed: int = 0) -> ThreadingHTTPServer:
         def log_message(self, *args):  # quiet: a request a line would flood the run's log
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(ThreadingHTTPServer):
+        # socketserver's listen queue of 5 drops the connections of a batch's episodes calling at
+        # once; their clients' SYN retries (1 s, then 3 s) would be timed as the service's latency
+        request_queue_size = 4096
+
+        def handle_error(self, request, client_address):
+            # a client gone before its answer (the run ended with episodes in flight) is not an error
+            if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+                super().handle_error(request, client_address)
+
+    server = Server(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True, name="remote-calculator").start()
     return server
