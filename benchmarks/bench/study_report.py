@@ -21,6 +21,7 @@ import numpy as np
 from benchmarks.bench import figures as F
 from benchmarks.bench import report as R
 from benchmarks.bench import stats as S
+from benchmarks.bench import study_drops as D
 from benchmarks.bench import wording as W
 from benchmarks.bench.lift import eval_lift, eval_lift_z
 from benchmarks.bench.paired import compare_paired
@@ -145,6 +146,9 @@ def build_study(results: Mapping[str, Any], fig_dir: Path, methods: dict) -> tup
                   W.comparison_table([(c["comparison"], c) for c in family]).replace("Welch", test) + warm_family]
     if explore:
         parts += ["\n## Exploratory (no verdicts; p-values unadjusted)\n", _exploratory_table(explore)]
+    drops = D.late_drops(groups) if D.applies(groups) else None  # runs that evaluated along the way only
+    if drops:
+        parts.append(D.drops_section(drops))
     colors = F.method_colors(list(groups))
     figures = R.line_figures(fig_dir, groups, [
         ("fig1_eval_reward.png", {"": "eval_reward"}, "step", "Eval reward vs step", "eval reward",
@@ -153,6 +157,8 @@ def build_study(results: Mapping[str, Any], fig_dir: Path, methods: dict) -> tup
              "verdicts": {c["comparison"]: c["verdict"] for c in family}, **warm}
     if bars:  # absent otherwise: the committed studies' summaries stay as they were
         extra.update(bar=bars, bar_verdicts={r["arm"]: r["verdict"] for r in bars})
+    if drops:
+        extra["late_drops"] = drops
     return extra, "\n".join(parts), figures
 
 
