@@ -1,5 +1,6 @@
 """Drops of the eval reward along the way (benchmarks.bench.study_drops): counted by hand on curves
-written here, on the committed agent study's data, in a planned study's report."""
+written here, on the committed agent study's data, in a planned study's report; and the plan that
+re-runs the agent suite with an alpha-floor arm (benchmarks/plans/2026-12-06-agent-floor.yaml)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,17 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+
 from benchmarks.bench import stats as S
-from benchmarks.bench.plan_file import parse_plan
+from benchmarks.bench.plan_file import load_plan, parse_plan
 from benchmarks.bench.study_drops import DROP, arm_drops, drops, late_drops
 from benchmarks.bench.study_report import build_study
+from benchmarks.bench.suites import CellRequest, build_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "benchmarks" / "results" / "2026-11-28-agent"
+FLOOR_PLAN = ROOT / "benchmarks" / "plans" / "2026-12-06-agent-floor.yaml"
 
 
 def _run(arm: str, seed: int, curve: list[float], every: int = 10) -> dict:
@@ -85,3 +90,38 @@ def test_a_study_report_counts_drops_when_runs_evaluate_along_the_way(tmp_path):
     extra, table, _ = build_study({"suite": "study", "plan": plan.as_dict(), "runs": short}, tmp_path, {})
     assert "late_drops" not in extra and "Drops along the way" not in table
 
+
+def _config(config: str | None, args) -> dict:
+    from asyncrl.runtime.validate import load_run_config
+
+    data = load_run_config(config, [*args, "run.progress=false", "run.report_to=[]"]).to_dict()
+    data["run"].pop("name"), data["run"].pop("out_dir")
+    return data
+
+
+def test_the_agent_floor_plan_runs_the_agent_suites_setting():
+    plan = load_plan(FLOOR_PLAN)
+    assert (plan.seeds, plan.warm_starts, plan.test, plan.margin) == (12, 4, "paired", 0.03)
+    assert [c.label for c in plan.family] == ["a3po - sync", "a3po_floor - sync", "a3po_floor - a3po"]
+    cells = {c.name: c for c in build_cells("study", CellRequest(plan=str(FLOOR_PLAN)))}
+    suite = {c.name: c for c in build_cells("agent", CellRequest(seeds=6, ks=[4], methods=["sync", "async-loglinear"]))}
+    # what the plan changes: 80 steps, pretrain.seed = s % 4; the floor arm is A-3PO's cell with its prox
+    for mine, theirs, extra in (("sync-s5", "sync-s5", ()), ("a3po-s5", "async-loglinear-k4-s5", ()),
+                                ("a3po_floor-s5", "async-loglinear-k4-s5",
+                                 ("trainer.prox=loglinear_floor", "trainer.prox_params.alpha_min=0.5"))):
+        want = _config(suite[theirs].config, [*suite[theirs].overrides, *extra, "trainer.steps=80", "pretrain.seed=1"])
+        got = _config(cells[mine].config, cells[mine].overrides)
+        assert got == want and got["trainer"]["steps"] == 80 and got["eval"]["every"] == 10, mine
+        assert cells[mine].config == suite[theirs].config and got["pretrain"]["seed"] == 5 % 4
+
+
+def test_the_floor_binds_at_k4_only_above_one_quarter():
+    from asyncrl.objectives.a3po import staleness_alpha
+    from asyncrl.objectives.prox.loglinear_floor import floored_alpha
+
+    versions = torch.tensor([[4, 3, 2, 1, 0]])  # staleness 0..4 at version 4: all a K = 4 run trains
+    assert torch.equal(floored_alpha(versions, 4, 0.25), staleness_alpha(versions, 4))  # A-3PO exactly
+    assert floored_alpha(versions, 4, 0.5).tolist() == [[1.0, 1.0, 0.5, 0.5, 0.5]]  # binds at d = 3, 4
+    plan = load_plan(FLOOR_PLAN)
+    floor, k = plan.arms["a3po_floor"]["trainer.prox_params.alpha_min"], plan.arms["a3po_floor"]["async.max_staleness"]
+    assert floor > 1 / k  # else the floor arm would repeat the a3po arm
