@@ -1,7 +1,9 @@
 """Summary of benchmarks/env_latency.sh runs in OUT_DIR: per suite, median delay and arm,
-samples/s over the steps after the first (start-up excluded), each async arm's paired ratio to
+samples/s over the steps after the first (start-up excluded), each other arm's paired ratio to
 sync (one per repeat), the share of the ideal gain (ratio − 1) / (ideal − 1), and per-step means
 of environment wait, decode, training, trainer idle time, episode duration and episodes in flight.
+Arm trl (benchmarks/trl_env_peer.py, TRL's GRPOTrainer) records the same step fields, its tool
+time as the environment wait; it has no episode durations or in-flight counts (nan).
 
 The ideal: the sync run's step time over the longer of its training time and its mean episode's
 own duration (``episode/duration_mean_s``): a rollout that always keeps a batch's worth of
@@ -46,7 +48,7 @@ def fmean(values) -> float:
 def main(out: Path) -> dict:
     runs: dict = {}
     for d in sorted(p for p in out.iterdir() if (p / "summary.json").exists() and not p.name.startswith("scale-")):
-        suite, median, arm, repeat = re.fullmatch(r"(\w+)-m([\d.]+)-(sync|rounds|async\d+)-r(\d+)", d.name).groups()
+        suite, median, arm, repeat = re.fullmatch(r"(\w+)-m([\d.]+)-(sync|rounds|trl|async\d+)-r(\d+)", d.name).groups()
         runs.setdefault((suite, median), {}).setdefault(int(repeat), {})[arm] = run_numbers(d)
     summary = {}
     for (suite, median), repeats in sorted(runs.items(), key=lambda kv: (kv[0][0], float(kv[0][1]))):
@@ -75,6 +77,8 @@ def main(out: Path) -> dict:
     for name, entry in summary.items():
         for arm in ["sync", *entry["arms"]]:
             rs = [p[arm] for p in entry["repeats"].values() if arm in p]
+            if not rs:  # a suite run without sync (arms "trl" alone)
+                continue
             print(f"| {name} | {arm} | {fmean(r['step_s'] for r in rs):.2f} | {fmean(r['env_wait_s'] for r in rs):.2f} "
                   f"| {fmean(r['decode_s'] for r in rs):.2f} | {fmean(r['train_s'] for r in rs):.2f} "
                   f"| {fmean(r['idle_s'] for r in rs):.2f} | {fmean(r['duration_s'] for r in rs):.2f} / "
