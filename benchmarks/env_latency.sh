@@ -10,16 +10,21 @@
 # Paired repeats in ABAB order (arms in order in odd repeats, reversed in even ones): identical work
 # times ±13 % apart on these machines, so only paired ratios are compared. Each run: 8 prompts ×
 # 4 samples a step, STEPS steps, no evaluation (eval.n_problems=0: only speed is measured here).
+# Arm trl (calculator only): TRL's GRPOTrainer(environment_factory=...) on the same agent, tool and
+# service (benchmarks/trl_env_peer.py), the peer beside asyncrl's sync.
 #   benchmarks/env_latency.sh OUT_DIR guess|calculator "MEDIANS" REPEATS STEPS "ARMS" [overrides...]
 # e.g. benchmarks/env_latency.sh benchmarks/results/2026-12-05-env-latency guess "0.5" 3 6 "sync async2 async4"
+#      benchmarks/env_latency.sh OUT calculator "0.1" 1 3 "sync trl"
 set -euo pipefail
 out=$1 suite=$2 medians=$3 repeats=$4 steps=$5 arms=$6
 shift 6
 here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
 mkdir -p "$out"
-run() {  # run MEDIAN NAME ARGS...
-  local median=$1 name=$2
+run() {  # run MEDIAN NAME ARGS...   (a NAME of the trl arm trains with TRL instead of asyncrl)
+  local median=$1 name=$2 trainer=(asyncrl train)
   shift 2
+  [[ $name == *-trl-r* ]] && trainer=(python -m benchmarks.trl_env_peer)
   [ -f "$out/$name/summary.json" ] && return 0
   echo "== $name $(date -u +%H:%M:%S)" >&2
   # the machine's load average at the start and end of each run, beside its timings
@@ -29,8 +34,8 @@ run() {  # run MEDIAN NAME ARGS...
   case $suite in
     guess) asyncrl train --config guess-agent env.name=latency \
              "env.kwargs={inner: guess, median_s: $median, sigma: 1.0}" "${common[@]}" "$@" > "$out/$name.log" 2>&1 ;;
-    calculator) PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" python "$here/remote_calculator.py" \
-                  --median-s "$median" --sigma 1.0 -- asyncrl train --config calculator-agent \
+    calculator) PYTHONPATH="$root:$here${PYTHONPATH:+:$PYTHONPATH}" python "$here/remote_calculator.py" \
+                  --median-s "$median" --sigma 1.0 -- "${trainer[@]}" --config calculator-agent \
                   "env.tools=[remote_calculator:calculator]" "${common[@]}" "$@" > "$out/$name.log" 2>&1 ;;
   esac
   cut -d' ' -f1-3 /proc/loadavg >> "$out/$name.load"
@@ -47,6 +52,8 @@ for median in $medians; do
         asyncw*) run "$median" "$suite-m$median-$arm-r$r" run.mode=async async.max_staleness="${arm#asyncw}" \
                    async.max_ahead="${arm#asyncw}" "$@" ;;
         async*) run "$median" "$suite-m$median-$arm-r$r" run.mode=async async.max_staleness="${arm#async}" "$@" ;;
+        trl) [ "$suite" = calculator ] || { echo "env_latency.sh: arm trl runs the calculator suite only" >&2; exit 2; }
+             run "$median" "$suite-m$median-trl-r$r" "$@" ;;
       esac
     done
   done

@@ -1,7 +1,9 @@
 """Summary of benchmarks/env_latency.sh runs in OUT_DIR: per suite, median delay and arm,
-samples/s over the steps after the first (start-up excluded), each async arm's paired ratio to
+samples/s over the steps after the first (start-up excluded), each other arm's paired ratio to
 sync (one per repeat), the share of the ideal gain (ratio − 1) / (ideal − 1), and per-step means
 of environment wait, decode, training, trainer idle time, episode duration and episodes in flight.
+Arm trl (benchmarks/trl_env_peer.py, TRL's GRPOTrainer) records the same step fields, its tool
+time as the environment wait; it has no episode durations or in-flight counts (nan).
 
 The ideal: the sync run's step time over the longer of its training time and its mean episode's
 own duration (``episode/duration_mean_s``): a rollout that always keeps a batch's worth of
@@ -75,7 +77,7 @@ def fmean(values) -> float:
 def main(out: Path) -> dict:
     runs: dict = {}
     for d in sorted(p for p in out.iterdir() if (p / "summary.json").exists() and not p.name.startswith("scale-")):
-        suite, median, arm, repeat = re.fullmatch(r"(\w+)-m([\d.]+)-(sync|rounds|asyncw?\d+)-r(\d+)", d.name).groups()
+        suite, median, arm, repeat = re.fullmatch(r"(\w+)-m([\d.]+)-(sync|rounds|trl|asyncw?\d+)-r(\d+)", d.name).groups()
         numbers = run_numbers(d)
         numbers["load"] = run_load(out, d.name)
         runs.setdefault((suite, median), {}).setdefault(int(repeat), {})[arm] = numbers
@@ -112,7 +114,7 @@ def main(out: Path) -> dict:
     for name, entry in summary.items():
         for arm in ["sync", *entry["arms"]]:
             rs = [p[arm] for p in entry["repeats"].values() if arm in p]
-            if not rs:
+            if not rs:  # a suite run without sync (arms "trl" alone)
                 continue
             print(f"| {name} | {arm} | {fmean(r['step_s'] for r in rs):.2f} | {fmean(r['env_wait_s'] for r in rs):.2f} "
                   f"| {fmean(r['decode_s'] for r in rs):.2f} | {fmean(r['train_s'] for r in rs):.2f} "

@@ -170,10 +170,13 @@ def check_prompt_ids(trainer, tokenizer, texts: list[str], chat_template: bool) 
 
 class _PerStep(TrainerCallback):
     """One metrics record per asyncrl-equivalent step, built when TRL logs (every n_minibatches):
-    rewards from our scorer, TRL's logged statistics, the step's timers, and the eval when due."""
+    rewards from our scorer, TRL's logged statistics, the step's timers, and the eval when due.
+    ``extra(record, logs, timers) -> dict``: more fields of the record, read before the timers restart."""
 
-    def __init__(self, session, evaluations, step_rewards: list[list[float]], timers: dict[str, float]):
+    def __init__(self, session, evaluations, step_rewards: list[list[float]], timers: dict[str, float],
+                 extra=None):
         self.session, self.evaluations, self.step_rewards, self.timers = session, evaluations, step_rewards, timers
+        self.extra = extra
         self.per_step = session.cfg.trainer.n_minibatches
         self.totals = {key: 0.0 for key in timers}
         self.boundary = time.perf_counter()
@@ -207,6 +210,8 @@ class _PerStep(TrainerCallback):
             "rollout_time_s": self.timers["rollout"],
             "step_time_s": time.perf_counter() - self.boundary,
         }
+        if self.extra is not None:
+            record.update(self.extra(record, logs, self.timers))
         for key in self.timers:
             self.totals[key] += self.timers[key]
             self.timers[key] = 0.0
