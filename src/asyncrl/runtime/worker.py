@@ -332,7 +332,7 @@ class EpisodeThread:
     def _serve(self, worker: RolloutWorker) -> None:
         try:
             _serve_episodes(worker, self.work, self.results, lambda: not self.stopping.is_set())
-        except BaseException as err:  # noqa: BLE001 - kept for take, which raises it in the caller
+        except BaseException as err:  # noqa: BLE001 (kept for take, which raises it in the caller)
             self.failure = err
             self.results.put(None)  # wakes a take that waits for a group
 

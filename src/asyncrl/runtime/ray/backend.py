@@ -302,6 +302,6 @@ def _actor_died(refs: list):
             ray.get(ref)
         except ray.exceptions.RayActorError as err:
             return err
-        except Exception:  # noqa: BLE001 - the actor's own error: poll raises it
+        except Exception:  # noqa: BLE001 (the actor's own error: poll raises it)
             continue
     return None
