@@ -1,10 +1,12 @@
 """The episode scheduler end to end, as subprocesses: a 32-episode step has 16 or more environment
 calls in flight at once in sync and async (local; Ray in the slow suite); an environment failing
 one call in 20 trains on with its failures counted and its groups named in the ledger; one failing
-every call stops the run in one line; a group is handed to the trainer as soon as it ends, the
-groups still playing stay in flight (what a checkpoint re-issues)."""
+every call stops the run in one line (on Ray too, slow); a group is handed to the trainer as soon
+as it ends, the groups still playing stay in flight (what a checkpoint re-issues), on both backends
+(Ray in the slow suite)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,17 +14,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from asyncrl.runtime.pool import WorkerPool
+from asyncrl.runtime.pool import take_delivered
 from asyncrl.runtime.worker import WorkUnit
 
 from .test_agents_e2e import ENV, SMALL, rows
 
 PLUGIN = '''
-import json, os, threading
+import json, os, threading, time
 from asyncrl.agents import ENVIRONMENTS
 
 ENVIRONMENTS["overlap"] = "overlap_env:Overlap"
 ENVIRONMENTS["flaky"] = "overlap_env:Flaky"
+ENVIRONMENTS["holds"] = "overlap_env:Holds"
 
 _lock, _cond = threading.Lock(), threading.Condition()
 _state = {"now": 0, "peak": 0, "calls": 0}
@@ -66,6 +69,34 @@ class Flaky:
         if fail:
             raise ConnectionError("container went away")
         return "again", 0.0, False, {}
+
+
+class Holds:
+    """Episodes that end at their first step, but the process's 1st and 5th (the first of each of
+    the first two units: 2 groups of 2) hold that step until the run's metrics hold step 1; each
+    writes what released it (``step 1``, or ``timeout`` after 240 s) to released-<k> in out_dir."""
+
+    made = 0
+
+    def __init__(self, metrics: str = "", out_dir: str = "."):
+        with _lock:  # environments are made in the order their episodes were added
+            self.k, Holds.made = Holds.made, Holds.made + 1
+        self.metrics, self.out_dir = metrics, out_dir
+
+    def reset(self, row):
+        return row["prompt"]
+
+    def step(self, action):
+        if self.k in (0, 4):
+            released = "timeout"
+            for _ in range(2400):
+                if os.path.exists(self.metrics) and '"step": 1,' in open(self.metrics).read():
+                    released = "step 1"
+                    break
+                time.sleep(0.1)
+            with open(os.path.join(self.out_dir, f"released-{self.k}"), "w") as f:
+                f.write(released)
+        return "done", 0.0, True, {}
 '''
 BASE = [*[a for a in SMALL if not a.startswith("rollout.")], "task=arithmetic", "run.plugins=[overlap_env]",
         "env.max_turns=2", "env.episode_tokens=120", "rollout.max_new_tokens=8", "trainer.steps=2"]
@@ -73,8 +104,9 @@ BASE = [*[a for a in SMALL if not a.startswith("rollout.")], "task=arithmetic", 
 
 def train(tmp_path: Path, cache: str, name: str, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "overlap_env.py").write_text(PLUGIN)
+    path = os.pathsep.join(p for p in (str(tmp_path), ENV.get("PYTHONPATH")) if p)  # the caller's asyncrl, if set
     return subprocess.run([sys.executable, "-m", "asyncrl.cli", "train", *BASE, *args, f"run.name={name}",
-                           f"policy.cache_dir={cache}"], cwd=tmp_path, env={**ENV, "PYTHONPATH": str(tmp_path)},
+                           f"policy.cache_dir={cache}"], cwd=tmp_path, env={**ENV, "PYTHONPATH": path},
                           capture_output=True, text=True, timeout=600)
 
 
@@ -103,8 +135,11 @@ def test_one_call_in_20_failing_trains_on_and_names_the_dropped_groups(tmp_path,
     assert sum(r.get("episode/failed_groups", 0) for r in records) == len(dropped)
 
 
-def test_an_environment_failing_every_call_stops_in_one_line(tmp_path, cache):
-    proc = train(tmp_path, cache, "down", "run.mode=sync", "env.name=flaky", "env.kwargs={k: 1}",
+@pytest.mark.parametrize("mode", ["sync", pytest.param("ray", marks=pytest.mark.slow)])
+def test_an_environment_failing_every_call_stops_in_one_line(tmp_path, cache, mode):
+    """On Ray the error is raised in an actor's episode thread and reaches the trainer as its class."""
+    how = ["run.mode=async", "async.backend=ray"] if mode == "ray" else ["run.mode=sync"]
+    proc = train(tmp_path, cache, "down", *how, "env.name=flaky", "env.kwargs={k: 1}",
                  "env.retries=1", "env.retry_backoff_s=0")
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -115,33 +150,43 @@ def test_an_environment_failing_every_call_stops_in_one_line(tmp_path, cache):
 
 
 def test_a_units_groups_delivered_one_by_one_leave_the_rest_in_flight():
-    """What a worker that sends each group as it ends leaves in flight: the groups not yet sent,
-    which a checkpoint re-issues (the whole unit would train the sent ones twice)."""
-    pool = object.__new__(WorkerPool)
-    pool.inflight = {0: {5: WorkUnit(5, problem_indices=[10, 11, 12], group_ids=[40, 41, 42], n=4)}}
-    assert pool._delivered(0, {"unit_id": 5, "delivered": [41]})
-    assert pool.inflight_units() == [WorkUnit(5, problem_indices=[10, 12], group_ids=[40, 42], n=4)]
-    assert pool._delivered(0, {"unit_id": 5, "delivered": [40, 42]}) and pool.inflight_units() == []
-    assert not pool._delivered(0, {"unit_id": 5, "delivered": [40]})  # no longer in flight: dropped
-    pool.inflight = {0: {6: WorkUnit(6, [1], [7], 2)}}
-    assert pool._delivered(0, {"unit_id": 6}) and pool.n_inflight == 0  # a whole unit's result
+    """What a worker that sends each group as it ends leaves in flight (both backends' pools keep
+    it so): the groups not yet sent, which a checkpoint re-issues (the whole unit would train the
+    sent ones twice)."""
+    units = {5: WorkUnit(5, problem_indices=[10, 11, 12], group_ids=[40, 41, 42], n=4)}
+    assert take_delivered(units, {"unit_id": 5, "delivered": [41]})
+    assert units == {5: WorkUnit(5, problem_indices=[10, 12], group_ids=[40, 42], n=4)}
+    assert take_delivered(units, {"unit_id": 5, "delivered": [40, 42]}) and units == {}
+    assert not take_delivered(units, {"unit_id": 5, "delivered": [40]})  # no longer in flight: dropped
+    units = {6: WorkUnit(6, [1], [7], 2), 8: WorkUnit(8, [2], [9], 2)}
+    assert take_delivered(units, {"unit_id": 6}) and list(units) == [8]  # a whole unit's result
 
 
-def test_an_async_worker_sends_a_group_before_its_units_slowest_episode_ends(tiny_policy):
-    """The worker's loop (asyncrl.runtime.episode_stream): the fast group's payload comes while the
-    slow group's environment is still waiting; the slow one's comes after it answers."""
-    import threading
+@pytest.mark.parametrize("mode", ["async", pytest.param("ray", marks=pytest.mark.slow)])
+def test_a_group_reaches_the_trainer_while_its_units_slowest_episode_plays(tmp_path, cache, mode):
+    """Two units of two groups are admitted (K = 1, a step of 2 groups); one episode of each holds
+    its step until the run's metrics hold step 1. Step 1 can only be made of the other group of
+    each unit, sent as it ended: a backend that returned whole units would never write step 1."""
+    backend = ["async.backend=ray"] if mode == "ray" else []
+    run_dir = tmp_path / "runs" / mode
+    proc = train(tmp_path, cache, mode, "run.mode=async", *backend, "env.name=holds", "async.max_staleness=1",
+                 "rollout.prompts_per_step=2", "rollout.samples_per_prompt=2", "env.step_timeout_s=300",
+                 "eval.n_problems=0",  # no evaluation: its environments would count (and hold) in the trainer
+                 "env.kwargs={metrics: " + str(run_dir / "metrics.jsonl") + ", out_dir: " + str(tmp_path) + "}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [(tmp_path / f"released-{k}").read_text() for k in (0, 4)] == ["step 1", "step 1"]
+    first = rows(run_dir / "ledger.jsonl")[0]
+    assert first["step"] == 1 and sorted(first["consumed"]) == [1, 3]  # the groups that ended while 0 and 2 played
 
+
+def _fast_or_slow_worker(tok, released):
+    """A stand-in RolloutWorker whose problem ``slow`` waits in its step until ``released`` is set."""
     from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner
     from asyncrl.agents.render import PlainTurns
     from asyncrl.rollout.rollouts import RolloutOut
-    from asyncrl.runtime.episode_stream import EpisodeStream
     from asyncrl.tasks import Problem
 
     from .test_scheduler import ReplyEngine
-
-    _, tok, _ = tiny_policy
-    released = threading.Event()
 
     class FastOrSlow:
         def reset(self, row):
@@ -166,7 +211,7 @@ def test_an_async_worker_sends_a_group_before_its_units_slowest_episode_ends(tin
             return RolloutOut(batch, [], None, failed_groups=[])
 
     class Worker:
-        spec = type("S", (), {"interruptible": False})()
+        spec = type("S", (), {"interruptible": False, "worker_id": 0})()
         on_progress = None
         channel = type("C", (), {"latest": lambda self: 0})()
         engine = ReplyEngine(tok)
@@ -174,7 +219,19 @@ def test_an_async_worker_sends_a_group_before_its_units_slowest_episode_ends(tin
         rollout = Rollout()
         pull_s = 0.0
 
-    stream = EpisodeStream(Worker())
+    return Worker()
+
+
+def test_an_async_worker_sends_a_group_before_its_units_slowest_episode_ends(tiny_policy):
+    """The worker's loop (asyncrl.runtime.episode_stream): the fast group's payload comes while the
+    slow group's environment is still waiting; the slow one's comes after it answers."""
+    import threading
+
+    from asyncrl.runtime.episode_stream import EpisodeStream
+
+    _, tok, _ = tiny_policy
+    released = threading.Event()
+    stream = EpisodeStream(_fast_or_slow_worker(tok, released))
     stream.add(WorkUnit(3, problem_indices=[0, 1], group_ids=[20, 21], n=2))
     sent = []
     while not sent:
@@ -184,6 +241,56 @@ def test_an_async_worker_sends_a_group_before_its_units_slowest_episode_ends(tin
     while stream.live:
         sent += stream.advance(0.05)
     assert [p["delivered"] for p in sent] == [[20], [21]] and not stream.units
+
+
+def test_an_episode_thread_hands_each_group_over_as_it_ends(tiny_policy, monkeypatch):
+    """A Ray actor's episode loop (asyncrl.runtime.worker.EpisodeThread), without Ray: a take
+    answers with the fast group while the slow one plays, then with the slow one; the loop stops."""
+    import threading
+
+    from asyncrl.runtime import worker as worker_module
+
+    # the stand-in rollout's batch is no Batch: no numpy round trip for it
+    monkeypatch.setattr(worker_module, "batch_to_numpy", lambda batch: batch)
+    monkeypatch.setattr(worker_module, "batch_from_numpy", lambda arrays: arrays)
+    _, tok, _ = tiny_policy
+    released = threading.Event()
+    episodes = worker_module.EpisodeThread(_fast_or_slow_worker(tok, released))
+    assert episodes.take(0.05) == []  # nothing added yet: an empty answer after the wait
+    episodes.add(WorkUnit(3, problem_indices=[0, 1], group_ids=[20, 21], n=2))
+    sent = []
+    while not sent:
+        sent += episodes.take(5)
+    assert [p["delivered"] for p in sent] == [[20]]
+    released.set()
+    while len(sent) < 2:
+        sent += episodes.take(5)
+    assert [p["delivered"] for p in sent] == [[20], [21]] and [p["unit_id"] for p in sent] == [3, 3]
+    episodes.stop(5)
+    assert not episodes.thread.is_alive() and episodes.failure is None
+
+
+def test_an_episode_threads_error_is_raised_by_take_as_its_class():
+    """A ConfigError in the loop (an environment past its failure policy) is raised by the next
+    take, once the payloads sent before it are taken (the Ray actor passes it on to the trainer)."""
+    from asyncrl.core.loader import ConfigError
+    from asyncrl.runtime.worker import EpisodeThread
+
+    class Broken:
+        spec = type("S", (), {"interruptible": False, "worker_id": 0})()
+        engine = None
+
+        class rollout:
+            @staticmethod
+            def play(engine, hook):
+                raise ConfigError("env.max_failure_frac", "26 of the last 26 episodes failed")
+
+    episodes = EpisodeThread(Broken())
+    episodes.thread.join(5)
+    with pytest.raises(ConfigError, match="^config error: env.max_failure_frac: 26 of the last 26"):
+        episodes.take(5)
+    with pytest.raises(ConfigError):  # and again: the run stops on it, whoever asks
+        episodes.take(5)
 
 
 HANGS = '''

@@ -43,6 +43,24 @@ def report_restart(worker_id: int, what: str, restarts: int, n_lost: int, n_work
         raise WorkerError("rollout workers keep dying; giving up (see the errors above)")
 
 
+def take_delivered(units: dict[int, WorkUnit], payload: dict) -> bool:
+    """Take a result off ``units`` (one worker's units in flight, by unit id): the whole unit, or
+    the groups it names (``delivered``: a worker that sends each group as it ends), the rest staying
+    in flight, where a checkpoint re-issues them and nothing else (nothing trained twice, nothing
+    lost). False for a unit no longer in flight (its worker was declared dead: its place in the
+    buffer was already given back, so the result must be dropped). Both backends' pools call it."""
+    unit = units.get(payload["unit_id"])
+    if unit is None:
+        return False
+    sent = set(payload.get("delivered", unit.group_ids))
+    left = [(i, g) for i, g in zip(unit.problem_indices, unit.group_ids) if g not in sent]
+    if left:
+        units[unit.unit_id] = replace(unit, problem_indices=[i for i, _ in left], group_ids=[g for _, g in left])
+    else:
+        del units[unit.unit_id]
+    return True
+
+
 class InputError(ConfigError):
     """A worker's ConfigError whose own class this process cannot find, re-raised with its message
     (exit 2); any other is re-raised as its own class (asyncrl.core.errors.from_payload)."""
@@ -154,7 +172,7 @@ class WorkerPool:
             if kind == "ready":
                 self.ready.add(worker_id)
             elif kind == "result":
-                if not self._delivered(worker_id, payload):
+                if not take_delivered(self.inflight[worker_id], payload):
                     continue
                 payload["batch"] = batch_from_numpy(payload["batch"])
             elif kind == "fatal":  # the worker hit bad input: the run stops with its one line, as its class
@@ -164,22 +182,6 @@ class WorkerPool:
             if kind != "alive":
                 kept.append((kind, worker_id, payload))
         return kept
-
-    def _delivered(self, worker_id: int, payload: dict) -> bool:
-        """Take a result off the unit in flight: the whole unit, or the groups it names
-        (``delivered``: a worker that sends each group as it ends), the rest staying in flight. False
-        for a unit no longer in flight (its worker was declared dead: its place was given back)."""
-        units = self.inflight[worker_id]
-        unit = units.get(payload["unit_id"])
-        if unit is None:
-            return False
-        sent = set(payload.get("delivered", unit.group_ids))
-        left = [(i, g) for i, g in zip(unit.problem_indices, unit.group_ids) if g not in sent]
-        if left:
-            units[unit.unit_id] = replace(unit, problem_indices=[i for i, _ in left], group_ids=[g for _, g in left])
-        else:
-            del units[unit.unit_id]
-        return True
 
     def kill_stuck(self) -> None:
         """The watchdog: SIGKILL every worker that holds work and has been silent too long (or,

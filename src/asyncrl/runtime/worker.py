@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import queue
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from asyncrl.core.errors import as_payload
 from asyncrl.core.loader import ConfigError
 from asyncrl.core.registries import BACKENDS, CHANNELS
 from asyncrl.distributed.launcher_env import forget_launcher
-from asyncrl.types import batch_to_numpy
+from asyncrl.types import batch_from_numpy, batch_to_numpy
 from asyncrl.runtime.memory import rss_mb
 
 
@@ -312,3 +313,53 @@ def _serve_episodes(worker: RolloutWorker, work_q, result_q, running) -> None:
         for payload in stream.advance(timeout=0.05):
             payload["batch"] = batch_to_numpy(payload["batch"])
             result_q.put(("result", worker.spec.worker_id, payload))
+
+
+class EpisodeThread:
+    """:func:`_serve_episodes` in a daemon thread of this process, fed and drained through
+    in-process queues: how a Ray actor, whose methods the trainer calls, keeps episodes in flight
+    across units and hands each group over as it ends (a worker process runs the loop itself, on
+    its process queues). ``add`` and ``take`` are called from other threads than the loop's."""
+
+    def __init__(self, worker: RolloutWorker):
+        self.work: queue.Queue = queue.Queue()
+        self.results: queue.Queue = queue.Queue()
+        self.stopping = threading.Event()
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._serve, args=(worker,), name="asyncrl-episodes", daemon=True)
+        self.thread.start()
+
+    def _serve(self, worker: RolloutWorker) -> None:
+        try:
+            _serve_episodes(worker, self.work, self.results, lambda: not self.stopping.is_set())
+        except BaseException as err:  # noqa: BLE001 (kept for take, which raises it in the caller)
+            self.failure = err
+            self.results.put(None)  # wakes a take that waits for a group
+
+    def add(self, unit: WorkUnit) -> None:
+        self.work.put(unit)
+
+    def take(self, timeout_s: float) -> list[dict]:
+        """The payloads of the groups that ended since the last take, waiting up to ``timeout_s``
+        for the first; their batches as tensors again (the loop converts them for a process queue;
+        ``torch.from_numpy`` shares the arrays' memory). Once the loop has died and every payload
+        it sent is taken, its exception is raised."""
+        items = []
+        try:
+            items.append(self.results.get(timeout=0 if self.failure is not None else timeout_s))
+            while True:
+                items.append(self.results.get_nowait())
+        except queue.Empty:
+            pass
+        payloads = [item[2] for item in items if item is not None]
+        if not payloads and self.failure is not None:
+            raise self.failure
+        for payload in payloads:
+            payload["batch"] = batch_from_numpy(payload["batch"])
+        return payloads
+
+    def stop(self, timeout_s: float) -> None:
+        """End the loop at its next turn; waits for it at most ``timeout_s`` (an environment's call
+        may hold it longer: the thread is a daemon, it does not keep the process alive)."""
+        self.stopping.set()
+        self.thread.join(timeout_s)
