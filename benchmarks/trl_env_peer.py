@@ -42,24 +42,21 @@ Per step (k = TRL optimizer steps (k−1)·n_minibatches+1 .. k·n_minibatches),
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import os
 import sys
 import time
-import warnings
 from datetime import datetime
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is "experimental" in TRL 1.16
 
-from asyncrl.config import Config, ConfigError  # noqa: E402
+from asyncrl.config import Config  # noqa: E402
 from asyncrl.envs.calculator import calculator as builtin_calculator  # noqa: E402
-from asyncrl.runtime.validate import load_run_config  # noqa: E402
 
-from benchmarks.bench.peer_trl import PeerError, _missing_trl, _PerStep, _time_method, trl_options  # noqa: E402
+from benchmarks.bench.peer_trl import PeerError, _missing_trl, _PerStep, _time_method, peer_main, trl_options  # noqa: E402
 
 MODE = "trl-grpo-env"
 TOOL = "calculator"
@@ -347,35 +344,8 @@ def build_trainer(model, tok, close_id: int, env_class: type, reward, args, data
         config.eos_token_id = eos
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.trl_env_peer", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", help="YAML config file or preset (calculator-agent)")
-    parser.add_argument("overrides", nargs="*", metavar="dotted.key=value")
-    return parser
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        import trl  # noqa: F401
-    except ImportError:
-        print(_missing_trl(), file=sys.stderr)
-        return 2
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    try:
-        summary = run(load_run_config(args.config, args.overrides))
-    except (ConfigError, PeerError) as err:
-        print(str(err) if str(err).startswith("asyncrl:") else f"asyncrl: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("asyncrl: interrupted", file=sys.stderr)
-        return 130
-    print(json.dumps(summary))
-    return 0
+    return peer_main("python -m benchmarks.trl_env_peer", "YAML config file or preset (calculator-agent)", run, argv)
 
 
 if __name__ == "__main__":

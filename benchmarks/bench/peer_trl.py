@@ -46,6 +46,7 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from datetime import datetime
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach the hub (beta=0: no reference model is built)
@@ -55,7 +56,6 @@ from transformers import TrainerCallback  # noqa: E402
 
 from asyncrl.config import Config, ConfigError  # noqa: E402
 from asyncrl.runtime.validate import load_run_config  # noqa: E402
-from asyncrl.core.loader import read_yaml  # noqa: E402
 
 MODE = "trl-grpo"
 # Token-mean over each minibatch, like asyncrl's ``agg="token_mean"``: TRL 1.16 ``_compute_loss``,
@@ -322,15 +322,12 @@ def _time_method(obj, name: str, timers: dict, key: str) -> None:
     setattr(obj, name, timed)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench.peer_trl", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", help="YAML config file")
+def peer_main(prog: str, config_help: str, run: Callable[[Config], dict], argv: list[str] | None = None) -> int:
+    """A TRL peer's command line: check TRL is there, quiet its logging, run, print the summary as JSON."""
+    parser = argparse.ArgumentParser(prog=prog, description=(sys.modules[run.__module__].__doc__ or "").splitlines()[0])
+    parser.add_argument("--config", help=config_help)
     parser.add_argument("overrides", nargs="*", metavar="dotted.key=value")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser.parse_args(argv)
     try:
         import trl  # noqa: F401
     except ImportError:
@@ -343,12 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     # transformers 5.2x deprecates `gradient_checkpointing` (TRL 1.16 still sets it): noise only
     warnings.filterwarnings("ignore", category=FutureWarning)
     try:
-        cfg = load_run_config(args.config, args.overrides)
-        summary = run(cfg)
-    except ConfigError as err:
-        print(f"asyncrl: {err}", file=sys.stderr)
-        return 2
-    except PeerError as err:
+        summary = run(load_run_config(args.config, args.overrides))
+    except (ConfigError, PeerError) as err:
         print(str(err) if str(err).startswith("asyncrl:") else f"asyncrl: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -356,6 +349,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     print(json.dumps(summary))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return peer_main("python -m benchmarks.bench.peer_trl", "YAML config file", run, argv)
 
 
 if __name__ == "__main__":
