@@ -9,6 +9,7 @@ be chosen after the results are seen::
     common: {trainer.steps: 100, eval.every: 10}
     seeds: 20                          # runs per arm, seeds 0..19
     warm_starts: 4                     # seed s starts from warm start pretrain.seed = s % 4
+    first_warm_start: 0                # optional: warm start b is pretrain.seed = first_warm_start + b
     arms:
       sync: {run.mode: sync}
       a3po: {run.mode: simulated, async.lag: 16, trainer.prox: loglinear, loss.name: decoupled}
@@ -89,6 +90,11 @@ class StudyPlan:
     seed_values: tuple[int, ...] = ()  # the seeds a list named; () = 0 .. seeds - 1
     bars: dict[str, float] = field(default_factory=dict)  # arm -> its bar on the endpoint
     bar_over: str = "mean"
+    first_warm_start: int = 0  # warm start b is pretrain.seed first_warm_start + b (fresh ones: no pilot's)
+
+    def pretrain_seed(self, seed: int) -> int:
+        """The warm start (``pretrain.seed``) that RL seed ``seed`` starts from."""
+        return self.first_warm_start + seed % self.warm_starts
 
     @property
     def seed_ids(self) -> tuple[int, ...]:
@@ -101,7 +107,8 @@ class StudyPlan:
                                    "family": [c.label for c in self.family]}
         if self.bars:  # absent otherwise: the plans of the committed studies store what they stored
             primary.update(bar=dict(self.bars), bar_over=self.bar_over)
-        return {"name": self.name, "question": self.question, "config": self.config, "common": self.common,
+        fresh = {"first_warm_start": self.first_warm_start} if self.first_warm_start else {}
+        return {**fresh, "name": self.name, "question": self.question, "config": self.config, "common": self.common,
                 "seeds": list(self.seed_values) if self.seed_values else self.seeds,
                 "warm_starts": self.warm_starts, "arms": self.arms, "primary": primary,
                 "exploratory": [c.label for c in self.exploratory], "sha256": self.sha256}
@@ -196,7 +203,8 @@ def _primary(where: str, data: dict, arms: dict) -> dict[str, Any]:
 def parse_plan(data: Any, *, sha256: str = "", where: str = "plan") -> StudyPlan:
     """A StudyPlan from the file's parsed YAML; PlanError naming ``where``'s field otherwise."""
     data = _mapping(where, data)
-    known = {"name", "question", "config", "common", "seeds", "warm_starts", "arms", "primary", "exploratory"}
+    known = {"name", "question", "config", "common", "seeds", "warm_starts", "first_warm_start", "arms", "primary",
+             "exploratory"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise PlanError(f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(sorted(known))})")
@@ -216,6 +224,7 @@ def parse_plan(data: Any, *, sha256: str = "", where: str = "plan") -> StudyPlan
         common=_mapping(f"{where}: common", data.get("common") or {}),
         arms={k: dict(v or {}) for k, v in arms.items()}, seeds=seeds, seed_values=seed_values,
         warm_starts=_number(f"{where}: warm_starts", data.get("warm_starts", 1), int, 1),
+        first_warm_start=_number(f"{where}: first_warm_start", data.get("first_warm_start", 0), int, 0),
         exploratory=_comparisons(f"{where}: exploratory", data.get("exploratory") or [], arms), sha256=sha256,
         **_primary(where, data, arms))
 
@@ -258,7 +267,8 @@ def stored_plan(results: dict) -> StudyPlan:
     if not isinstance(data, dict):
         raise PlanError("results.json: no plan recorded (a study suite's results carry their plan)")
     primary = data.get("primary") or {}
-    spec = {k: data[k] for k in ("name", "question", "config", "common", "seeds", "warm_starts", "arms") if k in data}
+    spec = {k: data[k] for k in ("name", "question", "config", "common", "seeds", "warm_starts", "first_warm_start",
+                                 "arms") if k in data}
     spec["primary"] = {k: primary[k] for k in ("endpoint", "test", "margin", "family", "bar", "bar_over")
                        if k in primary and not (k == "family" and primary[k] == [])}  # a bar-only plan's
     spec["exploratory"] = data.get("exploratory") or []

@@ -1,7 +1,7 @@
 """The study suite: the arms, seeds and conclusions a plan file declares before any run
 (:mod:`benchmarks.bench.plan_file`), run like any suite and reported by :mod:`benchmarks.bench.study_report`.
 
-Seed ``s`` of every arm starts from warm start ``pretrain.seed = s % warm_starts``, so the spread
+Seed ``s`` of every arm starts from warm start ``pretrain.seed = first_warm_start + s % warm_starts``, so the spread
 between warm starts is part of what the seeds sample, and the same seed of two arms shares its warm
 start and its evaluation problems (what a paired test pairs).
 
@@ -76,8 +76,10 @@ def _cells(suite: Suite, request: CellRequest, index: int) -> list[Cell]:
     cells = []
     for arm, switches in plan.arms.items():
         merged = {k: in_repo(v) for k, v in {**base, **switches}.items()}
-        args = overrides(merged, {"run.seed": seed, "pretrain.seed": block}) + request.extra
+        args = overrides(merged, {"run.seed": seed, "pretrain.seed": plan.pretrain_seed(seed)}) + request.extra
         params = {"arm": arm, "warm_start": block}
+        if plan.first_warm_start:
+            params["pretrain_seed"] = plan.pretrain_seed(seed)
         if plan.endpoint == "eval_lift_z":
             params.update(_lift_params(config, args))
         cells.append(Cell(f"{arm}-s{seed}", arm, seed, "train", args, params, config))

@@ -52,6 +52,7 @@ def test_a_plan_parses_with_its_family_and_hash(tmp_path):
     (("seeds: 4", "seeds: 4\nsteps: 3"), "unknown field 'steps'"),
     (("warm_starts: 2", "warm_starts: two"), "warm_starts: must be an integer"),
     (("margin: 0.03", "margin: -1"), "primary.margin: must be >= 0"),
+    (("warm_starts: 2", "warm_starts: 2\nfirst_warm_start: -3"), "first_warm_start: must be >= 0"),
 ])
 def test_a_bad_plan_is_one_line_naming_the_file_and_field(tmp_path, edit, message):
     path = _plan_file(tmp_path, PLAN.replace(*edit))
@@ -122,6 +123,19 @@ def test_cells_share_warm_starts_by_seed_block_and_the_plan_fixes_seeds(tmp_path
         proc = _bench(tmp_path, *args)
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"benchmarks: {proc.stderr.strip()[12:]}"]
         assert message in proc.stderr
+
+
+def test_fresh_warm_starts_begin_at_first_warm_start_and_keep_their_block(tmp_path):
+    _plan_file(tmp_path, PLAN.replace("warm_starts: 2", "warm_starts: 2\nfirst_warm_start: 100"))
+    plan = load_plan(tmp_path / "plan.yaml")
+    assert [plan.pretrain_seed(s) for s in range(4)] == [100, 101, 100, 101]
+    assert stored_plan({"plan": plan.as_dict()}) == plan
+    assert "first_warm_start" not in load_plan(_plan_file(tmp_path)).as_dict()  # older studies' records unchanged
+    _plan_file(tmp_path, PLAN.replace("warm_starts: 2", "warm_starts: 2\nfirst_warm_start: 100"))
+    proc = _bench(tmp_path, "--plan", "plan.yaml", "--list")
+    assert proc.returncode == 0, proc.stderr
+    seeds = {line.split()[0]: line.split("pretrain.seed=")[1].split()[0] for line in proc.stdout.splitlines()}
+    assert seeds["sync-s0"] == seeds["a3po-s2"] == "100" and seeds["recompute-s3"] == "101"
 
 
 def test_a_paired_plan_pairs_by_seed(tmp_path):
