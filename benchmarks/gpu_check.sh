@@ -42,6 +42,7 @@ set -u
 out=${1:?output directory}
 budget=${2:-420}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
+rm -rf "$out"/[0-9]_*  # a rerun into the same folder starts clean: no earlier section's files
 start=$SECONDS
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 ASYNCRL_CACHE=${ASYNCRL_CACHE:-/tmp/asyncrl-cache}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -137,7 +138,7 @@ if (( ngpu >= 2 )); then
 fi
 (( ngpu >= 2 )) || skip 3_fsdp "$ngpu GPU(s) visible, the FSDP section needs 2: nothing run"
 section 4_a3po 110 "$py" -m benchmarks a3po --seeds 1 --methods sync,async-loglinear \
-    --out "$out/4_a3po" --runs-dir /tmp/gpu-check-a3po "${A3PO[@]}"
+    --out "$out/4_a3po" --runs-dir "/tmp/gpu-check-a3po-$$" "${A3PO[@]}"
 section 5_mismatch 35 "${RT[@]}" --size "$LARGE" --section mismatch --out "$out/5_mismatch.json"
 pack
 echo "done in $(( SECONDS - start ))s of ${budget}s; everything is in $out ($tgz, $summary)"

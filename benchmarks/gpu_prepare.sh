@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run HERE (a machine that reaches PyPI) before a lent GPU session: downloads into .whl/ the wheels
+# Run HERE (a machine that reaches PyPI), in the checkout the device calls send (the session's own,
+# not a helper's worktree), before a lent GPU session: downloads into .whl/ the wheels
 # that benchmarks/gpu_check.sh needs and the GPU machine's image lacks, checks that they fit the
 # call's 64 MiB carry, and prints the device `run` call to use (docs/runtime.md, "The GPU check").
 #   bash benchmarks/gpu_prepare.sh            # download, check the size, print the call
