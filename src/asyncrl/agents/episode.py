@@ -15,8 +15,10 @@ every live episode is ready, the lock-step order, reproducible to the bit); its 
 calls, the runner calls the engine's chunk hook (``between``), where an async worker pulls newer
 weights and sends its heartbeat: the episode goes on with them, and its later tokens carry their
 version. A turn ends at eos, at one of the stop strings, or at ``env.turn_tokens``; an episode at
-``done``, ``env.max_turns`` assistant turns, ``env.episode_tokens`` tokens in its row, or a call
-that failed on its last try (``failed``: its group is dropped by the rollout).
+``done``, ``env.max_turns`` assistant turns, ``env.episode_tokens`` tokens in its row, a row that
+fills the engine's context window (``max_model_len``: vLLM's, where the prompt and every turn
+count; the engine would refuse the next request), or a call that failed on its last try
+(``failed``: its group is dropped by the rollout).
 
 A history that rewrites the past forks: when the chat template cannot append an observation to
 the row's ids (it renders earlier turns differently once messages follow), or, with
@@ -130,7 +132,7 @@ class Episode:
     call_text: str = ""  # the last turn's text as its tool calls are parsed from (ToolFormat.keeps_special)
     # per assistant turn: its text, tokens, versions, then its tool calls or the environment's answer
     turn_log: list[dict] = field(default_factory=list)
-    end: str | None = None  # why it ended: done, max_turns, episode_tokens, template, failed
+    end: str | None = None  # why it ended: done, max_turns, episode_tokens, max_model_len, template, failed
     failure: str = ""  # what failed: "step raised KeyError: 'board' (try 3 of 3)"
     env_time_s: float = 0.0  # wall time its calls took, waiting included
     asked_at: float = 0.0  # when its pending calls were submitted
@@ -197,10 +199,18 @@ class EpisodeRunner:
             raise ValueError(f"schedule: {self.scheduling.schedule!r} is not one of {', '.join(SCHEDULES)}")
         self.failures = FailureWindow(self.scheduling.failure_window, self.scheduling.max_failure_frac)
         self.last_run: dict[str, float] = {}  # the scheduler's own numbers for the last run (stats)
+        self.context_limit: int | None = None  # the bound engine's max_model_len (prompt + row), None: none
 
     def bind(self, engine) -> None:
         """Called with the engine a :class:`~asyncrl.agents.play.Play` decodes with (a harness
-        checks its requests' sampling settings against it)."""
+        checks its requests' sampling settings against it); its context window, if it has one,
+        bounds every row (prompt included)."""
+        self.context_limit = getattr(engine, "max_model_len", None)
+
+    def context_full(self, episode: Episode, more: int = 0) -> bool:
+        """Whether ``more`` ids after the row leave no room for a sampled token in the engine's
+        context window."""
+        return self.context_limit is not None and len(episode.context_ids) + more >= self.context_limit
 
     def ended(self, episode: Episode) -> None:
         """Called as ``episode`` ends (a harness's session stops taking requests)."""
@@ -293,6 +303,8 @@ class EpisodeRunner:
         episode.call_text = self._call_text(ids) if self.tool_format.keeps_special and self.tools else text
         if len(episode.ids) >= self.limits.episode_tokens:
             episode.end = "episode_tokens"
+        elif self.context_full(episode):
+            episode.end = "max_model_len"  # the engine has no room for another token of this row
 
     def respond(self, pool: CallPool, i: int, episode: Episode, tool_results: dict[int, list]) -> bool:
         """Submit the turn's tool calls when it calls tools, else the environment's step. True when
@@ -356,9 +368,14 @@ class EpisodeRunner:
         if ids is None:
             episode.messages += observation
             episode.fork(self.turns.prompt_ids(episode.messages))
+            if self.context_full(episode):
+                episode.end = "max_model_len"  # the history as rendered fills the context window
             return
         if len(episode.ids) + len(ids) >= self.limits.episode_tokens:
             episode.end = "episode_tokens"  # no room left to answer the observation
+            return
+        if self.context_full(episode, len(ids)):
+            episode.end = "max_model_len"  # no room in the engine's context to answer the observation
             return
         episode.add_observed(ids)
         episode.messages += observation

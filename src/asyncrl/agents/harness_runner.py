@@ -126,6 +126,7 @@ class HarnessRunner(EpisodeRunner):
 
     def bind(self, engine) -> None:
         """Requests are checked against what ``engine`` samples with (evaluation's engine differs)."""
+        super().bind(engine)
         spec = getattr(engine, "spec", None)
         if spec is not None:
             self.sampling = Sampling(spec.temperature, spec.top_p, self.sampling.turn_tokens)
@@ -176,7 +177,7 @@ class HarnessRunner(EpisodeRunner):
             self._take(episode, outcome)
         except EndpointError as err:
             outcome.fail(err)
-            episode.end = err.code if err.code in ("max_turns", "episode_tokens") else "failed"
+            episode.end = err.code if err.code in ("max_turns", "episode_tokens", "max_model_len") else "failed"
             episode.failure = "" if episode.end != "failed" else f"harness request refused: {err.message}"
             self._harness_reward(episode, None)
             return False
@@ -216,8 +217,14 @@ class HarnessRunner(EpisodeRunner):
         elif len(episode.ids) + len(ids) >= self.limits.episode_tokens:
             raise EndpointError(400, f"the episode's row would pass env.episode_tokens={self.limits.episode_tokens} "
                                      "tokens", code="episode_tokens")
+        elif self.context_full(episode, len(ids)):
+            raise EndpointError(400, f"the episode's context would reach the engine's max_model_len={self.context_limit} "
+                                     "tokens", code="max_model_len")
         else:
             episode.add_observed(ids)
+        if prompt is not None and self.context_full(episode):
+            raise EndpointError(400, f"the request's prompt fills the engine's max_model_len={self.context_limit} tokens",
+                                code="max_model_len")
 
     def decode(self, engine, batch: list[Episode], between, stops: tuple) -> None:
         """The episodes' requests, one engine call per distinct (max tokens, stop strings)."""
@@ -251,7 +258,7 @@ class HarnessRunner(EpisodeRunner):
         marker = _CALL_MARKERS.get(self.tool_format.name, "")
         content = (text.split(marker)[0].strip() if marker else "") if calls else text
         versions = [v for v in episode.versions[len(episode.versions) - n:] if v >= 0]
-        finish = "length" if n >= max_new or episode.end == "episode_tokens" else "stop"
+        finish = "length" if n >= max_new or episode.end in ("episode_tokens", "max_model_len") else "stop"
         turn = {"content": content or (None if calls else ""), "text": text, "ids": ids, "logps": logps,
                 "calls": calls, "finish": finish, "prompt": prompt, "version": max(versions, default=-1)}
         build = chat_response if request.kind == "chat" else completion_response

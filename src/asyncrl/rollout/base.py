@@ -75,5 +75,10 @@ class SamplingView:
     def version(self) -> int:
         return self.engine.version
 
+    @property
+    def max_model_len(self) -> int | None:
+        """The engine's context window (prompt + completion), None where it has none."""
+        return getattr(self.engine, "max_model_len", None)
+
     def generate(self, prompts: list[list[int]], **kwargs) -> Generation:
         return self.engine.generate(prompts, sampling=self.spec, **kwargs)

@@ -59,6 +59,13 @@ arguments and await a GPU run; see docs/models.md):
   worker does after a weight swap — and tokens after an update are produced, and tagged, by the new
   weights. Without an update the re-prefill mostly hits vLLM's prefix cache. Between chunks the
   ``between_chunks`` hook may call :meth:`update_weights`.
+* **The context window.** vLLM refuses a request whose prompt leaves no room for one token in
+  ``max_model_len`` (a ``VLLMValidationError`` that would kill the rollout worker, and its
+  restarts, every time such a sequence came back). So every request asks for at most the room its
+  row has left (:attr:`VLLMEngine.max_model_len`, read from vLLM's config), a row whose context is
+  full is finished without a request (a prompt that fills the window gets no tokens), and a chunk
+  that ends exactly at the window is not continued. The agent loop ends such episodes as
+  ``max_model_len`` (:mod:`asyncrl.agents.episode`).
 * **Other sampling for one call.** :meth:`VLLMEngine.with_sampling` gives a view that generates with
   other settings (temperature, top_p, top_k, max_new_tokens): ``SamplingParams`` are built per call
   anyway, so evaluation generates with the rollout engine's weights and KV cache at its own settings.
@@ -161,6 +168,8 @@ class VLLMEngine:
         self.sleeps = bool(kwargs.get("enable_sleep_mode"))
         self.asleep: set[str] = set()  # vLLM's memory tags now released: "weights", "kv_cache"
         self.llm = vllm.LLM(**kwargs)
+        # positions a sequence may reach, prompt included (None: unknown, no cap)
+        self.max_model_len = _max_model_len(self.llm, kwargs)
 
     # -- sleep mode -------------------------------------------------------------------------------
 
@@ -254,7 +263,12 @@ class VLLMEngine:
             alive = [i for i in range(rows) if not finished[i]]
             if not alive:
                 break
-            todo = {i: min(chunk, limit - len(tokens[i])) for i in alive}
+            todo = {i: min(chunk, limit - len(tokens[i]), self._room(prompts[i], tokens[i])) for i in alive}
+            for i in [i for i in alive if todo[i] <= 0]:  # the context is full: vLLM would refuse the request
+                finished[i] = True
+                alive.remove(i)
+            if not alive:
+                break
             params = [vllm.SamplingParams(temperature=settings.temperature, top_p=settings.top_p,
                                           top_k=settings.top_k if settings.top_k > 0 else -1, max_tokens=todo[i],
                                           logprobs=0, stop_token_ids=stop_ids or None, detokenize=False)
@@ -272,12 +286,30 @@ class VLLMEngine:
                 if end is not None:  # tokens generated past a stop string are dropped
                     del tokens[i][end:], logps[i][end:], versions[i][end:]
                 stopped = end is not None or (ids and ids[-1] in stop_ids) or completion.finish_reason == "stop"
-                # fewer tokens than asked without a stop: the context window is full
-                finished[i] = stopped or len(ids) < todo[i] or len(tokens[i]) >= limit
+                # fewer tokens than asked without a stop, or no room left: the context window is full
+                finished[i] = (stopped or len(ids) < todo[i] or len(tokens[i]) >= limit
+                               or self._room(prompts[i], tokens[i]) <= 0)
             if between_chunks is not None and not all(finished):
                 between_chunks()
         self._sleep()
         return _to_generation(prompts, tokens, logps, versions, self.tokenizer.pad_token_id)
+
+
+    def _room(self, prompt: list[int], tokens: list[int]) -> int:
+        """Tokens the row may still get within vLLM's ``max_model_len`` (prompt and tokens so far count)."""
+        if self.max_model_len is None:
+            return 1 << 62
+        return self.max_model_len - len(prompt) - len(tokens)
+
+
+def _max_model_len(llm, kwargs: Mapping) -> int | None:
+    """vLLM's ``max_model_len`` as it resolved it (the model's own when none was given); the given
+    one where the engine does not expose its config."""
+    try:
+        return int(llm.llm_engine.vllm_config.model_config.max_model_len)
+    except (AttributeError, TypeError, ValueError):
+        given = kwargs.get("max_model_len")
+        return int(given) if given else None
 
 
 def _sampled_logprobs(logprobs, ids: list[int]) -> list[float]:
