@@ -12,9 +12,9 @@ os.environ belongs to the whole process: a value set for the time of one group's
 seen by every other thread meanwhile (a worker process started then inherits it) and two such scopes
 can restore each other's values. So the trainer sets them once, for good, from the thread that sets
 up its groups and channel, before those start threads of their own (:func:`set_fault_env`), and a
-rollout worker, which inherits the trainer's environment, takes back the values the trainer had
-before as the first thing it does (:func:`restore_env`): a worker whose pull fails ends and is
-restarted rather than going on with a half-received buffer.
+rollout worker (a process, or a Ray actor), which inherits the trainer's environment, takes back the
+values the trainer had before as the first thing it does (:func:`restore_env`): a worker whose pull
+fails ends and is restarted rather than going on with a half-received buffer.
 """
 
 from __future__ import annotations
