@@ -3,7 +3,9 @@ settings differ are refused before anything is written, in one line naming the k
 value; ``asyncrl train --nproc-per-node`` ends with the ranks' line and exit status instead of
 torchrun's report; a rank that is only busy is waited for past ``trainer.fsdp.timeout_s``; a
 SIGSTOPped rank ends the job within that bound plus torchrun's shutdown timeout, with one line and no
-process left; SIGTERM while a rank is stopped ends the job within the shutdown timeout."""
+process left; SIGTERM while a rank is stopped ends the job within the shutdown timeout; a SIGKILLed
+rank is named by the launcher with the checkpoint to continue from, and a SIGTERM after it writes no
+checkpoint and says so in one line (tests/distributed/test_nccl_faults.py: the same without torchrun)."""
 
 import os
 import signal
@@ -236,3 +238,79 @@ def test_sigterm_with_a_stopped_rank_ends_within_the_shutdown_timeout(tmp_path, 
     newest = (run_dir / "checkpoint").resolve()
     assert newest.name.startswith("step-") and not newest.name.endswith(".tmp")
     assert len(list((newest / "optimizer").glob("*.distcp"))) == 2
+
+
+def _launch_marked(tmp_path: Path, cache: str, name: str, *extra: str):
+    """A two-rank ``asyncrl train --nproc-per-node 2`` checkpointing every step, past its second
+    step: (process, marker, run dir, {rank: pid})."""
+    marker = f"{name}-{os.getpid()}-{time.monotonic_ns()}"
+    run_dir = tmp_path / "runs" / name
+    proc = subprocess.Popen(launcher(*base(cache, name, 200), "run.checkpoint_every=1", *extra),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**ENV, MARK: marker})
+    wait_for_step(proc, run_dir / "metrics.jsonl", 2)
+    pids = rank_pids(proc.pid)
+    assert sorted(pids) == [0, 1], pids
+    return proc, marker, run_dir, pids
+
+
+def _newest_step(run_dir: Path) -> int:
+    names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert not [n for n in names if n.endswith(".tmp")], names  # no checkpoint half-written
+    return int(names[-1].removeprefix("step-"))
+
+
+@pytest.mark.slow
+def test_the_launcher_names_a_killed_rank_and_where_the_run_continues(tmp_path, cache):
+    """SIGKILL of rank 1: rank 0's collective fails; the one line is the launcher's, which saw rank 1
+    end, and names it, the signal and the checkpoint ``--resume`` continues from. What a NCCL job
+    prints too, where rank 0 stays blocked in the collective until the agent's SIGKILL."""
+    proc, marker, run_dir, pids = _launch_marked(tmp_path, cache, "lost")
+    os.kill(pids[1], signal.SIGKILL)
+    started = time.monotonic()
+    _, err = proc.communicate(timeout=120)
+    assert time.monotonic() - started < 30 and proc.returncode != 0, err[-3000:]
+    step = _newest_step(run_dir)
+    assert ours(err) == ["asyncrl: trainer rank 1 was killed by SIGKILL (out of memory, or killed from outside); "
+                         "the other ranks were stopped; continue with: asyncrl train --resume runs/lost (its "
+                         f"checkpoint of step {step})"], err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert _gone_within(marker, 10) == set(), "a process outlived the job"
+
+
+SLEEP_AFTER_STEP_2 = """import pathlib, time
+calls = []
+
+def slow(completions, **kw):
+    calls.append(1)
+    if len(calls) == 6:  # past the start-up checks and a few steps
+        pathlib.Path("{mark}").touch()
+        time.sleep(8)
+    return [0.0] * len(completions)
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_after_a_lost_rank_skips_the_checkpoint_in_one_line(tmp_path, cache):
+    """Rank 1 dies while rank 0 scores a batch (no collective under way); torchrun's agent SIGTERMs
+    rank 0 at once. Rank 0's next command waits for a roll call first, which rank 1 does not answer:
+    rank 0 ends in one line naming it and the last checkpoint, writes none (it needs every rank's
+    shard) and sends nothing into a collective with a dead rank (on NCCL: a hang until SIGKILL)."""
+    mark = tmp_path / "scoring"
+    (tmp_path / "slow_reward.py").write_text(SLEEP_AFTER_STEP_2.replace("{mark}", str(mark)))
+    proc, marker, run_dir, pids = _launch_marked(tmp_path, cache, "term",
+                                                 f"reward.funcs=[{tmp_path / 'slow_reward.py'}:slow]")
+    deadline = time.monotonic() + 120
+    while not mark.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mark.exists()
+    step = _newest_step(run_dir)  # that of the step before the one being scored
+    os.kill(pids[1], signal.SIGKILL)
+    started = time.monotonic()
+    _, err = proc.communicate(timeout=120)
+    assert time.monotonic() - started < 30 and proc.returncode == 1, err[-3000:]
+    assert ours(err) == ["asyncrl: trainer rank 0: trainer rank 1 does not answer (no heartbeat for 6 s: killed or "
+                         "stopped); no checkpoint of this stop, which needs every rank; continue with: asyncrl train "
+                         f"--resume runs/term (its checkpoint of step {step})"], err[-3000:]
+    assert _newest_step(run_dir) == step and "Traceback" not in err, err[-3000:]
+    assert _gone_within(marker, 10) == set(), "a process outlived the job"

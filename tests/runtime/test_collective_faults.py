@@ -1,8 +1,9 @@
 """The ``collective`` channel's pairs under faults: every pair has a short timeout on every backend,
-the trainer's NCCL pairs are built so that a failed collective ends only their thread, a worker the
-pool reports dead has its pair ended (and aborted on NCCL) while publishing goes on, and the channel
-is refused where NCCL would put two ranks on one GPU. NCCL parts are checked with a fake
-ProcessGroupNCCL (these machines have no GPU); the rest runs gloo pairs on loopback."""
+the trainer's NCCL pairs are built so that a failed collective ends only their thread, building one
+leaves the process's environment alone, a worker the pool reports dead has its pair ended (and
+aborted on NCCL) while publishing goes on, and the channel is refused where NCCL would put two ranks
+on one GPU. NCCL parts are checked with a fake ProcessGroupNCCL (these machines have no GPU); the
+rest runs gloo pairs on loopback."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def fake_backends(monkeypatch):
     monkeypatch.setattr(torch.distributed, "ProcessGroupNCCL", FakeBackend, raising=False)
     monkeypatch.setattr(torch.distributed, "ProcessGroupGloo", FakeBackend)
     monkeypatch.setenv(ERROR_HANDLING, "1")  # the user's own setting for the trainer's other groups
-    monkeypatch.delenv("TORCH_NCCL_DUMP_ON_TIMEOUT", raising=False)
+    monkeypatch.setenv("TORCH_NCCL_DUMP_ON_TIMEOUT", "placeholder")  # so that the value a test sets is undone
+    monkeypatch.delenv("TORCH_NCCL_DUMP_ON_TIMEOUT")
     return FakeBackend.built
 
 
@@ -71,17 +73,51 @@ def test_every_pair_is_built_with_the_short_timeout(fake_backends, device):
     assert collective.PAIR_TIMEOUT <= datetime.timedelta(minutes=2)
 
 
-def test_the_trainers_nccl_pair_ends_only_its_thread_on_a_failed_collective(fake_backends):
-    """Rank 0 (the trainer's thread) is built with clean-up-only error handling, read by
-    ProcessGroupNCCL when it is built; the setting is gone again right after, so the trainer's other
-    groups keep theirs; a worker's end keeps the default (it ends and is restarted)."""
+def test_the_trainers_nccl_pair_ends_only_its_thread_on_a_failed_collective(fake_backends, monkeypatch):
+    """The trainer's pairs are built with clean-up-only error handling, read by ProcessGroupNCCL when
+    it is built: the channel sets it once, as it opens on CUDA (before its threads start), replacing
+    the user's value for the trainer's process. A worker, which inherits that environment, takes the
+    user's values back first thing (its end keeps them: it ends and is restarted)."""
+    from asyncrl.distributed import nccl_env
+
+    monkeypatch.setenv(nccl_env.SAVED_ENV, "placeholder")
+    monkeypatch.delenv(nccl_env.SAVED_ENV)
+    channel = collective.CollectiveWeights(Weights(size=10), device="cuda", dtype=torch.float32)
+    channel.close()
     store = torch.distributed.HashStore()
     collective._pair(store, 0, 0, torch.device("cuda"), "127.0.0.1")
-    collective._pair(store, 0, 1, torch.device("cuda"), "127.0.0.1")
-    (_, _, _, trainer_env), (_, _, _, worker_env) = fake_backends
+    trainer_env = fake_backends[-1][3]
     assert trainer_env == {ERROR_HANDLING: "2", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}
-    assert worker_env == {ERROR_HANDLING: "1", "TORCH_NCCL_DUMP_ON_TIMEOUT": None}
-    assert os.environ[ERROR_HANDLING] == "1" and "TORCH_NCCL_DUMP_ON_TIMEOUT" not in os.environ
+    worker = dict(os.environ)
+    nccl_env.restore_env(worker)  # what worker_main does before anything else
+    assert {k: worker.get(k) for k in collective.PAIR_NCCL_ENV} == {ERROR_HANDLING: "1",
+                                                                   "TORCH_NCCL_DUMP_ON_TIMEOUT": None}
+    assert nccl_env.SAVED_ENV not in worker
+
+
+def test_building_a_pair_leaves_the_environment_alone(fake_backends, monkeypatch):
+    """os.environ is the whole process's: a pair built in a serving thread of the trainer must not
+    change it, not even while it is being built, when another thread (one starting a worker process
+    or a process group of its own) would read the pair's values instead of its own."""
+    entered, release = threading.Event(), threading.Event()
+
+    class Blocking(FakeBackend):
+        def __init__(self, *args):
+            super().__init__(*args)
+            entered.set()
+            release.wait(10)
+
+    monkeypatch.setattr(torch.distributed, "ProcessGroupNCCL", Blocking, raising=False)
+    before = dict(os.environ)
+    builder = threading.Thread(target=collective._pair,
+                               args=(torch.distributed.HashStore(), 0, 0, torch.device("cuda"), "127.0.0.1"))
+    builder.start()
+    assert entered.wait(10)
+    during = dict(os.environ)
+    release.set()
+    builder.join(10)
+    assert {k: during.get(k) for k in collective.PAIR_NCCL_ENV} == {k: before.get(k) for k in collective.PAIR_NCCL_ENV}
+    assert during == before and dict(os.environ) == before
 
 
 def test_a_gloo_pair_whose_peer_stops_fails_after_the_timeout(monkeypatch):

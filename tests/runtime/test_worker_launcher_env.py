@@ -45,3 +45,28 @@ def _restore_environ():
     yield
     os.environ.clear()
     os.environ.update(before)
+
+
+def test_a_worker_builds_its_engine_with_the_nccl_settings_from_before_the_trainers(monkeypatch):
+    """The trainer sets clean-up-only NCCL error handling for its own process (asyncrl.distributed.
+    nccl_env); its worker processes inherit that, and take back the values from before it."""
+    from asyncrl.distributed import nccl_env
+
+    monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # the user's
+    for name in ("TORCH_NCCL_DUMP_ON_TIMEOUT", nccl_env.SAVED_ENV):
+        monkeypatch.setenv(name, "placeholder")
+        monkeypatch.delenv(name)
+    nccl_env.set_fault_env()
+    assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2"
+    seen = {}
+
+    class Engineless:
+        def __init__(self, spec, channel):
+            seen.update(os.environ)
+            raise ConfigError("rollout.engine", "stop here")
+
+    monkeypatch.setattr(worker, "RolloutWorker", Engineless)
+    spec = SimpleNamespace(cpu=None, worker_id=0, config={"async": {"worker_timeout_s": 5}})
+    worker.worker_main(spec, None, None, SimpleNamespace(put=lambda item: None), None)
+    assert seen["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert "TORCH_NCCL_DUMP_ON_TIMEOUT" not in seen and nccl_env.SAVED_ENV not in seen

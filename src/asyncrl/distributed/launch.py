@@ -15,7 +15,12 @@ rank. Here the same agent (``torch.distributed.run``) runs in this process inste
   and exits 128 + its number; ranks that do not end within the agent's shutdown timeout
   (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, 30 s) are SIGKILLed. When a rank was killed and no rank has
   said why (a rank that does marks it in the file ``ASYNCRL_LAUNCH_SAID`` names), one line here
-  says so.
+  says so;
+- a rank lost (killed by a signal: out of memory, SIGKILL, a crash), whose death the agent sees and
+  answers by stopping the others, is named here, in one line with where the run continues (rank 0
+  keeps that in a file beside ``ASYNCRL_LAUNCH_SAID``): the survivors cannot tell which rank it was,
+  and on NCCL one blocked in a collective ends only by the agent's SIGKILL. A survivor whose
+  collective failed on the lost rank says nothing then, and marks that it found one.
 Several machines still need ``torchrun`` itself (docs/scaling.md).
 """
 
@@ -33,6 +38,7 @@ from pathlib import Path
 AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher")
 KILLED_MARK = "Unable to shutdown process"  # the agent's warning as it SIGKILLs a rank after its timeout
 SAID_ENV = "ASYNCRL_LAUNCH_SAID"  # a file a rank creates once it has said why the job ends (liveness.Peers)
+LOST, RESUME = "lost", "resume"  # beside it: lost.<rank>, that rank found a lost one; where the run continues
 
 
 def rank_command(args) -> list[str]:
@@ -59,7 +65,12 @@ def launch(nproc: int, command: list[str]) -> int:
         try:
             run(args)
         except ChildFailedError as err:
-            return job_status({rank: failure.exitcode for rank, failure in err.failures.items()})
+            codes = {rank: failure.exitcode for rank, failure in err.failures.items()}  # in the order found
+            # a first rank that ended on its own status said why (or printed its traceback)
+            found = {int(path.suffix[1:]) for path in said.parent.glob(f"{LOST}.*")}
+            if not said.exists() and (found or next(iter(codes.values())) < 0):
+                print(lost_line(codes, _read(said.with_name(RESUME)), found), file=sys.stderr)
+            return job_status(codes)
         except SignalException as err:
             if killed and not said.exists():
                 print(f"asyncrl: stopped by {signal.Signals(err.sigval).name}: {len(killed)} trainer rank(s) did not "
@@ -69,6 +80,45 @@ def launch(nproc: int, command: list[str]) -> int:
         finally:
             os.environ.pop(SAID_ENV, None)
     return 0
+
+
+def note(name: str, text: str = "") -> None:
+    """Under ``asyncrl train --nproc-per-node``: ``text`` in the file ``name`` beside the one
+    ``ASYNCRL_LAUNCH_SAID`` names, replaced whole (the launcher may read it at any time); else nothing."""
+    said = os.environ.get(SAID_ENV)
+    if not said:
+        return
+    path = Path(said).with_name(name)
+    part = path.with_name(f".{name}.{os.getpid()}")
+    with contextlib.suppress(OSError):
+        part.write_text(text)
+        part.replace(path)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def lost_line(codes: dict[int, int], resume: str, survivors: set[int] = frozenset()) -> str:
+    """The job's line when it lost a rank and no rank said so, from the failed ranks' ``{rank: exit
+    code}`` in the order the agent found them (negative: killed by that signal; the ranks it stopped
+    come after the one it saw end): the first that is not one of ``survivors`` (ranks that found
+    the lost one and ended on their own, maybe in the agent's same look); ``resume``: where the run
+    continues (rank 0's :func:`note`), or ""."""
+    lost = next((rank for rank in codes if rank not in survivors), next(iter(codes)))
+    code = codes[lost]
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        what = f"was killed by {name} (out of memory, or killed from outside)"
+    else:
+        what = f"failed (exit status {code})"
+    return f"asyncrl: trainer rank {lost} {what}; the other ranks were stopped" + (f"; {resume}" if resume else "")
 
 
 def job_status(codes: dict[int, int]) -> int:

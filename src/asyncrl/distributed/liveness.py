@@ -20,7 +20,15 @@ then sends the others SIGTERM, which the ranks other than 0 leave to rank 0 (it 
 them), but after which they give rank 0's heartbeat only ``SIGNALLED_S`` seconds, not ``timeout_s``.
 
 A fault that several ranks find (each survivor's collective fails) is said once, by the first rank to
-claim it in the store (:meth:`Peers.fault`).
+claim it in the store (:meth:`Peers.fault`), with where the run continues (rank 0 keeps it in the
+store: :meth:`Peers.note_run`). Under ``asyncrl train --nproc-per-node`` a lost rank is the
+launcher's to name (asyncrl.distributed.launch).
+
+Once a stop signal came, or before a stop's checkpoint, rank 0 starts no collective before a roll
+call (:meth:`Peers.roll_call`): each other rank answers it from its wait for the next command, or
+shows a heartbeat, within ``SIGNALLED_S``. A rank that does neither is lost (killed, stopped), and a
+collective would wait for it until ``timeout_s``, on NCCL until torchrun's agent SIGKILLs the
+waiting rank; rank 0 ends instead, in one line, with no checkpoint (every rank writes its shard).
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from datetime import timedelta
 
 import torch
 
-from asyncrl.distributed.launch import SAID_ENV
+from asyncrl.distributed.launch import LOST, RESUME, SAID_ENV, note
 from asyncrl.distributed.world import (RankLost, RankTimeout, World, hold_off_sigterm, lost_message, lost_rank,
                                        timed_out)
 
@@ -65,6 +73,9 @@ class Peers:
         self._counts: dict[int, bytes] = {}
         self._sent = 0  # rank 0's commands announced (rank 0), or awaited (the others)
         self.signalled = False  # a stop signal came (to a rank other than 0: see stop_signalled)
+        self.resume = ""  # where the run continues after a fault (rank 0: note_run)
+        self._stop_requests = None  # rank 0's StopRequests (note_run)
+        self._rolls = 0  # roll calls made (rank 0) or answered (the others)
         self._stop = threading.Event()
         beats = job_store(token, timeout_s)  # the thread's own connection
         for rank in self.watched:
@@ -107,6 +118,7 @@ class Peers:
         """Until ``key`` is set, as long as each of ``ranks`` (who set it) keeps beating and has not ended."""
         delay = 0.001
         while not self.store.check([key]):
+            self._answer_roll()
             self._check_ended(ranks)
             self.check(ranks)
             time.sleep(delay)
@@ -128,11 +140,61 @@ class Peers:
     def post(self, key: str) -> None:
         self.store.set(key, "1")
 
+    def note_run(self, resume: str, stop=None) -> None:
+        """Rank 0: ``resume``, where the run continues (again after each checkpoint), for the line of
+        whichever rank or launcher ends the job; ``stop``: its StopRequests, whose signal makes every
+        later command wait for a roll call."""
+        self.resume = resume
+        self._stop_requests = stop if stop is not None else self._stop_requests
+        with contextlib.suppress(Exception):
+            self.store.set(_RESUME_KEY, resume)
+        note(RESUME, resume)
+
+    def stopping(self) -> bool:
+        requests = self._stop_requests
+        return self.signalled or (requests is not None and requests.signum is not None)
+
+    def roll_call(self) -> None:
+        """Rank 0: RankLost unless every other rank answers (or beats) within ``SIGNALLED_S``."""
+        others = list(range(1, self.world.size)) if self.world.leader else []
+        if not others:
+            return
+        self._rolls += 1
+        key, beats = f"roll/{self._rolls}", [_beat_key(rank) for rank in others]
+        before = self.store.multi_get(beats)
+        self.post(key)
+        missing, deadline = list(zip(others, before)), time.monotonic() + SIGNALLED_S
+        while missing:
+            if time.monotonic() > deadline:
+                ranks = [rank for rank, _ in missing]
+                raise RankLost(self._with_resume(
+                    f"trainer rank 0: {_ranks(ranks)} {'does' if len(ranks) == 1 else 'do'} not answer (no "
+                    f"heartbeat for {SIGNALLED_S:g} s: killed or stopped); no checkpoint of this stop, which "
+                    "needs every rank"))
+            time.sleep(POLL_S)
+            counts = dict(zip(others, self.store.multi_get(beats)))
+            missing = [(rank, count) for rank, count in missing
+                       if counts[rank] == count and not self.store.check([f"{key}/{rank}"])]
+
+    def _answer_roll(self) -> None:
+        if not self.world.leader and self.store.check([f"roll/{self._rolls + 1}"]):
+            self._rolls += 1
+            self.post(f"roll/{self._rolls}/{self.world.rank}")
+
+    def _with_resume(self, line: str) -> str:
+        resume = self.resume
+        if not resume:
+            with contextlib.suppress(Exception):
+                resume = self.store.get(_RESUME_KEY).decode() if self.store.check([_RESUME_KEY]) else ""
+        return f"{line}; {resume}" if resume else line
+
     def announce(self) -> None:
         """Rank 0: its next command is about to be broadcast (the others wait for this, not in the
         broadcast); first a check that no rank has stopped meanwhile, rather than a collective that
-        would wait ``timeout_s`` for it."""
+        would wait ``timeout_s`` for it, and after a stop signal a roll call."""
         self.check()
+        if self.stopping():
+            self.roll_call()
         self.post(f"command/{self._sent}")
         self._sent += 1
 
@@ -155,7 +217,11 @@ class Peers:
         elif timed_out(err):
             found = RankTimeout(self._timeout_line(self.silent(for_s=3 * self.period), self.timeout_s))
         elif lost_rank(err):
-            found = RankLost(lost_message(self.world.rank, err))
+            found = RankLost(self._with_resume(lost_message(self.world.rank, err)))
+            if os.environ.get(SAID_ENV):  # the launcher saw which rank ended, and how: it says so
+                note(f"{LOST}.{self.world.rank}")
+                found.quiet = True
+                return found
         else:
             return None
         found.quiet = not self._first_to_say()
@@ -190,6 +256,13 @@ class Peers:
         with contextlib.suppress(Exception):
             self.store.set(_ended_key(self.world.rank), "1")
         self._thread.join(timeout=self.period + 1)
+
+
+_RESUME_KEY = "resume"
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"trainer rank {ranks[0]}" if len(ranks) == 1 else f"trainer ranks {', '.join(map(str, ranks))}"
 
 
 def _beat_key(rank: int) -> str:

@@ -8,10 +8,11 @@ each minibatch (asyncrl.distributed.follower).
 
 The process group is gloo on the CPU and NCCL on CUDA, where each rank takes the GPU of its
 ``LOCAL_RANK``. Its timeout, ``trainer.fsdp.timeout_s``, bounds a collective that a rank does not
-join; the long waits outside collectives (the others wait while rank 0 evaluates or writes a
-checkpoint) are bounded by heartbeats instead (asyncrl.distributed.liveness). On one machine
-gloo and NCCL listen on the loopback interface; a job across machines says where they listen, in
-one line of rank 0 (asyncrl.distributed.listeners).
+join; on NCCL a failed or timed-out collective raises in Python, as on gloo, rather than NCCL's
+watchdog aborting the process (asyncrl.distributed.nccl_env). The long waits outside collectives
+(the others wait while rank 0 evaluates or writes a checkpoint) are bounded by heartbeats instead
+(asyncrl.distributed.liveness). On one machine gloo and NCCL listen on the loopback interface; a job
+across machines says where they listen, in one line of rank 0 (asyncrl.distributed.listeners).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 from asyncrl.core.errors import AsyncRLError
 from asyncrl.core.loader import ConfigError
 from asyncrl.distributed.listeners import bind_collectives, notice
+from asyncrl.distributed.nccl_env import set_fault_env
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -90,6 +92,8 @@ def init_world(world: World, device: str, timeout_s: float) -> None:
     bind_collectives()
     if world.leader and (line := notice()):
         print(line, file=sys.stderr, flush=True)
+    if cuda:  # read when the group is built. Blocking waits stay off: they would stall FSDP's prefetch
+        set_fault_env()
     torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s))
 
 
@@ -163,7 +167,8 @@ def lost_rank(err: BaseException) -> bool:
 
 def timed_out(err: BaseException) -> bool:
     """``err`` is a collective that waited out the group's timeout (gloo: "Timed out waiting 10000ms
-    for recv operation"; NCCL with blocking waits: a watchdog's timeout)."""
+    for recv operation"; NCCL: the watchdog's timeout, raised once clean-up-only error handling aborted
+    the communicator)."""
     text = str(err)
     if isinstance(err, torch.distributed.DistError):
         return "timed out" in text.lower() or "timeout" in text.lower()

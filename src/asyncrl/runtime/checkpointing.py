@@ -14,7 +14,7 @@ from asyncrl.runtime.record import Totals
 from asyncrl.runtime.resume import Resume
 from asyncrl.runtime.session import Session
 from asyncrl.runtime.timing import due
-from asyncrl.training.checkpoint import save_checkpoint
+from asyncrl.training.checkpoint import latest_checkpoint, save_checkpoint
 from asyncrl.training.fingerprint import model_fingerprint
 
 
@@ -22,8 +22,10 @@ class Checkpoints:
     """Saves the run when due and restores it on resume. ``parts``: objects with ``state_dict()``
     and ``load_state_dict(state)`` whose state goes under ``"session"`` (their keys apart)."""
 
-    def __init__(self, session: Session, totals: Totals, parts: tuple):
-        self.session, self.totals, self.parts = session, totals, parts
+    def __init__(self, session: Session, totals: Totals, parts: tuple, saved=None):
+        """``saved(resume)``, if given, is told after each save where the run continues (rank 0's
+        note for a fault's line: asyncrl.distributed.liveness.Peers.note_run)."""
+        self.session, self.totals, self.parts, self._saved = session, totals, parts, saved
         self._fingerprint: dict | None = None
 
     @property
@@ -53,10 +55,13 @@ class Checkpoints:
         parts = {"elapsed_s": session.elapsed_s(),
                  **{key: value for part in self.parts for key, value in part.state_dict().items()}}
         run_state = {"source": source.state_dict(), "session": parts, "totals": self.totals.state_dict()}
-        return save_checkpoint(session.run_dir, step, session.model, session.tokenizer, trainer.state_dict(),
-                               run_state, keep=session.cfg.run.keep_checkpoints, write_shards=trainer.write_shards,
-                               shard_bytes=trainer.shard_bytes(), fingerprint=self.fingerprint,
-                               weights=trainer.master_weights())
+        saved = save_checkpoint(session.run_dir, step, session.model, session.tokenizer, trainer.state_dict(),
+                                run_state, keep=session.cfg.run.keep_checkpoints, write_shards=trainer.write_shards,
+                                shard_bytes=trainer.shard_bytes(), fingerprint=self.fingerprint,
+                                weights=trainer.master_weights())
+        if self._saved is not None:
+            self._saved(resume_hint(session.run_dir))
+        return saved
 
     def restore(self, resume: Resume, trainer) -> None:
         """The trainer, the totals and the parts from the checkpoint the run continues (the model
@@ -65,3 +70,14 @@ class Checkpoints:
         self.totals.load_state_dict(resume.run_state["totals"])
         for part in self.parts:
             part.load_state_dict(resume.run_state["session"])
+
+
+def resume_hint(run_dir: Path | None) -> str:
+    """Where a run that ends now continues: its newest checkpoint and the command ("" for no run)."""
+    if run_dir is None:
+        return ""
+    newest = latest_checkpoint(Path(run_dir))
+    if newest is None:
+        return f"{run_dir} has no checkpoint to continue from"
+    step = int(newest.name.removeprefix("step-"))
+    return f"continue with: asyncrl train --resume {run_dir} (its checkpoint of step {step})"

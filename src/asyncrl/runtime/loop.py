@@ -37,7 +37,7 @@ from asyncrl.distributed.liveness import Peers
 from asyncrl.runtime.ranks import LeaderTrainer, follow
 from asyncrl.distributed.world import RankLost, World, close_world, init_world, node_ranks, torchrun_world
 from asyncrl.runtime.callbacks import CallbackError, RunCallbacks
-from asyncrl.runtime.checkpointing import Checkpoints
+from asyncrl.runtime.checkpointing import Checkpoints, resume_hint
 from asyncrl.runtime.ess_check import EssCheck
 from asyncrl.runtime.evaluate import Evaluations
 from asyncrl.runtime.record import Totals, step_record
@@ -152,10 +152,19 @@ def _generate(source: BatchSource, version: int, step: int):
         raise _BatchFailed(err) from err
 
 
-def _stop(cfg: Config, session: Session, trainer, source: BatchSource, checkpoints: Checkpoints, done: int):
+def _stop(cfg: Config, session: Session, trainer, source: BatchSource, checkpoints: Checkpoints, done: int,
+          peers: Peers | None = None):
     """A run stopped after step ``done`` (a stop signal, a callback's error): its checkpoint (unless
     ``run.checkpoint_on_signal`` is off), then the trainer and the session closed. Returns the
-    checkpoint to resume from (None: none new)."""
+    checkpoint to resume from (None: none new). With several ranks, a rank that does not answer
+    rank 0's roll call first is lost: RankLost, with no checkpoint (it needs every rank's shard)
+    and no command sent to the others (a collective that would wait for the lost rank)."""
+    if peers is not None:
+        try:
+            peers.roll_call()
+        except RankLost:
+            session.close()
+            raise
     saved = None
     if cfg.run.checkpoint_on_signal and done > session.start_step:
         saved = checkpoints.save(done, trainer, source)
@@ -172,7 +181,10 @@ def _lead(cfg: Config, world: World, callbacks: RunCallbacks, peers: Peers | Non
     evaluations, ess, totals = Evaluations(session), EssCheck(session), Totals()
     signal = SignalCheck(session)
     clock, timer, step_log = LoopClock(evaluations), StepTimer(), StepLog(session)
-    checkpoints = Checkpoints(session, totals, parts=(evaluations, clock, ess))
+    checkpoints = Checkpoints(session, totals, parts=(evaluations, clock, ess),
+                              saved=None if peers is None else peers.note_run)
+    if peers is not None:  # where the run continues, should a rank be lost; a stop signal's roll calls
+        peers.note_run(resume_hint(session.run_dir), stop=session.stop)
     if session.resume is not None:
         checkpoints.restore(session.resume, trainer)
         print(f"asyncrl: {session.resume.announcement(cfg.trainer.steps)}", file=sys.stderr)
@@ -211,12 +223,12 @@ def _lead(cfg: Config, world: World, callbacks: RunCallbacks, peers: Peers | Non
                     break
                 session.stop.check()
         except (StopRequested, CallbackError) as stop:
-            saved = _stop(cfg, session, trainer, source, checkpoints, done)
+            saved = _stop(cfg, session, trainer, source, checkpoints, done, peers)
             if isinstance(stop, CallbackError):
                 raise stop.after(done, saved) from None
             raise Interrupted(stop.signum, done, saved) from None
         except _BatchFailed as failed:  # the last finished step is intact: keep it, then say so
-            saved = _stop(cfg, session, trainer, source, checkpoints, done)
+            saved = _stop(cfg, session, trainer, source, checkpoints, done, peers)
             raise failed.told(done, saved) from None
         trainer.close()
         extra = {**totals.summary(done), **ess.summary(), **source.summary(),

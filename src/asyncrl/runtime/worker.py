@@ -39,6 +39,7 @@ from asyncrl.core.errors import as_payload
 from asyncrl.core.loader import ConfigError
 from asyncrl.core.registries import BACKENDS, CHANNELS
 from asyncrl.distributed.launcher_env import forget_launcher
+from asyncrl.distributed.nccl_env import restore_env
 from asyncrl.types import batch_from_numpy, batch_to_numpy
 from asyncrl.runtime.memory import rss_mb
 
@@ -275,6 +276,7 @@ def worker_main(spec: WorkerSpec, channel, work_q, result_q, stop) -> None:
     try:
         parent = os.getppid()  # the trainer (worker_entry.start checked); watched where no death signal is
         forget_launcher()  # a worker of rank 0 under torchrun is not a rank of its job
+        restore_env()  # the NCCL error handling the trainer's environment had before it set its own
         pin_to_cpu(spec.cpu)
         worker = RolloutWorker(spec, channel)
         worker.on_progress = Heartbeat(result_q, spec.worker_id, spec.config["async"]["worker_timeout_s"])

@@ -26,14 +26,16 @@ of the weights in steady state, two once a send has overlapped a publish (one sp
 third, held by a slow sender, goes once it is let go); allocated only when every buffer is held.
 
 **Faults.** Every collective of a pair, on every backend, fails after ``PAIR_TIMEOUT``. A worker
-that dies mid-pull ends its pair's sends with an error (its sockets close); one that only stops, after
-the timeout; either way only that thread ends. The trainer's NCCL pairs are built with PyTorch's
-async error handling set to clean up only (``PAIR_NCCL_ENV``): a failed or timed-out collective
-aborts that pair's communicators and raises in its thread, where PyTorch's default would end the
-whole trainer process; that setting is read when a group is built, so it applies to these pairs
-alone. The pool reports each worker it finds dead (:meth:`CollectiveWeights.worker_lost`): its
-thread stops, and on NCCL its pair is aborted at once rather than at the timeout. NCCL sends run on
-a CUDA stream of their own, so a stuck pair never holds up the trainer's own GPU work.
+that dies mid-pull ends its pair's sends with an error (its sockets close); one that only stops,
+after the timeout; either way only that thread ends. The trainer's NCCL pairs are built with
+PyTorch's async error handling set to clean up only (``PAIR_NCCL_ENV``): a failed or timed-out
+collective aborts that pair's communicators and raises in its thread, where PyTorch's default would
+end the whole trainer process. ProcessGroupNCCL reads that setting from the environment, which is
+the process's: the trainer sets it once, when the channel opens and before its threads start, never
+from a pair's thread (asyncrl.distributed.nccl_env; the trainer ranks' own group has it too). The
+pool reports each worker it finds dead (:meth:`CollectiveWeights.worker_lost`): its thread stops,
+and on NCCL its pair is aborted at once rather than at the timeout. NCCL sends run on a CUDA stream
+of their own, so a stuck pair never holds up the trainer's own GPU work.
 
 NCCL refuses two ranks on one GPU: config refuses this channel where the workers run on the trainer's
 GPU (:class:`asyncrl.core.registries.ChannelEntry`, ``own_gpu``).
@@ -53,6 +55,7 @@ import torch
 
 from asyncrl.policy.lora import export_state_dict
 from asyncrl.core.addresses import is_loopback
+from asyncrl.distributed.nccl_env import FAULT_ENV, set_fault_env
 from asyncrl.runtime.channels.flat import fill_tied, flat_views, tied_names, weight_layout
 
 ADDR_ENV = "ASYNCRL_CHANNEL_ADDR"
@@ -62,9 +65,8 @@ PAIR_TIMEOUT = datetime.timedelta(seconds=120)
 # how the trainer's NCCL pairs handle a failed or timed-out collective: abort the pair's
 # communicators and raise in its thread (2, clean up only), never tear the process down (PyTorch's
 # default, 3); and no flight-recorder dump, which is a process-wide event
-PAIR_NCCL_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}
+PAIR_NCCL_ENV = FAULT_ENV
 _POLL_S = 0.01  # how often a trainer thread looks for its worker's next pull request
-_ENV_LOCK = threading.Lock()  # PAIR_NCCL_ENV is set only while one pair is built
 
 
 def _backend(device: torch.device) -> str:
@@ -76,32 +78,15 @@ def _who() -> str:
     return f"{socket.gethostname()}/{os.getpid()}"
 
 
-@contextlib.contextmanager
-def _scoped_env(values: dict[str, str]):
-    """``values`` in the environment while the block runs (ProcessGroupNCCL reads them when built)."""
-    with _ENV_LOCK:
-        saved = {name: os.environ.get(name) for name in values}
-        os.environ.update(values)
-        try:
-            yield
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-
-
 def _pair(store, peer: int, rank: int, device: torch.device, host: str):
     """The process group of the trainer (rank 0) and worker ``peer`` (rank 1)."""
     prefixed = torch.distributed.PrefixStore(f"peer{peer}/", store)
     if _backend(device) == "nccl":
         options = torch.distributed.ProcessGroupNCCL.Options()
         options._timeout = PAIR_TIMEOUT
-        # the worker's end keeps the default: a worker whose pull fails ends and is restarted,
-        # rather than going on with a half-received buffer
-        with _scoped_env(PAIR_NCCL_ENV) if rank == 0 else contextlib.nullcontext():
-            return torch.distributed.ProcessGroupNCCL(prefixed, rank, 2, options)
+        # error handling as the environment says: the trainer's PAIR_NCCL_ENV (set when the channel
+        # opened), a worker's default (nccl_env.restore_env)
+        return torch.distributed.ProcessGroupNCCL(prefixed, rank, 2, options)
     options = torch.distributed.ProcessGroupGloo._Options()
     options._timeout = PAIR_TIMEOUT
     # on loopback both ends bind there; across nodes each binds its own default interface
@@ -158,6 +143,8 @@ class CollectiveWeights:
         self.device = torch.device(device)
         self.dtype = dtype if self.device.type == "cuda" else torch.float32
         self.host = os.environ.get(ADDR_ENV, "127.0.0.1")
+        if self.device.type == "cuda":  # before the threads that build the pairs start
+            set_fault_env()
         # the store listens on our own socket, bound to the channel's address: given a port, TCPStore
         # itself would listen on every interface
         self._listener = socket.create_server((self.host, 0), backlog=128)
