@@ -26,6 +26,7 @@ import ray
 
 from asyncrl.core.errors import as_payload, from_payload
 from asyncrl.core.loader import ConfigError
+from asyncrl.distributed.launcher_env import forget_launcher
 from asyncrl.runtime.pool import InputError, report_restart, reseeded, take_delivered
 from asyncrl.runtime.ray.cluster import leave_cluster, mute_cluster, say_where_to_resume
 from asyncrl.runtime.session import run_dir_of
@@ -103,6 +104,9 @@ class RolloutActor:
     def __init__(self, spec: WorkerSpec, channel, after=None):
         """``after``: the previous actor's ``ready()`` reference, which Ray resolves (waiting for
         that actor) before this constructor runs; None = start now."""
+        # a private cluster started by rank 0 under torchrun gives its worker processes rank 0's
+        # environment: vLLM's own torch.distributed set-up would join the job's rendezvous
+        forget_launcher()
         self.worker = RolloutWorker(visible_device(spec), channel)
         # as worker_main decides: a rollout that plays episodes keeps them in flight across units
         self.episodes = EpisodeThread(self.worker) if hasattr(self.worker.rollout, "play") else None
