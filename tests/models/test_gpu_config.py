@@ -18,7 +18,9 @@ def test_gpu_gsm8k_config_loads(tmp_path):
     cfg = load_run_config(CONFIG, [f"policy.model_path={model_dir}", f"task.path={data}"])
     assert cfg.policy.device == "cuda" and cfg.policy.gradient_checkpointing
     assert cfg.rollout.engine == "vllm" and cfg.rollout.max_new_tokens == 512
-    assert cfg.rollout.engine_kwargs["dtype"] == "bfloat16" and cfg.rollout.dtype == "bfloat16"
+    # generation's dtype is rollout.dtype (the staging copy and the KV sizing follow it); no fixed
+    # memory share, so the worker sizes vLLM's from its KV need
+    assert cfg.rollout.dtype == "bfloat16" and cfg.rollout.engine_kwargs == {"max_model_len": 1024}
     assert cfg.trainer.autocast == "bfloat16"
     assert cfg.task.name == "gsm8k" and cfg.trainer.lr == 1e-6
     assert cfg.rollout.batch_size % cfg.trainer.n_minibatches == 0

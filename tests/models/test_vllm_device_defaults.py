@@ -162,8 +162,11 @@ def test_worker_memory_share_split_among_the_engines_beside_the_trainer(monkeypa
     assert worker_engine_kwargs(_cfg(n_workers=1, **big), staging)["gpu_memory_utilization"] == 0.35
     assert worker_engine_kwargs(_cfg(n_workers=2, max_model_len=512, **big), staging) == {
         "gpu_memory_utilization": 0.175, "max_model_len": 512, "max_num_batched_tokens": 4096, **big}
-    assert worker_engine_kwargs(_cfg(n_workers=2, gpu_memory_utilization=0.5)) == {"gpu_memory_utilization": 0.5}
-    assert worker_engine_kwargs(_cfg(n_workers=2, kv_cache_memory_bytes=10)) == {"kv_cache_memory_bytes": 10}
+    sizes = {"max_num_seqs": 64, "max_model_len": 2096, "max_num_batched_tokens": 4096}  # a step of prompts + completions
+    assert worker_engine_kwargs(_cfg(n_workers=2, gpu_memory_utilization=0.5), staging) == {
+        "gpu_memory_utilization": 0.5, **sizes}
+    assert worker_engine_kwargs(_cfg(n_workers=2, kv_cache_memory_bytes=10), staging) == {
+        "kv_cache_memory_bytes": 10, **sizes}
     ray_shared = _cfg(backend="ray", n_workers=3, **big)  # auto: 1/4 GPU each, on the trainer's GPU
     assert engines_beside_trainer(ray_shared) == 3
     assert worker_engine_kwargs(ray_shared, staging)["gpu_memory_utilization"] == pytest.approx(0.35 / 3)

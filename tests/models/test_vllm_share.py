@@ -111,10 +111,39 @@ def test_colocated_share_refused_when_the_trainer_left_too_little(monkeypatch):
         worker_engine_kwargs(_cfg(n_workers=1), staging_on_gpu("1.5B"))
 
 
-def test_users_memory_setting_is_passed_as_given(monkeypatch):
+def test_users_memory_setting_is_passed_as_given_with_the_sizes(monkeypatch):
+    """The user's share is not computed but vLLM is still told the sequences and lengths: left to
+    its defaults its start-up profile (1,024 sequences, a 16k-token pass) would eat that share too.
+    A size the user gave wins."""
     asked = set_free(monkeypatch, GIB)  # would be refused if it were computed
-    assert worker_engine_kwargs(_cfg(gpu_memory_utilization=0.6), staging_on_gpu()) == {"gpu_memory_utilization": 0.6}
+    cfg = _cfg(gpu_memory_utilization=0.6)
+    positions = cfg.task.max_prompt_length + cfg.rollout.max_new_tokens
+    assert worker_engine_kwargs(cfg, staging_on_gpu()) == {
+        "gpu_memory_utilization": 0.6, "max_num_seqs": cfg.rollout.batch_size, "max_model_len": positions,
+        "max_num_batched_tokens": 4096}
+    mine = worker_engine_kwargs(_cfg(kv_cache_memory_bytes=10, max_model_len=300), staging_on_gpu())
+    assert (mine["kv_cache_memory_bytes"], mine["max_model_len"], mine["max_num_seqs"]) == (10, 300, 64)
     assert asked == []
+
+
+def test_sync_mode_engine_is_told_the_sizes_too(monkeypatch):
+    """vLLM in the trainer's process (sync mode) gets the same three sizes, beside the user's share."""
+    from asyncrl.runtime import engines
+
+    seen = {}
+    monkeypatch.setattr(engines, "make_engine", lambda name, spec, **kw: seen.update(kw["engine_kwargs"]))
+    monkeypatch.setattr(engines, "enable_tf32", lambda: None)
+    cfg = _cfg(gpu_memory_utilization=0.3, max_num_seqs=8)
+    cfg.run.mode = "sync"
+    engines.rollout_engine(cfg, model=staging_on_gpu("tiny"), tokenizer=None, policy_dir="p", seed=0, chunked=False)
+    positions = cfg.task.max_prompt_length + cfg.rollout.max_new_tokens
+    assert seen == {"gpu_memory_utilization": 0.3, "max_num_seqs": 8, "max_model_len": positions,
+                    "max_num_batched_tokens": 4096}
+    cpu = _cfg()
+    cpu.policy.device = "cpu"  # off CUDA vLLM's CPU defaults apply (a fixed KV cache): nothing added
+    seen.clear()
+    engines.rollout_engine(cpu, model=staging_on_gpu("tiny"), tokenizer=None, policy_dir="p", seed=0, chunked=False)
+    assert seen == {}
 
 
 def test_vllm_is_told_the_sequences_and_lengths_its_share_was_sized_for(monkeypatch):

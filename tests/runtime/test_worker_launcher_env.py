@@ -39,6 +39,27 @@ def test_a_worker_builds_its_engine_without_them(monkeypatch):
     assert sent[0][0] == "fatal" and seen and not set(TORCHRUN) & set(seen)
 
 
+def test_a_ray_actor_builds_its_engine_without_them(monkeypatch):
+    """A private Ray cluster started by rank 0 under torchrun copies rank 0's environment into its
+    worker processes: the actor forgets the launcher's keys as a local worker does."""
+    from asyncrl.runtime.ray import backend
+
+    for key, value in TORCHRUN.items():
+        monkeypatch.setenv(key, value)
+    seen = {}
+
+    class Engineless:
+        def __init__(self, spec, channel):
+            seen.update(os.environ)
+            raise ConfigError("rollout.engine", "stop here")
+
+    monkeypatch.setattr(backend, "RolloutWorker", Engineless)
+    actor_class = backend.RolloutActor.__ray_metadata__.modified_class  # the class Ray runs, without Ray
+    with pytest.raises(ConfigError):
+        actor_class(SimpleNamespace(config={}), None)
+    assert seen and not set(TORCHRUN) & set(seen)
+
+
 @pytest.fixture(autouse=True)
 def _restore_environ():
     before = dict(os.environ)

@@ -4,7 +4,9 @@ A rollout worker started by rank 0 inherits the rank's environment: ``RANK``, ``
 ``MASTER_ADDR``/``MASTER_PORT``, ``TORCHELASTIC_USE_AGENT_STORE`` and the rest. An engine that sets
 up torch.distributed of its own (vLLM's in-process executor initialises a world of one from
 ``env://``) would then join the job's rendezvous as a rank it is not, and wait on a store that
-expects no such client. The worker forgets them before it builds anything."""
+expects no such client. The worker forgets them before it builds anything: a local worker process
+(:func:`asyncrl.runtime.worker.worker_main`) and a Ray rollout actor alike (a private Ray cluster
+started by rank 0 passes rank 0's environment on to its worker processes)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,9 @@ refuses to start (7B) or the first pull runs out of memory (1.5B). So the share 
   the available share, the worker refuses in one line (vLLM would refuse, or the pull would fail).
   Between that floor and the need vLLM runs with fewer sequences at once.
 
-The user's own ``gpu_memory_utilization`` or ``kv_cache_memory_bytes`` is passed as given.
+The user's own ``gpu_memory_utilization`` or ``kv_cache_memory_bytes`` is passed as given (vLLM is
+still told ``max_num_seqs``, ``max_model_len`` and ``max_num_batched_tokens``:
+:func:`asyncrl.runtime.worker.vllm_sizes`).
 """
 
 from __future__ import annotations

@@ -18,8 +18,15 @@ def rollout_engine(cfg: Config, *, model, tokenizer, policy_dir, seed: int, chun
                       chunk_tokens=cfg.async_.chunk_tokens if chunked else None, device=cfg.policy.device,
                       dtype=generation_dtype(cfg), top_p=ro.top_p, top_k=ro.top_k,
                       lm_head_fp32=cfg.policy.lm_head_fp32)
+    engine_kwargs = ro.engine_kwargs
+    if ro.engine == "vllm" and device_type(cfg.policy.device) == "cuda":
+        from asyncrl.runtime.worker import vllm_sizes
+
+        # sync mode's engine too (a worker's kwargs have them already): vLLM sized for the run's
+        # sequences, not its defaults, whose start-up profile would eat the memory share
+        engine_kwargs = vllm_sizes(cfg, engine_kwargs, getattr(model, "config", None))
     engine = make_engine(ro.engine, spec, model=model, tokenizer=tokenizer, policy_dir=str(policy_dir),
-                         engine_kwargs=ro.engine_kwargs)
+                         engine_kwargs=engine_kwargs)
     if device_type(cfg.policy.device) == "cuda":
         # an engine's set-up may reset the TF32 switch (vLLM's does): in sync mode this process is
         # the trainer's too, and its float32 matmuls keep TF32

@@ -96,8 +96,9 @@ def engines_beside_trainer(cfg) -> int:
 
 def worker_engine_kwargs(cfg, staging: torch.nn.Module | None = None) -> dict:
     """``rollout.engine_kwargs`` for a rollout worker whose staging copy of the weights (``staging``,
-    in the generation dtype) is already on its device. For vLLM on CUDA without a memory setting of
-    the user's, ``gpu_memory_utilization`` from what that device has free and what generation needs
+    in the generation dtype) is already on its device. For vLLM on CUDA: the sizes of
+    :func:`vllm_sizes`, and without a memory setting of the user's ``gpu_memory_utilization`` from
+    what that device has free and what generation needs
     (:func:`asyncrl.rollout.vllm_memory.memory_share`), capped by the colocated share split among
     the engines beside the trainer, or by vLLM's own default on a GPU of its own."""
     kwargs = dict(cfg.rollout.engine_kwargs)
@@ -105,22 +106,29 @@ def worker_engine_kwargs(cfg, staging: torch.nn.Module | None = None) -> dict:
         return kwargs
     from asyncrl.rollout.vllm_engine import COLOCATED_GPU_MEMORY, DEDICATED_GPU_MEMORY, MEMORY_KEYS
 
-    if MEMORY_KEYS & set(kwargs):
-        return kwargs
     if staging is None:
         raise ValueError("worker_engine_kwargs: vLLM's share on CUDA is sized from the staging copy on the device")
+    kwargs = vllm_sizes(cfg, kwargs, staging.config)
+    if MEMORY_KEYS & set(cfg.rollout.engine_kwargs):
+        return kwargs  # the user's share, as given
     sharing = engines_beside_trainer(cfg)
     cap = COLOCATED_GPU_MEMORY / sharing if sharing else DEDICATED_GPU_MEMORY
-    # vLLM is told the sequences and lengths its share was sized for: left to its defaults (1,024
-    # sequences, a 16k-token profiling pass) its start-up profile would take the share's margin and
-    # leave no room for a KV cache
+    kwargs["gpu_memory_utilization"] = vllm_share(cfg, staging, kwargs, cap)
+    return kwargs
+
+
+def vllm_sizes(cfg, kwargs: dict, model_config=None) -> dict:
+    """``kwargs`` with vLLM's ``max_num_seqs``, ``max_model_len`` and ``max_num_batched_tokens`` set
+    to what generation needs (:func:`engine_sequences`) where the user did not set them. Left to its
+    defaults (1,024 sequences, a 16k-token profiling pass) vLLM's start-up profile would take the
+    margin of any share, computed or the user's, and leave no room for a KV cache."""
+    kwargs = dict(kwargs)
     seqs, positions = engine_sequences(cfg)
-    longest = getattr(staging.config, "max_position_embeddings", None)  # vLLM refuses a longer max_model_len
+    longest = getattr(model_config, "max_position_embeddings", None)  # vLLM refuses a longer max_model_len
     positions = min(positions, longest) if longest else positions
     kwargs.setdefault("max_num_seqs", seqs)
     kwargs.setdefault("max_model_len", positions)
     kwargs.setdefault("max_num_batched_tokens", max(int(kwargs["max_model_len"]), BATCHED_TOKENS))
-    kwargs["gpu_memory_utilization"] = vllm_share(cfg, staging, kwargs, cap)
     return kwargs
 
 

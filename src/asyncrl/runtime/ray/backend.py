@@ -26,8 +26,9 @@ import ray
 
 from asyncrl.core.errors import as_payload, from_payload
 from asyncrl.core.loader import ConfigError
+from asyncrl.distributed.launcher_env import forget_launcher
 from asyncrl.distributed.nccl_env import restore_env
-from asyncrl.runtime.pool import InputError, report_restart, reseeded, take_delivered
+from asyncrl.runtime.pool import InputError, WorkerError, report_restart, reseeded, take_delivered
 from asyncrl.runtime.ray.cluster import leave_cluster, mute_cluster, say_where_to_resume
 from asyncrl.runtime.session import run_dir_of
 from asyncrl.runtime.worker import (EpisodeThread, RolloutWorker, WorkerSpec, WorkUnit, starts_alone,
@@ -105,6 +106,9 @@ class RolloutActor:
         """``after``: the previous actor's ``ready()`` reference, which Ray resolves (waiting for
         that actor) before this constructor runs; None = start now."""
         restore_env()  # as worker_main: a Ray process started by a rank inherits the rank's NCCL settings
+        # a private cluster started by rank 0 under torchrun gives its worker processes rank 0's
+        # environment: vLLM's own torch.distributed set-up would join the job's rendezvous
+        forget_launcher()
         self.worker = RolloutWorker(visible_device(spec), channel)
         # as worker_main decides: a rollout that plays episodes keeps them in flight across units
         self.episodes = EpisodeThread(self.worker) if hasattr(self.worker.rollout, "play") else None
@@ -190,7 +194,19 @@ class RayPool:
         return RolloutActor.options(**actor_options(spec)).remote(spec, self.channel, after)
 
     def wait_ready(self) -> list[tuple]:
-        ray.get([a.ready.remote() for a in self.actors.values()], timeout=self.start_timeout_s)
+        """Block until every actor is ready, each within ``start_timeout_s`` of its own start, as
+        the local pool bounds each worker: on CUDA an actor starts once the one before it is ready
+        (:func:`starts_alone`), elsewhere all start together with the pool."""
+        began = time.monotonic()
+        for order, (worker_id, actor) in enumerate(self.actors.items()):
+            if order and starts_alone(self.specs[worker_id]):
+                began = time.monotonic()  # the one before it is ready: its start began now
+            ref = actor.ready.remote()
+            done, _ = ray.wait([ref], timeout=max(0.0, began + self.start_timeout_s - time.monotonic()))
+            if not done:
+                raise WorkerError(f"rollout worker {worker_id} was not ready {self.start_timeout_s:.0f} s after its "
+                                  f"start (async.worker_start_timeout_s={self.start_timeout_s:g})")
+            ray.get(ref)  # an actor that failed to start raises its error here
         if os.environ.get("RAY_ADDRESS"):  # a cluster the user set up: say where the workers went
             print(f"asyncrl: {placement_line(self.placement())}", file=sys.stderr, flush=True)
         return []
