@@ -20,7 +20,7 @@ refuses to start (7B) or the first pull runs out of memory (1.5B). So the share 
 
 The user's own ``gpu_memory_utilization`` or ``kv_cache_memory_bytes`` is passed as given (vLLM is
 still told ``max_num_seqs``, ``max_model_len`` and ``max_num_batched_tokens``:
-:func:`asyncrl.runtime.worker.vllm_sizes`).
+:func:`asyncrl.runtime.engines.vllm_sizes`).
 """
 
 from __future__ import annotations

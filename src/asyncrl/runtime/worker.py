@@ -41,6 +41,7 @@ from asyncrl.core.registries import BACKENDS, CHANNELS
 from asyncrl.distributed.launcher_env import forget_launcher
 from asyncrl.distributed.nccl_env import restore_env
 from asyncrl.types import batch_from_numpy, batch_to_numpy
+from asyncrl.runtime.engines import engine_sequences, vllm_sizes
 from asyncrl.runtime.memory import rss_mb
 
 
@@ -80,11 +81,6 @@ def worker_gpu_share(cfg) -> float:
     return cfg.async_.gpus_per_worker or 1.0 / (cfg.async_.n_workers + 1)
 
 
-# tokens of one forward pass at most (vLLM's max_num_batched_tokens, which sizes its profiling
-# pass), unless one sequence is longer: chunked prefill splits longer prompts
-BATCHED_TOKENS = 4096
-
-
 def engines_beside_trainer(cfg) -> int:
     """Rollout engines on the trainer's GPU: every worker on CUDA, except Ray actors that ask for a
     whole GPU each (those get GPUs of their own)."""
@@ -115,28 +111,6 @@ def worker_engine_kwargs(cfg, staging: torch.nn.Module | None = None) -> dict:
     cap = COLOCATED_GPU_MEMORY / sharing if sharing else DEDICATED_GPU_MEMORY
     kwargs["gpu_memory_utilization"] = vllm_share(cfg, staging, kwargs, cap)
     return kwargs
-
-
-def vllm_sizes(cfg, kwargs: dict, model_config=None) -> dict:
-    """``kwargs`` with vLLM's ``max_num_seqs``, ``max_model_len`` and ``max_num_batched_tokens`` set
-    to what generation needs (:func:`engine_sequences`) where the user did not set them. Left to its
-    defaults (1,024 sequences, a 16k-token profiling pass) vLLM's start-up profile would take the
-    margin of any share, computed or the user's, and leave no room for a KV cache."""
-    kwargs = dict(kwargs)
-    seqs, positions = engine_sequences(cfg)
-    longest = getattr(model_config, "max_position_embeddings", None)  # vLLM refuses a longer max_model_len
-    positions = min(positions, longest) if longest else positions
-    kwargs.setdefault("max_num_seqs", seqs)
-    kwargs.setdefault("max_model_len", positions)
-    kwargs.setdefault("max_num_batched_tokens", max(int(kwargs["max_model_len"]), BATCHED_TOKENS))
-    return kwargs
-
-
-def engine_sequences(cfg) -> tuple[int, int]:
-    """(sequences one engine holds at once, positions the longest one reaches): a step's rows, and a
-    prompt plus its completion, or plus a whole episode (sampled and observed tokens) for agents."""
-    generated = cfg.env.episode_tokens if cfg.env.episodes else cfg.rollout.max_new_tokens
-    return cfg.rollout.batch_size, cfg.task.max_prompt_length + generated
 
 
 def vllm_share(cfg, staging: torch.nn.Module, kwargs: dict, cap: float) -> float:
