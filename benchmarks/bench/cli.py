@@ -87,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="run no cell: write the report from the cells already finished in the runs "
                             "directory (a partial report says how many), else re-render the study stored "
                             "in --out (results.json + steps.csv.xz, e.g. a committed folder)")
+    bench.add_argument("--steps-digits", type=int, metavar="N",
+                       help="store the per-step diagnostics' floats to N significant digits in steps.csv.xz "
+                            "(eval metrics and steps exact; results.json records N): a committed study's size")
     bench.add_argument("--compare", nargs="+", metavar="DIR",
                        help="study: run nothing; compare the study folders of plans that differ only in "
                             "learning rate, one table per comparison of their family, into OUT/compare.md and "
@@ -167,6 +170,10 @@ def _bench(args) -> int:
         if suite.validate is not None:  # every cell's config, before running anything
             suite.validate(cells)
         header = suite.header(request) if suite.header is not None else None
+        if args.steps_digits is not None:
+            if args.steps_digits < 1:
+                raise ValueError(f"--steps-digits: must be >= 1, got {args.steps_digits}")
+            header = {**(header or {}), "steps_digits": args.steps_digits}
         if suite.prepare is not None and not (args.list or args.report_only):
             suite.prepare(request, out)
     except (ValueError, ConfigError) as err:

@@ -3,6 +3,9 @@ logged values; a folder written before the switch (steps.csv.gz) reads the same.
 
 import gzip
 import lzma
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -21,6 +24,25 @@ def test_the_table_round_trips_and_rewrites_byte_identical(tmp_path):
     assert [r["metrics"] for r in study["runs"]] == [r["metrics"] for r in RUNS]
     write_study_data(tmp_path, {"suite": "s", "runs": RUNS})
     assert (tmp_path / STEPS_FILE).read_bytes() == first
+
+
+def test_steps_digits_rounds_the_diagnostics_and_keeps_eval_and_step_exact(tmp_path):
+    runs = [{"cell": "a-s0", "method": "a", "seed": 0, "summary": {},
+             "metrics": [{"step": 3, "eval_reward": 0.123456789, "loss": 0.123456789, "grad_norm": 12345.678,
+                          "tokens": 123456789, "kl": float("nan"), "hist": [0.123456789]}]}]
+    write_study_data(tmp_path, {"suite": "s", "steps_digits": 4, "runs": runs})
+    (rec,) = load_study(tmp_path)["runs"][0]["metrics"]
+    assert rec["eval_reward"] == 0.123456789 and rec["step"] == 3 and rec["tokens"] == 123456789  # exact
+    assert rec["loss"] == 0.1235 and rec["grad_norm"] == 12350.0 and rec["hist"] == [0.123456789]
+    assert rec["kl"] != rec["kl"]  # NaN stays NaN
+    assert load_study(tmp_path)["steps_digits"] == 4  # results.json says the table was rounded
+
+
+def test_steps_digits_below_one_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "a3po", "--steps-digits", "0", "--list"],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == 2 and proc.stderr.strip() == "benchmarks: --steps-digits: must be >= 1, got 0"
 
 
 def test_an_older_gzip_table_reads_alike_and_a_rewrite_replaces_it(tmp_path):
