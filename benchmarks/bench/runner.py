@@ -231,7 +231,12 @@ def collect_results(suite: str, cells: list[Cell], out_dir: Path, *, quick: bool
     runs_dir = runs_dir or out_dir / "runs"
     finished = _finished(cells, runs_dir)
     if not finished:
-        return stored_results(suite, out_dir)
+        stored = stored_results(suite, out_dir)
+        digits = (header or {}).get("steps_digits")
+        if digits and stored.get("steps_digits") != digits:  # a stored table compacted, its header kept
+            stored["steps_digits"] = digits
+            write_study_data(out_dir, stored)
+        return stored
     results = {"suite": suite, "quick": quick, "command": command,
                "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                "host": host_info(), "cells_total": len(cells), **(header or {}),

@@ -22,7 +22,8 @@ rewrites byte-identical files. A folder written before keeps its ``steps.csv.gz`
 
 A study written with ``--steps-digits N`` (recorded as ``steps_digits`` in results.json) stores the
 per-step diagnostics' floats to N significant digits, and the eval metrics and the step exactly:
-what the reports read stays exact, and a committed study takes a third of the room.
+every reward, curve and verdict stays exact (the diagnostics' means move in their fifth digit), and
+a committed study's table takes a third of the room.
 """
 
 from __future__ import annotations

@@ -38,6 +38,19 @@ def test_steps_digits_rounds_the_diagnostics_and_keeps_eval_and_step_exact(tmp_p
     assert load_study(tmp_path)["steps_digits"] == 4  # results.json says the table was rounded
 
 
+def test_steps_digits_compacts_a_stored_study_and_keeps_its_header(tmp_path):
+    from benchmarks.bench.runner import collect_results
+
+    runs = [{**RUNS[0], "metrics": [{"step": 0, "eval_reward": 0.123456789, "loss": 0.123456789}]}]
+    write_study_data(tmp_path, {"suite": "s", "command": "the run's", "host": {"commit": "abc"}, "runs": runs})
+    stored = collect_results("s", [], tmp_path, quick=False, command="a re-render", runs_dir=tmp_path / "none",
+                             header={"steps_digits": 4})
+    again = load_study(tmp_path)
+    assert again["command"] == "the run's" and again["host"] == {"commit": "abc"} and again["steps_digits"] == 4
+    assert again["runs"][0]["metrics"] == [{"step": 0, "eval_reward": 0.123456789, "loss": 0.1235}]
+    assert stored["steps_digits"] == 4
+
+
 def test_steps_digits_below_one_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "a3po", "--steps-digits", "0", "--list"],
                           capture_output=True, text=True, cwd=tmp_path,
