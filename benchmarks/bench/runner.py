@@ -236,6 +236,7 @@ def collect_results(suite: str, cells: list[Cell], out_dir: Path, *, quick: bool
         if digits and stored.get("steps_digits") != digits:  # a stored table compacted, its header kept
             stored["steps_digits"] = digits
             write_study_data(out_dir, stored)
+            stored = stored_results(suite, out_dir)  # the report from what is stored, as a re-render's
         return stored
     results = {"suite": suite, "quick": quick, "command": command,
                "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
