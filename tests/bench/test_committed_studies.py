@@ -137,6 +137,20 @@ def test_readme_numbers_come_from_the_studies(rerendered):
         gaps = {stat["comparison"]: -100 * stat["mean"] for stat in summary["primary"]}  # the headline
         assert (f"exact decoupled PPO loses {gaps['recompute - sync']:.1f} points to sync and A-3PO "
                 f"{gaps['a3po - sync']:.1f}") in text
+    elif study.name == "2026-12-06-corrections-k16-lr5e-5":  # the same plan at 5e-5: its gaps and verdicts
+        text = " ".join(README.split())
+        gaps = {stat["comparison"]: stat for stat in summary["primary"]}
+        assert all(gaps[c]["verdict"] == "differs" for c in gaps if c.endswith(" - sync"))
+        assert "every arm differs from sync" in text and "no correction stays within 3 points" in text
+        for comparison, words in (("a3po_floor - sync", "The α floor"), ("vespo - sync", "VESPO"),
+                                  ("a3po - recompute", "A-3PO"), ("a3po_floor - a3po", "the floor against A-3PO")):
+            assert f"{words} {_gap(gaps[comparison])}" in text, comparison
+        assert gaps["a3po - recompute"]["verdict"] == "differs" and gaps["a3po_floor - a3po"]["verdict"] == "undecided"
+        for arm, gap in (("DPPO", "dppo - sync"), ("recompute", "recompute - sync"), ("A-3PO", "a3po - sync"),
+                         ("SAPO", "sapo - sync")):
+            assert f"{arm} " + f"{100 * gaps[gap]['mean']:.1f}".replace("-", "−") in text, arm
+        mixed = summary["mixed_verdicts"]
+        assert [c for c, v in mixed.items() if v != "undecided"] == ["sapo - sync"] and mixed["sapo - sync"] == "differs"
     elif study.name == "2026-11-28-agent":  # speed against sync, and the share of the ideal *gain*
         text = " ".join(README.split())
         ideal, arms = summary["ideal_overlap"], summary["arms"]
