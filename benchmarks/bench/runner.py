@@ -177,9 +177,22 @@ def host_info() -> dict:
 
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
         if torch.cuda.is_available() else []
-    return {"cpus": os.cpu_count(), "gpus": gpus, "platform": platform.platform(),
+    return {"cpus": os.cpu_count(), "cpu_model": cpu_model(), "gpus": gpus, "platform": platform.platform(),
             "python": platform.python_version(), "torch": torch.__version__, "asyncrl": __version__,
             **source_revision(), "packages": package_versions()}
+
+
+def cpu_model() -> str | None:
+    """The processor's model name (Linux), recorded because float kernels, and so a warm start
+    trained from the same seed, can differ between processors."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 STUDY_PACKAGES = ("transformers", "tokenizers", "numpy", "scipy", "datasets", "math-verify", "trl", "peft",
