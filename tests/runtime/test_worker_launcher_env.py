@@ -16,6 +16,28 @@ TORCHRUN = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE
             "GROUP_RANK": "0", "ROLE_RANK": "0", "ROLE_WORLD_SIZE": "2"}
 
 
+@pytest.fixture(autouse=True)
+def _restore_environ():
+    before = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(before)
+
+
+def _engineless(monkeypatch, module) -> dict:
+    """``module.RolloutWorker`` replaced by a stand-in that records the environment the worker's
+    engine would start in, then stops with a ConfigError; the dict it fills."""
+    seen = {}
+
+    class Engineless:
+        def __init__(self, spec, channel):
+            seen.update(os.environ)
+            raise ConfigError("rollout.engine", "stop here")
+
+    monkeypatch.setattr(module, "RolloutWorker", Engineless)
+    return seen
+
+
 def test_the_launchers_keys_are_forgotten_and_nothing_else():
     environ = {**TORCHRUN, "PATH": "/usr/bin", "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     assert sorted(forget_launcher(environ)) == sorted(TORCHRUN)
@@ -25,14 +47,7 @@ def test_the_launchers_keys_are_forgotten_and_nothing_else():
 def test_a_worker_builds_its_engine_without_them(monkeypatch):
     for key, value in TORCHRUN.items():
         monkeypatch.setenv(key, value)
-    seen = {}
-
-    class Engineless:  # records the environment the worker's engine would start in, then stops
-        def __init__(self, spec, channel):
-            seen.update(os.environ)
-            raise ConfigError("rollout.engine", "stop here")
-
-    monkeypatch.setattr(worker, "RolloutWorker", Engineless)
+    seen = _engineless(monkeypatch, worker)
     sent = []
     spec = SimpleNamespace(cpu=None, worker_id=0, config={"async": {"worker_timeout_s": 5}})
     worker.worker_main(spec, None, None, SimpleNamespace(put=sent.append), None)
@@ -46,26 +61,11 @@ def test_a_ray_actor_builds_its_engine_without_them(monkeypatch):
 
     for key, value in TORCHRUN.items():
         monkeypatch.setenv(key, value)
-    seen = {}
-
-    class Engineless:
-        def __init__(self, spec, channel):
-            seen.update(os.environ)
-            raise ConfigError("rollout.engine", "stop here")
-
-    monkeypatch.setattr(backend, "RolloutWorker", Engineless)
+    seen = _engineless(monkeypatch, backend)
     actor_class = backend.RolloutActor.__ray_metadata__.modified_class  # the class Ray runs, without Ray
     with pytest.raises(ConfigError):
         actor_class(SimpleNamespace(config={}), None)
     assert seen and not set(TORCHRUN) & set(seen)
-
-
-@pytest.fixture(autouse=True)
-def _restore_environ():
-    before = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(before)
 
 
 def test_a_worker_builds_its_engine_with_the_nccl_settings_from_before_the_trainers(monkeypatch):
@@ -79,14 +79,7 @@ def test_a_worker_builds_its_engine_with_the_nccl_settings_from_before_the_train
         monkeypatch.delenv(name)
     nccl_env.set_fault_env()
     assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2"
-    seen = {}
-
-    class Engineless:
-        def __init__(self, spec, channel):
-            seen.update(os.environ)
-            raise ConfigError("rollout.engine", "stop here")
-
-    monkeypatch.setattr(worker, "RolloutWorker", Engineless)
+    seen = _engineless(monkeypatch, worker)
     spec = SimpleNamespace(cpu=None, worker_id=0, config={"async": {"worker_timeout_s": 5}})
     worker.worker_main(spec, None, None, SimpleNamespace(put=lambda item: None), None)
     assert seen["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"

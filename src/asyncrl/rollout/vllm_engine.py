@@ -294,7 +294,6 @@ class VLLMEngine:
         self._sleep()
         return _to_generation(prompts, tokens, logps, versions, self.tokenizer.pad_token_id)
 
-
     def _room(self, prompt: list[int], tokens: list[int]) -> int:
         """Tokens the row may still get within vLLM's ``max_model_len`` (prompt and tokens so far count)."""
         if self.max_model_len is None:
