@@ -33,6 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
     TimeRemainingColumn
 
 from benchmarks import checkout_pythonpath
+from benchmarks.bench.cell_guard import guarded
 from benchmarks.bench.cells import Cell
 from benchmarks.bench.load import overload_warning, read_load, record_load
 from benchmarks.bench.study import StudyError, load_study, write_study_data
@@ -114,7 +115,8 @@ def run_cell(cell: Cell, runs_dir: Path, *, in_process: bool = False, env: dict[
     if in_process and runner.in_process:
         code = _run_in_process(cell, runs_dir, log_path)
     else:
-        command = [sys.executable, "-m", runner.module, *runner.args(cell, runs_dir)]
+        # guarded: the cell ends with this runner, even when it is killed (benchmarks.bench.cell_guard)
+        command = guarded([sys.executable, "-m", runner.module, *runner.args(cell, runs_dir)])
         cell_env = {**os.environ, **runner.env, **(env or {})}
         cell_env["PYTHONPATH"] = checkout_pythonpath(cell_env.get("PYTHONPATH"))
         with open(log_path, "w") as log:
