@@ -47,7 +47,7 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed
-	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/python -m pytest -q -m slow -rs tests/models/test_vllm_engine.py
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/python -m pytest -q -m slow -rs tests/models/test_vllm_engine.py tests/models/test_vllm_sizes.py
 
 # the warm starts live in the user cache, shared by every checkout: `make clean-cache` removes them
 # (.asyncrl_cache: where older versions kept them, per working directory)

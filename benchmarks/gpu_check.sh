@@ -6,7 +6,7 @@
 # 420 s leave, inside one 540 s call and a 15-minute loan, the machine's start and one rerun.
 # Sections, what has never run on a GPU first (cap in seconds):
 #   1_vllm       90  only when vLLM is importable: asyncrl's vLLM engine (rollout/vllm_engine.py) on a
-#                    small model through tests/models/test_vllm_engine.py on CUDA (weight reload equals
+#                    small model through tests/models/test_vllm_{engine,sizes}.py on CUDA (weight reload equals
 #                    the transformers log-probs, single- and multi-token stop strings, the memory share
 #                    that rollout/vllm_memory.py sized), then a 2-step run with vLLM in each mode
 #                    (tests/gpu/test_gpu_runtime.py::test_vllm_engine_run_on_cuda)
@@ -63,7 +63,7 @@ TINY=(model.hidden_size=64 model.num_layers=2 model.num_heads=4 model.num_kv_hea
       rollout.prompts_per_step=2 rollout.samples_per_prompt=4 rollout.max_new_tokens=16 trainer.steps=3
       trainer.n_minibatches=2 trainer.lr=0.001 eval.every=0 run.progress=false run.mode=sync
       run.out_dir=/tmp/gpu-check-fsdp run.name=fsdp-$$ policy.cache_dir=/tmp/gpu-check-fsdp/cache)
-VLLM_TESTS=(tests/models/test_vllm_engine.py -k "not train_with")  # train_with: CPU-device runs
+VLLM_TESTS=(tests/models/test_vllm_engine.py tests/models/test_vllm_sizes.py -k "not train_with")  # train_with: CPU-device runs
 
 if [[ $smoke == 1 ]]; then
   RT=("$py" "$here/gpu_runtime.py" --device cpu --rows 8 --prompt 8 --completion 8 --decode-rows 4

@@ -4,7 +4,7 @@ refused with a ``VLLMValidationError``, a ValueError; a request asking past the 
 tokens that fit, finish reason ``length``). A refused request used to escape ``generate`` and kill
 the rollout worker, and its restarts, each time such a sequence came back: a chunk that ended
 exactly at the window, or an episode whose prompt and turns grew past it. The real engine is
-checked in the vLLM lane (tests/models/test_vllm_engine.py)."""
+checked in the vLLM lane (tests/models/test_vllm_sizes.py)."""
 
 import sys
 import types

