@@ -82,6 +82,14 @@ def _split_rows(b: int, seed: int) -> list[torch.Tensor]:
     return [c for c in torch.tensor_split(perm, n_chunks) if c.numel()]
 
 
+def test_a_loss_is_declared_micro_batch_exact_unless_it_decides_on_the_whole_call():
+    """The registry's flag (what config and several ranks allow) says what the property below checks:
+    every loss but the whole-call ones splits exactly, so none is refused micro-batches for nothing."""
+    from asyncrl.objectives.registry import micro_batch_exact_losses
+
+    assert set(micro_batch_exact_losses()) == set(NAMES) - BATCH_LEVEL
+
+
 @pytest.mark.parametrize("name", NAMES)
 @FAST
 @given(seed=seeds, b=st.integers(2, 7), t=sizes_t, with_prox=st.booleans(), token_adv=st.booleans(),

@@ -106,8 +106,9 @@ LOSSES: Registry[LossEntry] = Registry("loss.name", {
     "ppo_kl": LossEntry(ppo_kl_loss, PPOKLParams, micro_batch_exact=True),
     "spo": LossEntry(spo_loss, SPOParams, micro_batch_exact=True),
     "decoupled_bounded": LossEntry(decoupled_bounded_loss, DecoupledBoundedParams, reads_prox=PROX_REQUIRED,
-                                   natural_prox="loglinear"),
-    "a3po_seq": LossEntry(a3po_seq_loss, A3POSeqParams, reads_prox=PROX_REQUIRED, natural_prox="loglinear"),
+                                   natural_prox="loglinear", micro_batch_exact=True),
+    "a3po_seq": LossEntry(a3po_seq_loss, A3POSeqParams, reads_prox=PROX_REQUIRED, natural_prox="loglinear",
+                          micro_batch_exact=True),
     # W = Π π_θ/π_behav over the sequence: the whole off-policyness, which TRL's W is too (vespo.py)
     "vespo": LossEntry(vespo_loss, VESPOParams, reads_prox=PROX_NEVER, micro_batch_exact=True),
     # trust region around π_prox if given, else around the rollout policy, the authors' choice (dppo.py)
