@@ -2,8 +2,9 @@
 ``python -m benchmarks study --compare DIR1 DIR2 ... --out OUT`` writes ``OUT/compare.md`` and
 ``OUT/compare.json``: per comparison of the plans' Holm family, one row per learning rate with the
 paired gap and interval, the plan's (paired) verdict and the mixed model's secondary verdict
-(:mod:`benchmarks.bench.study_warm`), and a headline answering, at each rate, whether the α floor
-(a3po_floor) and VESPO end within the margin of sync.
+(:mod:`benchmarks.bench.study_warm`); each arm's endpoint at each rate over the seeds and over the
+warm starts; and a headline answering, at each rate, whether the α floor (a3po_floor) and VESPO end
+within the margin of sync.
 
 A folder that does not exist yet, or holds fewer runs than its plan, is "not run": the report is
 written before every rate has run, and says which have. Its plan (for its label) is the one in its
@@ -47,6 +48,7 @@ class Rate:
     note: str = ""  # why it is "not run"; empty when it ran
     n_runs: int = 0
     family: list[dict[str, Any]] = field(default_factory=list)
+    arms: dict[str, Any] = field(default_factory=dict)  # per arm: the endpoint at the seed and warm-start level
 
     @property
     def lr(self) -> float | None:
@@ -123,7 +125,9 @@ def read_rate(folder: Path) -> Rate:
         rate.note = f"partial: {finished} of {expected} runs"
         return rate
     rate.family = primary_family(rate.plan, groups)
-    warm_start_level(rate.plan, groups, rate.family, endpoint_value)  # adds "mixed" to a paired family
+    extra, _, _ = warm_start_level(rate.plan, groups, rate.family, endpoint_value)  # adds "mixed" to the family
+    rate.arms = {arm: by_endpoint.get(rate.plan.endpoint, {})
+                 for arm, by_endpoint in (extra.get("warm_start_level") or {}).items()}
     return rate
 
 
@@ -206,6 +210,25 @@ def _md_rows(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return body
 
 
+def _arm_cell(stat: Mapping[str, Any] | None) -> str:
+    """"0.435 ± 0.035 (± 0.120 by warm start, ICC 0.71)": the seed-level and warm-start-level 95 %
+    half-widths of one arm's endpoint mean."""
+    if not stat:
+        return ""
+    seed = (S.as_float(stat.get("seed_ci_high")) - S.as_float(stat.get("seed_ci_low"))) / 2
+    warm = (S.as_float(stat.get("ci_high")) - S.as_float(stat.get("ci_low"))) / 2
+    return (f"{S.as_float(stat.get('mean')):.3f} ± {seed:.3f} (± {warm:.3f} by warm start, "
+            f"ICC {S.as_float(stat.get('icc')):.2f})")
+
+
+def arms_table(plan: StudyPlan, rates: Sequence[Rate]) -> str:
+    """Each arm's endpoint at each rate: mean ± the seed-level half-width, then the warm-start level's
+    (W − 1 degrees of freedom) and the ICC (docs/studies.md)."""
+    header = ["Arm", *(r.label for r in rates)]
+    body = [[arm, *(_arm_cell(r.arms.get(arm)) if r.ran else NOT_RUN for r in rates)] for arm in plan.arms]
+    return W.md_table(header, body)
+
+
 def compare_report(rates: Sequence[Rate]) -> tuple[dict[str, Any], str]:
     """(compare.json, compare.md) of the rates."""
     plan = next(r.plan for r in rates if r.plan is not None)
@@ -223,7 +246,12 @@ def compare_report(rates: Sequence[Rate]) -> tuple[dict[str, Any], str]:
               "Gap, mixed model [95 % CI]", "Verdict under the mixed model (secondary)"]
     for label, rows in tables.items():
         parts += [f"## {label}\n", W.md_table(header, _md_rows(rows))]
+    parts += [f"## Each arm's {plan.endpoint}\n",
+              "Mean ± half-width of its 95 % interval over the seeds, then over the warm starts (the seeds of a "
+              "warm start averaged first: W − 1 degrees of freedom), and the share of the variance between "
+              "warm starts (ICC).\n", arms_table(plan, rates)]
     summary = {"plan": plan.name, "margin": plan.margin, "headline": line,
+               "arms": {r.label: r.arms for r in rates if r.ran},
                "folders": [{"folder": str(r.folder), "rate": r.label, "lr": r.lr,
                             "status": "run" if r.ran else NOT_RUN, "note": r.note, "n_runs": r.n_runs}
                            for r in rates],

@@ -61,7 +61,7 @@ def test_each_rate_gets_its_row_and_the_unrun_ones_say_so(report):
     assert rows["lr 5e-5"]["mixed"]["mean"] == pytest.approx(primary["mean"] - 0.06, abs=1e-12)
     assert rows["lr 5e-5"]["paired"]["verdict"] == "differs"
     assert "paired" not in rows["lr 1.25e-5"] and rows["lr 0.0001"]["status"] == NOT_RUN
-    assert len(summary["comparisons"]) == 8 and text.count("\n## ") == 8
+    assert len(summary["comparisons"]) == 8 and text.count("\n## ") == 8 + 1  # and the arms section
     assert "| lr 1.25e-5 | not run (no folder) |" in text
     assert "| lr 0.0001 | not run (partial: 110 of 140 runs) |" in text
 
@@ -99,3 +99,22 @@ def test_the_command(tmp_path):
                           text=True, timeout=120, cwd=tmp_path, env=checkout_env())
     assert proc.returncode == 2
     assert proc.stderr == "benchmarks: --compare: compares planned studies (the study suite), not a3po\n"
+
+
+def test_each_arm_is_shown_at_the_seed_and_the_warm_start_level_at_each_rate(report):
+    summary, text = report
+    committed = json.loads((K16 / "summary.json").read_text())["warm_start_level"]
+    for arm in ("sync", "a3po_floor", "vespo"):
+        assert summary["arms"]["lr 2.5e-5"][arm] == pytest.approx(committed[arm]["final_eval_reward"], rel=1e-9)
+    # the floor's runs moved by −6 points at 5e-5: its mean moves by that, its spread does not
+    floor5, floor25 = summary["arms"]["lr 5e-5"]["a3po_floor"], summary["arms"]["lr 2.5e-5"]["a3po_floor"]
+    assert floor5["mean"] == pytest.approx(floor25["mean"] - 0.06, abs=1e-12)
+    assert floor5["ci_high"] - floor5["ci_low"] == pytest.approx(floor25["ci_high"] - floor25["ci_low"], rel=1e-9)
+    assert set(summary["arms"]) == {"lr 2.5e-5", "lr 5e-5"}  # the rates that ran
+    section = text.split("## Each arm's final_eval_reward", 1)[1]
+    row = next(line for line in section.splitlines() if line.startswith("| a3po_floor |"))
+    stat = committed["a3po_floor"]["final_eval_reward"]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[0] == "a3po_floor" and cells[1] == NOT_RUN and cells[-1] == NOT_RUN
+    assert cells[2] == (f"{stat['mean']:.3f} ± {(stat['seed_ci_high'] - stat['seed_ci_low']) / 2:.3f} "
+                        f"(± {(stat['ci_high'] - stat['ci_low']) / 2:.3f} by warm start, ICC {stat['icc']:.2f})")
