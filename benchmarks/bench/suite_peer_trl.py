@@ -50,7 +50,7 @@ def build_peer_trl(results: Mapping[str, Any], fig_dir: Path, methods: dict) -> 
     F.method_bar_chart(fig_dir / "fig1_samples_per_s.png", methods, "samples_per_s",
                        title="Training throughput", ylabel="samples / s", colors=colors,
                        points=R.seed_points(groups, methods, "samples_per_s"))
-    figs = [("fig1_samples_per_s.png", "Samples per second per method, error bars = 95% bootstrap CI over "
+    figs = [("fig1_samples_per_s.png", "Samples per second per method, error bars = 95% Student-t CI over "
                                        "seeds, dots = seeds.")]
     figs += R.line_figures(fig_dir, groups, [("fig2_eval_reward.png", {"": "eval_reward"}, "step",
                                               "Eval reward vs step", "eval reward", "Eval reward vs step")], colors)
