@@ -197,3 +197,25 @@ def test_objectives_behind_loss_name_do_not_include_vcpo():
                 assert "trainer.vcpo" in sentence, (doc.name, sentence)
     readme = _text(ROOT / "README.md")
     assert "trainer.vcpo.enabled" in readme
+
+
+def _paragraph(text: str, start: str) -> str:
+    """The README paragraph (up to the next blank line) that starts with ``start``."""
+    return text.split(start, 1)[1].split("\n\n", 1)[0]
+
+
+def test_the_readme_names_every_loss_prox_strategy_and_preset():
+    """The README's lists of `loss.name` values, `trainer.prox` strategies and packaged presets are the
+    registries' and the presets folder's: a new one that is not listed (or a removed one still listed)
+    fails here."""
+    from asyncrl.objectives import LOSSES, PROX_STRATEGIES
+
+    readme = _text(ROOT / "README.md")
+    objectives = _paragraph(readme, "**Objectives.**")
+    named = set(re.findall(r"`([a-z0-9_]+)`", objectives.split("chosen", 1)[0]))
+    assert named - {"loss.name", "loss.params"} == set(LOSSES)
+    listed = set(re.findall(r"^- `([a-z_]+)`", objectives.split("chosen", 1)[1], flags=re.M))
+    assert listed == set(PROX_STRATEGIES)
+    presets = {p.stem for p in (ROOT / "src" / "asyncrl" / "config" / "presets").glob("*.yaml")}
+    sentence = " ".join(readme.split("packaged preset by name:", 1)[1].split("(`asyncrl config", 1)[0].split())
+    assert set(re.findall(r"`([a-z0-9-]+)`", sentence)) == presets
