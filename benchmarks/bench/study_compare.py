@@ -152,8 +152,11 @@ def _lag(plan: StudyPlan, arms: Sequence[str]) -> str:
     return lags.pop() if len(lags) == 1 else "?"
 
 
-def _answer(verdict: Any) -> str:
-    """A family verdict as an answer to "within the margin?"."""
+def _answer(verdict: Any, p_tost: Any = None) -> str:
+    """A family verdict as an answer to "within the margin?". "differs" puts Holm's test first, so a
+    gap can differ from 0 and still lie within the margin (its TOST p < 0.05): that is a yes."""
+    if str(verdict) == "differs" and S.as_float(p_tost) < S.ALPHA:
+        return f"yes, though it differs from 0 (TOST p {W.p_text(p_tost)})"
     return {"equivalent": "yes", "differs": "no, differs"}.get(str(verdict), str(verdict))
 
 
@@ -174,8 +177,9 @@ def headline(rates: Sequence[Rate], arms: Sequence[str] = HEADLINE_ARMS, referen
             comp = by_label[f"{arm} - {reference}"]
             mixed = (comp.get("mixed") or {}).get("verdict")
             gap = f"{100 * S.as_float(comp.get('mean')):+.1f} points".replace("-", "−")
-            parts.append(f"{arm} {_answer(comp.get('verdict'))} ({gap}" +
-                         (f"; mixed model: {_answer(mixed)})" if mixed else ")"))
+            mixed_tost = (comp.get("mixed") or {}).get("p_tost")
+            parts.append(f"{arm} {_answer(comp.get('verdict'), comp.get('p_tost'))} ({gap}" +
+                         (f"; mixed model: {_answer(mixed, mixed_tost)})" if mixed else ")"))
         answers.append(f"{rate.label}: " + "; ".join(parts))
     return question + " " + ". ".join(answers) + "."
 

@@ -123,7 +123,7 @@ def _plan_line(plan: StudyPlan, family: list) -> str:
 
 
 def _exploratory_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    body = [[r["comparison"], ENDPOINT_WORDS[r["endpoint"]], W.gap_ci(r), W._p(r.get("p")),
+    body = [[r["comparison"], ENDPOINT_WORDS[r["endpoint"]], W.gap_ci(r), W.p_text(r.get("p")),
              f"{100 * S.as_float(r.get('mde')):.1f}".replace("nan", "n/a")] for r in rows]
     return W.md_table(["Comparison", "Endpoint", "Gap, points [95 % CI]", "p (unadjusted)", "MDE (points)"], body)
 

@@ -124,8 +124,8 @@ def mixed_section(plan: StudyPlan, family: Sequence[Mapping[str, Any]]) -> str:
             body.append([comp["comparison"], W.gap_ci(comp), W.verdict_words(comp), m["refused"],
                          "", "", "", "refused"])
             continue
-        body.append([comp["comparison"], W.gap_ci(comp), W.verdict_words(comp), W.gap_ci(m), W._p(m["p_holm"]),
-                     W._p(m["p_tost"]), _sd_pair(m), W.verdict_words({**m, "n_a": m["n"], "n_b": m["n"]})])
+        body.append([comp["comparison"], W.gap_ci(comp), W.verdict_words(comp), W.gap_ci(m), W.p_text(m["p_holm"]),
+                     W.p_text(m["p_tost"]), _sd_pair(m), W.verdict_words({**m, "n_a": m["n"], "n_b": m["n"]})])
     df = plan.warm_starts - 1
     header = ["Comparison", "Gap, paired t by seed [95 % CI]", "Verdict (primary)",
               f"Gap, mixed model [95 % CI, {df} df]", "p (Holm)", f"TOST p (±{100 * plan.margin:g})",

@@ -107,7 +107,8 @@ def verdict_words(comp: Mapping[str, Any], scale: float = 100.0) -> str:
     return str(comp.get("verdict") or "undecided")
 
 
-def _p(x: Any) -> str:
+def p_text(x: Any) -> str:
+    """A p-value as the reports print it: three decimals, "< 0.001" below that, "n/a" when not finite."""
     x = as_float(x)
     return "n/a" if not math.isfinite(x) else ("< 0.001" if x < 0.001 else f"{x:.3f}")
 
@@ -120,13 +121,13 @@ def gap_ci(comp: Mapping[str, Any], scale: float = 100.0) -> str:
 
 def comparison(comp: Mapping[str, Any], scale: float = 100.0) -> str:
     """"−20.8 [−27.2, −11.8] points (Holm p = 0.040, MDE 11.0): differs"."""
-    return (f"{gap_ci(comp, scale)} points (Holm p = {_p(comp.get('p_holm'))}, MDE "
+    return (f"{gap_ci(comp, scale)} points (Holm p = {p_text(comp.get('p_holm'))}, MDE "
             f"{scale * as_float(comp.get('mde')):.1f}): {verdict_words(comp, scale)}")
 
 
 def comparison_table(rows: Sequence[tuple[str, Mapping[str, Any]]], scale: float = 100.0) -> str:
     """Markdown table of (label, compare_arms dict with its verdict) rows, with TEST_CAPTION under it."""
-    body = [[label, gap_ci(c, scale), _p(c.get("p_holm")), _p(c.get("p_tost")),
+    body = [[label, gap_ci(c, scale), p_text(c.get("p_holm")), p_text(c.get("p_tost")),
              f"{scale * as_float(c.get('mde')):.1f}".replace("nan", "n/a"), verdict_words(c, scale)] for label, c in rows]
     margin = next((scale * as_float(c.get("margin")) for _, c in rows), math.nan)
     return md_table(["Comparison", "Gap, points [95 % Welch CI]", "p (Holm)", f"TOST p (±{margin:g})",
@@ -203,7 +204,7 @@ def _gap_words(gap: Mapping[str, Any] | None, name: str, one_seed: bool = False)
     mean, low, high = (as_float(gap.get(k)) for k in ("mean", "ci_low", "ci_high"))
     side = "above" if mean > 0 else "below"
     bracket = f"({ONE_SEED})" if one_seed else f"[{low:+.1f}, {high:+.1f}]"
-    test = (f" (Holm p = {_p(gap.get('p_holm'))}, MDE {as_float(gap.get('mde')):.1f}: {verdict_words(gap, 1.0)})"
+    test = (f" (Holm p = {p_text(gap.get('p_holm'))}, MDE {as_float(gap.get('mde')):.1f}: {verdict_words(gap, 1.0)})"
             if "verdict" in gap and not one_seed else "")
     return f"{abs(mean):.1f} points {side} {name} {bracket}".replace("-", "−") + test
 

@@ -151,6 +151,22 @@ def test_readme_numbers_come_from_the_studies(rerendered):
             assert f"{arm} " + f"{100 * gaps[gap]['mean']:.1f}".replace("-", "−") in text, arm
         mixed = summary["mixed_verdicts"]
         assert [c for c, v in mixed.items() if v != "undecided"] == ["sapo - sync"] and mixed["sapo - sync"] == "differs"
+    elif study.name == "2026-12-06-corrections-k16-lr1.25e-5":  # the same plan at 1.25e-5
+        text = " ".join(README.split())
+        gaps = {stat["comparison"]: stat for stat in summary["primary"]}
+        verdicts = {c: gaps[c]["verdict"] for c in gaps}
+        assert verdicts == {"recompute - sync": "equivalent", "a3po - sync": "differs", "a3po_floor - sync": "equivalent",
+                            "vespo - sync": "differs", "dppo - sync": "equivalent", "sapo - sync": "differs",
+                            "a3po - recompute": "equivalent", "a3po_floor - a3po": "differs"}
+        vespo = gaps["vespo - sync"]  # differs from 0, and inside the margin
+        assert vespo["p_tost"] < 0.05 and -0.03 < vespo["ci_low"] < vespo["ci_high"] < 0
+        for comparison, words in (("a3po_floor - sync", "floor"), ("vespo - sync", "VESPO"),
+                                  ("a3po - recompute", "A-3PO"), ("a3po_floor - a3po", "the floor")):
+            assert f"{words} {_gap(gaps[comparison])}" in text, comparison
+        for arm, gap in (("recompute", "recompute - sync"), ("DPPO", "dppo - sync"), ("A-3PO", "a3po - sync"),
+                         ("SAPO", "sapo - sync")):
+            assert f"{arm} " + f"{100 * gaps[gap]['mean']:.1f}".replace("-", "−") in text, arm
+        assert "they stay within 3 again (the floor −0.1, VESPO −1.6)" in text
     elif study.name == "2026-11-28-agent":  # speed against sync, and the share of the ideal *gain*
         text = " ".join(README.split())
         ideal, arms = summary["ideal_overlap"], summary["arms"]

@@ -77,6 +77,16 @@ def test_the_headline_answers_the_question_at_each_rate(report):
     assert line in text
 
 
+def test_a_gap_that_differs_from_0_within_the_margin_answers_yes():
+    """Holm's "differs" comes first in a verdict, but the question is "within 3 points?": a gap whose
+    interval lies inside the margin (TOST p < 0.05) is a yes, and the headline says it also differs."""
+    from benchmarks.bench.study_compare import _answer
+
+    assert _answer("differs", 0.002) == "yes, though it differs from 0 (TOST p 0.002)"
+    assert _answer("differs", 0.3) == "no, differs" and _answer("differs") == "no, differs"
+    assert _answer("equivalent", 0.01) == "yes" and _answer("undecided", 0.2) == "undecided"
+
+
 def test_plans_differing_in_more_than_the_rate_are_refused(tmp_path):
     other = _variant(tmp_path / "lag8", 5e-5, {})
     results = json.loads((other / RESULTS_FILE).read_text())
