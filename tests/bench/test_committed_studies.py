@@ -38,7 +38,8 @@ def test_the_studies_are_compact():
     # the pre-registered staleness study of 2026-11-27 (lr grid, 140 runs at K = 16) adds about 3.5 MB
     # the agent suite's study of 2026-11-28 (50 multi-turn runs) adds about 1.3 MB; without the
     # rendered reports and run logs (3.7 MB) 23.0 MB on 2026-12-05, 15.9 MB of it per-step tables;
-    # those xz-compressed since: 19.4 MB. The bar is the (20 MB)
+    # those xz-compressed since: 19.4 MB; the atlas and the 2.5e-5 K = 16 tables compacted to 4 significant
+    # digits (--steps-digits 4) on 2026-12-06: 17.7 MB with the 1.25e-5 study. The bar is the (20 MB)
     assert sum(f.stat().st_size for f in files if f.exists()) <= 20 * 10**6
     assert not [f for f in files if "/runs/" in str(f)]
     assert {p.name for p in STUDIES} >= {"2026-11-25-atlas-full", "2026-11-25-a3po-stale", "2026-11-25-control"}
