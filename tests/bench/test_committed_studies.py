@@ -97,90 +97,132 @@ def _gap(stat: dict) -> str:
     return f"{100 * stat['mean']:+.1f} [{100 * stat['ci_low']:+.1f}, {100 * stat['ci_high']:+.1f}]".replace("-", "−")
 
 
+def _readme_2026_11_25_a3po_stale(summary: dict, study: Path) -> None:
+    """The staleness table's rewards, mean ± CI half-width."""
+    for method in ("sync", "async-loglinear-k4", "async-recompute-k8"):
+        assert _pm(summary["methods"][method]["final_eval_reward"]) in README, method
+
+
+def _readme_2026_11_25_atlas_full(summary: dict, study: Path) -> None:
+    """A-3PO against sync and against recompute at K = 16."""
+    lag = summary["rows"]["lag"]["grid"]
+    against_sync = lag["decoupled"]["16"]["gap_vs_sync"]
+    against_rec = summary["rows"]["lag"]["a3po_vs_recompute"]["16"]
+    assert _gap(against_sync) == "−20.8 [−39.7, −1.9]"  # Welch interval: deterministic, no resampling
+    for text in (README, (study / "README.md").read_text()):
+        claim = (f"{_gap(against_sync)} against sync (Holm p = {against_sync['p_holm']:.3f}, MDE "
+                 f"{100 * against_sync['mde']:.1f}: {against_sync['verdict']})")
+        assert claim in " ".join(text.split())
+        assert _gap(against_rec) + " against recompute" in text
+    # every configuration ran with 3 seeds: 109 configurations, 327 runs
+    runs = json.loads((study / RESULTS_FILE).read_text())["runs"]
+    configs = {(r["method"], json.dumps(r.get("params"), sort_keys=True)) for r in runs}
+    assert (len(configs), len(runs)) == (109, 327) and "327 runs (109 configurations × 3 seeds)" in README
+
+
+def _readme_2026_11_27_corrections_k16(summary: dict, study: Path) -> None:
+    """The pre-registered family: gap, Holm p, MDE, verdict."""
+    text = " ".join(README.split())
+    for stat in summary["primary"]:
+        arm, ref = stat["comparison"].split(" - ")
+        holm = "< 0.001" if stat["p_holm"] < 0.001 else f"{stat['p_holm']:.3f}"
+        verdict = {"equivalent": "equivalent within 3 points"}.get(stat["verdict"], stat["verdict"])
+        cells = f"{_gap(stat)}{' vs sync' if ref == 'sync' else ''} | {holm} | {100 * stat['mde']:.1f} | "
+        assert cells in text and verdict in text.split(cells, 1)[1][:40], stat["comparison"]
+    for arm in ("sync", "a3po_floor", "vespo", "sapo"):
+        assert _pm(summary["methods"][arm]["final_eval_reward"]) in README, arm
+    # the mixed model (warm start as a random effect): which verdicts hold, and the ICC range
+    mixed = summary["mixed_verdicts"]
+    assert mixed["a3po_floor - sync"] == mixed["vespo - sync"] == "equivalent"
+    assert mixed["a3po_floor - a3po"] == "differs"
+    undecided = [c for c in ("dppo - sync", "recompute - sync", "a3po - sync", "sapo - sync") if mixed[c] == "undecided"]
+    holm = sorted(stat["mixed"]["p_holm"] for stat in summary["primary"] if stat["comparison"] in undecided)
+    assert len(undecided) == 4 and f"Holm-adjusted p is {holm[0]:.2f}-{holm[-1]:.2f}" in text
+    iccs = [summary["warm_start_level"][arm]["final_eval_reward"]["icc"] for arm in summary["methods"]]
+    assert f"ICC {min(iccs):.2f}-{max(iccs):.2f}" in text
+    gaps = {stat["comparison"]: -100 * stat["mean"] for stat in summary["primary"]}  # the headline
+    assert (f"exact decoupled PPO loses {gaps['recompute - sync']:.1f} points to sync and A-3PO "
+            f"{gaps['a3po - sync']:.1f}") in text
+
+
+def _assert_sync_gaps_quoted(text: str, gaps: dict) -> None:
+    """The K = 16 studies' other gaps to sync, quoted to one decimal after each arm's name."""
+    for arm, gap in (("DPPO", "dppo - sync"), ("recompute", "recompute - sync"), ("A-3PO", "a3po - sync"),
+                     ("SAPO", "sapo - sync")):
+        assert f"{arm} " + f"{100 * gaps[gap]['mean']:.1f}".replace("-", "−") in text, arm
+
+
+def _readme_2026_12_06_corrections_k16_lr5e_5(summary: dict, study: Path) -> None:
+    """The same plan at 5e-5: its gaps and verdicts."""
+    text = " ".join(README.split())
+    gaps = {stat["comparison"]: stat for stat in summary["primary"]}
+    assert all(gaps[c]["verdict"] == "differs" for c in gaps if c.endswith(" - sync"))
+    assert "every arm differs from sync" in text and "no correction stays within 3 points" in text
+    for comparison, words in (("a3po_floor - sync", "The α floor"), ("vespo - sync", "VESPO"),
+                              ("a3po - recompute", "A-3PO"), ("a3po_floor - a3po", "the floor against A-3PO")):
+        assert f"{words} {_gap(gaps[comparison])}" in text, comparison
+    assert gaps["a3po - recompute"]["verdict"] == "differs" and gaps["a3po_floor - a3po"]["verdict"] == "undecided"
+    _assert_sync_gaps_quoted(text, gaps)
+    mixed = summary["mixed_verdicts"]
+    assert [c for c, v in mixed.items() if v != "undecided"] == ["sapo - sync"] and mixed["sapo - sync"] == "differs"
+
+
+def _readme_2026_12_06_corrections_k16_lr1_25e_5(summary: dict, study: Path) -> None:
+    """The same plan at 1.25e-5."""
+    text = " ".join(README.split())
+    gaps = {stat["comparison"]: stat for stat in summary["primary"]}
+    verdicts = {c: gaps[c]["verdict"] for c in gaps}
+    assert verdicts == {"recompute - sync": "equivalent", "a3po - sync": "differs", "a3po_floor - sync": "equivalent",
+                        "vespo - sync": "differs", "dppo - sync": "equivalent", "sapo - sync": "differs",
+                        "a3po - recompute": "equivalent", "a3po_floor - a3po": "differs"}
+    vespo = gaps["vespo - sync"]  # differs from 0, and inside the margin
+    assert vespo["p_tost"] < 0.05 and -0.03 < vespo["ci_low"] < vespo["ci_high"] < 0
+    for comparison, words in (("a3po_floor - sync", "floor"), ("vespo - sync", "VESPO"),
+                              ("a3po - recompute", "A-3PO"), ("a3po_floor - a3po", "the floor")):
+        assert f"{words} {_gap(gaps[comparison])}" in text, comparison
+    _assert_sync_gaps_quoted(text, gaps)
+    assert "they stay within 3 again (the floor −0.1, VESPO −1.6)" in text
+
+
+def _readme_2026_11_28_agent(summary: dict, study: Path) -> None:
+    """Speed against sync, and the share of the ideal *gain*."""
+    text = " ".join(README.split())
+    ideal, arms = summary["ideal_overlap"], summary["arms"]
+    ratio = {k: arms[f"async-loglinear-k{k}"]["samples_per_s_ratio"] for k in (1, 2, 4)}
+    assert f"{ratio[1]:.2f}× (K = 1), {ratio[2]:.2f}× (K = 2) and {ratio[4]:.2f}× (K = 4)" in text
+    gain = [round(100 * (r - 1) / (ideal - 1)) for r in ratio.values()]
+    assert f"{min(gain):+d} % to {max(gain):+d} %".replace("-", "−") in text
+    recompute = arms["async-recompute-k2"]["samples_per_s_ratio"]
+    assert f"{recompute:.2f}× ({round(100 * (recompute - 1) / (ideal - 1)):+d} %)".replace("-", "−") in text
+
+
+def _readme_2026_11_27_speed(summary: dict, study: Path) -> None:
+    """The two-core speed headline."""
+    assert f"A-3PO is not faster than sync: {summary['speedup_vs_sync']:.2f}× its speed" in README
+
+
+def _readme_2026_11_25_control(summary: dict, study: Path) -> None:
+    """PPO-clip's and VACO's IQM at buffer 1 and 8."""
+    agg = summary["aggregate"]
+    for arm, (n1, n8) in {"ppo": ("0.26", "0.12"), "vaco": ("0.17", "0.21")}.items():
+        assert (f"{agg[arm]['1']['iqm_final'][0]:.2f}", f"{agg[arm]['8']['iqm_final'][0]:.2f}") == (n1, n8)
+        assert f"from {n1} to {n8}" in README, arm
+
+
+README_CHECKS = {  # the committed study -> what the README quotes from it
+    "2026-11-25-a3po-stale": _readme_2026_11_25_a3po_stale,
+    "2026-11-25-atlas-full": _readme_2026_11_25_atlas_full,
+    "2026-11-27-corrections-k16": _readme_2026_11_27_corrections_k16,
+    "2026-12-06-corrections-k16-lr5e-5": _readme_2026_12_06_corrections_k16_lr5e_5,
+    "2026-12-06-corrections-k16-lr1.25e-5": _readme_2026_12_06_corrections_k16_lr1_25e_5,
+    "2026-11-28-agent": _readme_2026_11_28_agent,
+    "2026-11-27-speed": _readme_2026_11_27_speed,
+    "2026-11-25-control": _readme_2026_11_25_control,
+}
+
+
 def test_readme_numbers_come_from_the_studies(rerendered):
     summary, study, _ = rerendered
-    if study.name == "2026-11-25-a3po-stale":  # the staleness table's rewards, mean ± CI half-width
-        for method in ("sync", "async-loglinear-k4", "async-recompute-k8"):
-            assert _pm(summary["methods"][method]["final_eval_reward"]) in README, method
-    elif study.name == "2026-11-25-atlas-full":  # A-3PO against sync and against recompute at K = 16
-        lag = summary["rows"]["lag"]["grid"]
-        against_sync = lag["decoupled"]["16"]["gap_vs_sync"]
-        against_rec = summary["rows"]["lag"]["a3po_vs_recompute"]["16"]
-        assert _gap(against_sync) == "−20.8 [−39.7, −1.9]"  # Welch interval: deterministic, no resampling
-        for text in (README, (study / "README.md").read_text()):
-            claim = (f"{_gap(against_sync)} against sync (Holm p = {against_sync['p_holm']:.3f}, MDE "
-                     f"{100 * against_sync['mde']:.1f}: {against_sync['verdict']})")
-            assert claim in " ".join(text.split())
-            assert _gap(against_rec) + " against recompute" in text
-        # every configuration ran with 3 seeds: 109 configurations, 327 runs
-        runs = json.loads((study / RESULTS_FILE).read_text())["runs"]
-        configs = {(r["method"], json.dumps(r.get("params"), sort_keys=True)) for r in runs}
-        assert (len(configs), len(runs)) == (109, 327) and "327 runs (109 configurations × 3 seeds)" in README
-    elif study.name == "2026-11-27-corrections-k16":  # the pre-registered family: gap, Holm p, MDE, verdict
-        text = " ".join(README.split())
-        for stat in summary["primary"]:
-            arm, ref = stat["comparison"].split(" - ")
-            holm = "< 0.001" if stat["p_holm"] < 0.001 else f"{stat['p_holm']:.3f}"
-            verdict = {"equivalent": "equivalent within 3 points"}.get(stat["verdict"], stat["verdict"])
-            cells = f"{_gap(stat)}{' vs sync' if ref == 'sync' else ''} | {holm} | {100 * stat['mde']:.1f} | "
-            assert cells in text and verdict in text.split(cells, 1)[1][:40], stat["comparison"]
-        for arm in ("sync", "a3po_floor", "vespo", "sapo"):
-            assert _pm(summary["methods"][arm]["final_eval_reward"]) in README, arm
-        # the mixed model (warm start as a random effect): which verdicts hold, and the ICC range
-        mixed = summary["mixed_verdicts"]
-        assert mixed["a3po_floor - sync"] == mixed["vespo - sync"] == "equivalent"
-        assert mixed["a3po_floor - a3po"] == "differs"
-        undecided = [c for c in ("dppo - sync", "recompute - sync", "a3po - sync", "sapo - sync") if mixed[c] == "undecided"]
-        holm = sorted(stat["mixed"]["p_holm"] for stat in summary["primary"] if stat["comparison"] in undecided)
-        assert len(undecided) == 4 and f"Holm-adjusted p is {holm[0]:.2f}-{holm[-1]:.2f}" in text
-        iccs = [summary["warm_start_level"][arm]["final_eval_reward"]["icc"] for arm in summary["methods"]]
-        assert f"ICC {min(iccs):.2f}-{max(iccs):.2f}" in text
-        gaps = {stat["comparison"]: -100 * stat["mean"] for stat in summary["primary"]}  # the headline
-        assert (f"exact decoupled PPO loses {gaps['recompute - sync']:.1f} points to sync and A-3PO "
-                f"{gaps['a3po - sync']:.1f}") in text
-    elif study.name == "2026-12-06-corrections-k16-lr5e-5":  # the same plan at 5e-5: its gaps and verdicts
-        text = " ".join(README.split())
-        gaps = {stat["comparison"]: stat for stat in summary["primary"]}
-        assert all(gaps[c]["verdict"] == "differs" for c in gaps if c.endswith(" - sync"))
-        assert "every arm differs from sync" in text and "no correction stays within 3 points" in text
-        for comparison, words in (("a3po_floor - sync", "The α floor"), ("vespo - sync", "VESPO"),
-                                  ("a3po - recompute", "A-3PO"), ("a3po_floor - a3po", "the floor against A-3PO")):
-            assert f"{words} {_gap(gaps[comparison])}" in text, comparison
-        assert gaps["a3po - recompute"]["verdict"] == "differs" and gaps["a3po_floor - a3po"]["verdict"] == "undecided"
-        for arm, gap in (("DPPO", "dppo - sync"), ("recompute", "recompute - sync"), ("A-3PO", "a3po - sync"),
-                         ("SAPO", "sapo - sync")):
-            assert f"{arm} " + f"{100 * gaps[gap]['mean']:.1f}".replace("-", "−") in text, arm
-        mixed = summary["mixed_verdicts"]
-        assert [c for c, v in mixed.items() if v != "undecided"] == ["sapo - sync"] and mixed["sapo - sync"] == "differs"
-    elif study.name == "2026-12-06-corrections-k16-lr1.25e-5":  # the same plan at 1.25e-5
-        text = " ".join(README.split())
-        gaps = {stat["comparison"]: stat for stat in summary["primary"]}
-        verdicts = {c: gaps[c]["verdict"] for c in gaps}
-        assert verdicts == {"recompute - sync": "equivalent", "a3po - sync": "differs", "a3po_floor - sync": "equivalent",
-                            "vespo - sync": "differs", "dppo - sync": "equivalent", "sapo - sync": "differs",
-                            "a3po - recompute": "equivalent", "a3po_floor - a3po": "differs"}
-        vespo = gaps["vespo - sync"]  # differs from 0, and inside the margin
-        assert vespo["p_tost"] < 0.05 and -0.03 < vespo["ci_low"] < vespo["ci_high"] < 0
-        for comparison, words in (("a3po_floor - sync", "floor"), ("vespo - sync", "VESPO"),
-                                  ("a3po - recompute", "A-3PO"), ("a3po_floor - a3po", "the floor")):
-            assert f"{words} {_gap(gaps[comparison])}" in text, comparison
-        for arm, gap in (("recompute", "recompute - sync"), ("DPPO", "dppo - sync"), ("A-3PO", "a3po - sync"),
-                         ("SAPO", "sapo - sync")):
-            assert f"{arm} " + f"{100 * gaps[gap]['mean']:.1f}".replace("-", "−") in text, arm
-        assert "they stay within 3 again (the floor −0.1, VESPO −1.6)" in text
-    elif study.name == "2026-11-28-agent":  # speed against sync, and the share of the ideal *gain*
-        text = " ".join(README.split())
-        ideal, arms = summary["ideal_overlap"], summary["arms"]
-        ratio = {k: arms[f"async-loglinear-k{k}"]["samples_per_s_ratio"] for k in (1, 2, 4)}
-        assert f"{ratio[1]:.2f}× (K = 1), {ratio[2]:.2f}× (K = 2) and {ratio[4]:.2f}× (K = 4)" in text
-        gain = [round(100 * (r - 1) / (ideal - 1)) for r in ratio.values()]
-        assert f"{min(gain):+d} % to {max(gain):+d} %".replace("-", "−") in text
-        recompute = arms["async-recompute-k2"]["samples_per_s_ratio"]
-        assert f"{recompute:.2f}× ({round(100 * (recompute - 1) / (ideal - 1)):+d} %)".replace("-", "−") in text
-    elif study.name == "2026-11-27-speed":  # the two-core speed headline
-        assert f"A-3PO is not faster than sync: {summary['speedup_vs_sync']:.2f}× its speed" in README
-    elif study.name == "2026-11-25-control":  # PPO-clip's and VACO's IQM at buffer 1 and 8
-        agg = summary["aggregate"]
-        for arm, (n1, n8) in {"ppo": ("0.26", "0.12"), "vaco": ("0.17", "0.21")}.items():
-            assert (f"{agg[arm]['1']['iqm_final'][0]:.2f}", f"{agg[arm]['8']['iqm_final'][0]:.2f}") == (n1, n8)
-            assert f"from {n1} to {n8}" in README, arm
+    check = README_CHECKS.get(study.name)
+    if check is not None:
+        check(summary, study)
