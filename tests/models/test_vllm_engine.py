@@ -195,7 +195,6 @@ def test_an_episodes_turns_are_token_in_token_out(engine, tiny_dir):
     the observation tokens, computes vLLM's log-probs of every sampled token of every turn."""
     from asyncrl.agents.episode import EpisodeLimits, EpisodeRunner, Scheduling, episodes_to_generation
     from asyncrl.agents.render import PlainTurns
-    from asyncrl.policy.logprobs import completion_logprobs
 
     _, model, tokenizer, task = tiny_dir
     engine.update_weights(model, 0)
@@ -221,10 +220,7 @@ def test_an_episodes_turns_are_token_in_token_out(engine, tiny_dir):
     gen = episodes_to_generation(episodes, tokenizer.pad_token_id)
     mask = gen.completion_mask
     assert gen.observation_mask.any()
-    with torch.no_grad():
-        logp, _ = completion_logprobs(model.eval(), gen.prompt_ids, gen.prompt_mask, gen.completion_ids, mask,
-                                      completion_attn=gen.completion_attention, temperature=TEMPERATURE)
-    assert (logp - gen.behav_logp)[mask].abs().max() < TOL
+    assert (trainer_logp(model.eval(), gen) - gen.behav_logp)[mask].abs().max() < TOL
 
 
 # -- stop strings found in the model's own output, tool calls, reload exactness, sized shares, the window --

@@ -16,8 +16,6 @@ pytestmark = pytest.mark.slow
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: ~5 s start-up
 pytest.importorskip("vllm")
 
-from asyncrl.policy.logprobs import completion_logprobs  # noqa: E402
-
 from .vllm_lane import DEVICE, TEMPERATURE, TOL, problem_prompts, tiny_dir, trainer_logp  # noqa: E402, F401 (a fixture)
 
 
@@ -157,9 +155,5 @@ def test_an_episode_that_reaches_max_model_len_ends_cleanly(sized, tiny_dir):
     assert {e.end for e in episodes} <= {"max_model_len"} and len(episodes) == 4
     assert all(len(e.context_ids) <= 96 and e.turns > 1 for e in episodes)
     gen = episodes_to_generation(episodes, tokenizer.pad_token_id)
-    with torch.no_grad():
-        logp, _ = completion_logprobs(model.eval(), gen.prompt_ids, gen.prompt_mask, gen.completion_ids,
-                                      gen.completion_mask, completion_attn=gen.completion_attention,
-                                      temperature=TEMPERATURE)
-    assert (logp - gen.behav_logp)[gen.completion_mask].abs().max() < TOL
+    assert (trainer_logp(model.eval(), gen) - gen.behav_logp)[gen.completion_mask].abs().max() < TOL
     assert engine.generate(problem_prompts(tokenizer, task.problems("train")[:2], 1)).completion_mask.any()

@@ -50,7 +50,10 @@ def problem_prompts(tokenizer, problems, n):
 
 
 def trainer_logp(model, gen):
+    """The trainer's log-probs of ``gen``'s sampled tokens, attending to its observations (an
+    episode's) as training does."""
     with torch.no_grad():
         logp, _ = completion_logprobs(model, gen.prompt_ids, gen.prompt_mask, gen.completion_ids,
-                                      gen.completion_mask, temperature=TEMPERATURE)
+                                      gen.completion_mask, completion_attn=gen.completion_attention,
+                                      temperature=TEMPERATURE)
     return logp
