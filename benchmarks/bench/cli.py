@@ -79,6 +79,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--only", metavar="GLOBS",
                        help="comma-separated globs over cell names without seed and repeat (e.g. 'ppo-k0,*-k16'): run "
                             "and report only the cells they match")
+    bench.add_argument("--only-seeds", metavar="SEEDS",
+                       help="comma-separated seeds: run and report only their cells (every arm of each), "
+                            "e.g. one part of a study too long for one sitting; join the parts with --merge")
+    bench.add_argument("--merge", nargs="+", metavar="DIR",
+                       help="run nothing: join the study folders of parts of one study (the same suite, "
+                            "options and plan, disjoint cells, one processor model) into --out and write "
+                            "its report; each part's host, commit and date are kept")
     bench.add_argument("--list", action="store_true", help="print the cells and exit")
     bench.add_argument("--runs-dir", metavar="DIR",
                        help="where each cell's run directory goes (default: OUT/runs); the study in --out "
@@ -110,14 +117,18 @@ def _csv(text: str | None, kind=str, option: str = "") -> list | None:
     return items
 
 
-def _ks(args) -> list[int] | None:
-    """``--ks`` as integers (ValueError naming the option otherwise)."""
+def _ints(text: str | None, option: str) -> list[int] | None:
+    """A comma-separated option of integers (ValueError naming the option otherwise)."""
     try:
-        return _csv(args.ks, int, "--ks")
+        return _csv(text, int, option)
     except ValueError as err:
-        if str(err).startswith("--ks"):
+        if str(err).startswith(option):
             raise
-        raise ValueError(f"--ks: expected comma-separated integers, got {args.ks!r}") from None
+        raise ValueError(f"{option}: expected comma-separated integers, got {text!r}") from None
+
+
+def _ks(args) -> list[int] | None:
+    return _ints(args.ks, "--ks")
 
 
 def _check_repeats(args) -> None:
@@ -156,6 +167,8 @@ def _bench(args) -> int:
     suite = get_suite(args.suite)
     if args.compare is not None:
         return _compare(args)
+    if args.merge is not None:
+        return _merge(args)
     try:
         if args.jobs < 1:
             raise ValueError(f"--jobs: must be >= 1, got {args.jobs}")
@@ -165,7 +178,7 @@ def _bench(args) -> int:
                               ks=_ks(args), rows=_csv(args.rows, str, "--rows"), envs=_csv(args.envs, str, "--envs"),
                               extra=tuple(args.overrides), config=args.config,
                               only=_csv(args.only, str, "--only"), plan=args.plan, out=str(out),
-                              repeats=args.repeats)
+                              repeats=args.repeats, only_seeds=_ints(args.only_seeds, "--only-seeds"))
         cells = build_cells(suite.name, request)
         if suite.validate is not None:  # every cell's config, before running anything
             suite.validate(cells)
@@ -211,6 +224,27 @@ def _compare(args) -> int:
         return 2
     print(summary["headline"])
     print(f"report: {out / 'compare.md'}")
+    return 0
+
+
+def _merge(args) -> int:
+    """``SUITE --merge DIR ...``: one study from its parts (benchmarks.bench.merge)."""
+    from pathlib import Path
+
+    from benchmarks.bench.merge import merge_studies
+
+    from benchmarks.bench.runner import BenchError
+
+    try:
+        if args.out is None:
+            raise BenchError("--merge: name the merged study's folder with --out")
+        out = Path(args.out)
+        summary = merge_studies(args.suite, [Path(d) for d in args.merge], out)
+    except BenchError as err:  # bad input: the parts are not one study's
+        print(f"benchmarks: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(summary.get("headline") or []))
+    print(f"report: {out / 'report.html'}")
     return 0
 
 

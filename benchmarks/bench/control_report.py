@@ -180,8 +180,8 @@ def write_control_report(out_dir: Path, results: dict) -> dict:
     arms = _arms(runs)
     capacities = sorted({r["capacity"] for r in rows})
     agg = aggregate(rows, arms, capacities)
-    table_md = "".join(f"{line}\n\n" for line in W.partial_line(len(runs), results.get("cells_total"))) + \
-        _tables(agg, rows, arms, capacities)
+    notes = W.partial_line(len(runs), results.get("cells_total")) + W.parts_line(results.get("parts"))
+    table_md = "".join(f"{line}\n\n" for line in notes) + _tables(agg, rows, arms, capacities)
     figures = _figures(fig_dir, agg, rows, arms, capacities) if rows else []
     headline = {f"{arm}_iqm_N{cap}": agg[arm][cap]["iqm_final"][0] for arm in arms
                 for cap in {capacities[0], capacities[-1]}} if capacities else {}

@@ -213,7 +213,7 @@ def write_report(out_dir: Path, results: dict) -> dict:
                          "command": results.get("command"), "created_at": results.get("created_at"),
                          "host": results.get("host"), "n_runs": len(runs),
                          "cells_total": results.get("cells_total", len(runs)), "methods": methods, **extra})
-    summary["headline"] = W.partial_line(len(runs), results.get("cells_total")) + \
+    summary["headline"] = W.partial_line(len(runs), results.get("cells_total")) + W.parts_line(results.get("parts")) + \
         (record.headline(summary, methods) if record.headline else [])
     # allow_nan=False: _jsonable already mapped NaN to null; fail loudly if anything slipped by.
     _write_atomic(out_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")

@@ -53,6 +53,7 @@ class CellRequest:
     plan: str | None = None  # a study's plan file (the study suite)
     out: str | None = None  # the study's output folder (where a suite may keep its own files)
     repeats: int | None = None  # every cell this many times, interleaved (suites that report speed)
+    only_seeds: list[int] | None = None  # only these seeds' cells: a part of a study run in parts (--merge)
 
 
 Builder = Callable[["Suite", CellRequest, int], list[Cell]]  # (suite, request, seed) -> that seed's cells
@@ -123,7 +124,8 @@ def build_cells(name: str, request: CellRequest | None = None, **kwargs) -> list
     if n_seeds < 1:
         raise ValueError("--seeds: must be >= 1")
     cells = [cell for seed in range(n_seeds) for cell in _repeated(suite.cells(suite, request, seed), request)]
-    return cells if request.only is None else keep_only(cells, request.only)
+    cells = cells if request.only is None else keep_only(cells, request.only)
+    return cells if request.only_seeds is None else keep_seeds(cells, request.only_seeds)
 
 
 def _repeated(cells: list[Cell], request: CellRequest) -> list[Cell]:
@@ -151,6 +153,15 @@ def keep_only(cells: list[Cell], globs: list[str]) -> list[Cell]:
         if not any(fnmatch.fnmatchcase(stem(c), glob) for c in cells):
             raise ValueError(f"--only: {glob!r} matches no cell (e.g. {', '.join(stem(c) for c in cells[:3])})")
     return [c for c in cells if any(fnmatch.fnmatchcase(stem(c), glob) for glob in globs)]
+
+
+def keep_seeds(cells: list[Cell], seeds: list[int]) -> list[Cell]:
+    """The cells of ``seeds``, in order; ValueError naming a seed that no cell has."""
+    have = sorted({c.seed for c in cells})
+    for seed in seeds:
+        if seed not in have:
+            raise ValueError(f"--only-seeds: no cell has seed {seed} (the seeds: {', '.join(map(str, have))})")
+    return [c for c in cells if c.seed in seeds]
 
 
 def validate_train_cells(cells: list[Cell]) -> None:

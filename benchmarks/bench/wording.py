@@ -196,6 +196,20 @@ def partial_line(n_runs: int, cells_total: int | None) -> list[str]:
             f"--report-only) to run the rest."]
 
 
+def parts_line(parts: list[Mapping[str, Any]] | None) -> list[str]:
+    """A study joined from parts run apart (``--merge``) names each part: where and when it ran."""
+    if not parts:
+        return []
+
+    def one(part: Mapping[str, Any]) -> str:
+        host = part.get("host") or {}
+        commit = (host.get("commit") or "unknown")[:7] + (" (dirty)" if host.get("dirty") else "")
+        return (f"{part.get('folder')} ({part.get('runs')} runs, {part.get('created_at') or 'undated'}, "
+                f"commit {commit}, {host.get('cpu_model') or 'processor unknown'})")
+
+    return [f"Merged from {len(parts)} parts run apart (--merge): " + "; ".join(one(p) for p in parts) + "."]
+
+
 def _gap_words(gap: Mapping[str, Any] | None, name: str, one_seed: bool = False) -> str:
     """"4.0 points below async recompute [−6.1, −1.9] (Holm p = 0.030, MDE 5.2: differs)" (the bracket:
     95 % Welch interval of the gap; with ``one_seed`` on either arm, ONE_SEED instead)."""
