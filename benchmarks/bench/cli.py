@@ -239,7 +239,7 @@ def _merge(args) -> int:
         if args.out is None:
             raise BenchError("--merge: name the merged study's folder with --out")
         out = Path(args.out)
-        summary = merge_studies(args.suite, [Path(d) for d in args.merge], out)
+        summary = merge_studies(args.suite, [Path(d) for d in args.merge], out, command=_redo(args))
     except BenchError as err:  # bad input: the parts are not one study's
         print(f"benchmarks: {err}", file=sys.stderr)
         return 2

@@ -61,10 +61,11 @@ def _digits(parts: list[tuple[Path, dict]]) -> int | None:
     return min(digits) if digits else None
 
 
-def merged_results(suite: str, folders: list[Path]) -> dict:
+def merged_results(suite: str, folders: list[Path], command: str | None = None) -> dict:
     """The study the parts in ``folders`` make together (BenchError, one line, if they are not parts
-    of one study). The header is the first part's; ``created_at`` is the last part's (when the data
-    were complete); ``parts`` records each part's folder name, command, date, host and cell count."""
+    of one study). The header is the first part's, with ``command`` (the merge's) when given;
+    ``created_at`` is the last part's (when the data were complete); ``parts`` records each part's
+    folder name, command, date, host and cell count."""
     if len(folders) < 2:
         raise BenchError("--merge: give at least two study folders (the parts of one study)")
     parts = [(folder, stored_results(suite, folder)) for folder in folders]
@@ -75,6 +76,8 @@ def merged_results(suite: str, folders: list[Path]) -> dict:
     _disjoint(parts)
     first = parts[0][1]
     header = {k: v for k, v in first.items() if k not in ("runs", "parts", "steps_digits")}
+    if command is not None:
+        header["command"] = command
     header["created_at"] = max(str(r.get("created_at") or "") for _, r in parts) or None
     totals = [r.get("cells_total") for _, r in parts]
     header["cells_total"] = sum(totals) if None not in totals else None
@@ -86,14 +89,14 @@ def merged_results(suite: str, folders: list[Path]) -> dict:
     return {**header, "runs": [run for _, r in parts for run in r.get("runs") or []]}
 
 
-def merge_studies(suite: str, folders: list[Path], out_dir: Path) -> dict:
+def merge_studies(suite: str, folders: list[Path], out_dir: Path, command: str | None = None) -> dict:
     """Write the merged study into ``out_dir`` (its data, the plan copy when the parts have one, and
     the report); returns summary.json's dict."""
     from benchmarks.bench.runner import write_suite_report
 
     if any(out_dir.resolve() == folder.resolve() for folder in folders) or has_study_data(out_dir):
         raise BenchError(f"--merge: --out {out_dir} already holds a study; merge into a new folder")
-    results = merged_results(suite, folders)
+    results = merged_results(suite, folders, command)
     out_dir.mkdir(parents=True, exist_ok=True)
     plan_copy = folders[0] / PLAN_COPY
     if plan_copy.exists():

@@ -121,6 +121,9 @@ def test_the_cli_refuses_in_one_line_and_never_overwrites(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "report: m/report.html" in proc.stdout and (tmp_path / "m" / "table.md").exists()
     assert (part_a / RESULTS_FILE).read_bytes() == before
+    stored = json.loads((tmp_path / "m" / RESULTS_FILE).read_text())
+    assert stored["command"] == f"python -m benchmarks study --merge {part_a} {part_b} --out m"
+    assert [p["command"] for p in stored["parts"]] == [load_study(WHOLE)["command"]] * 2
 
 
 def test_only_seeds_keeps_every_arm_of_the_seeds_named():
