@@ -26,7 +26,7 @@ import shutil
 from pathlib import Path
 
 from benchmarks.bench.plan_file import PLAN_COPY
-from benchmarks.bench.runner import BenchError, stored_results
+from benchmarks.bench.runner import BenchError, stored_results, write_suite_report
 from benchmarks.bench.study import has_study_data, write_study_data
 
 PART_KEYS = ("command", "created_at", "host", "cells_total")  # what may differ between parts, kept per part
@@ -92,9 +92,7 @@ def merged_results(suite: str, folders: list[Path], command: str | None = None) 
 def merge_studies(suite: str, folders: list[Path], out_dir: Path, command: str | None = None) -> dict:
     """Write the merged study into ``out_dir`` (its data, the plan copy when the parts have one, and
     the report); returns summary.json's dict."""
-    from benchmarks.bench.runner import write_suite_report
-
-    if any(out_dir.resolve() == folder.resolve() for folder in folders) or has_study_data(out_dir):
+    if has_study_data(out_dir):  # a part's own folder too: every part holds a study
         raise BenchError(f"--merge: --out {out_dir} already holds a study; merge into a new folder")
     results = merged_results(suite, folders, command)
     out_dir.mkdir(parents=True, exist_ok=True)
