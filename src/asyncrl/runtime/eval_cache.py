@@ -4,7 +4,9 @@ Benchmark suites run many cells from one warm start and one seed; their step-0 e
 same computation (evaluation samples from its own generator, seeded by ``run.seed``, so skipping it
 changes nothing else in the run). With ``eval.cache_initial`` the first run stores its step-0
 metrics under ``initial-eval/<key>.json`` in the cache (:mod:`asyncrl.core.cache`) and the others
-read them back.
+read them back. Episodes under ``env.schedule=ready`` are the exception: their batches follow
+the environments' timing, so two evaluations of one start differ by sampling noise, and the entry
+is one draw of it (docs/training.md).
 
 The key hashes everything the result depends on: the starting weights themselves (not their path),
 the evaluation problems (prompts and answers), and the settings of evaluation, task, reward
