@@ -37,7 +37,9 @@ __all__ = ["EpisodeRollout"]
 
 
 class EpisodeRollout:
-    def __init__(self, cfg, rewards, tokenizer):
+    def __init__(self, cfg, rewards, tokenizer, schedule: str | None = None):
+        """``schedule``: how episodes share the engine (``env.schedule`` when None; evaluation
+        passes ``eval.schedule``)."""
         from asyncrl.agents.python_tool import PythonLimits
         from asyncrl.agents.tools import ToolBox
         from asyncrl.agents.toolset import load_tools
@@ -45,7 +47,7 @@ class EpisodeRollout:
         env = cfg.env
         self.rewards, self.tokenizer, self.discount = rewards, tokenizer, env.turn_discount
         if env.harness:
-            self.tools, self.runner = None, _harness_runner(cfg, tokenizer)
+            self.tools, self.runner = None, _harness_runner(cfg, tokenizer, schedule)
             self.tool_format = self.runner.tool_format
             return
         tools = load_tools(env.tools, python_limits=PythonLimits(sandbox=env.python_sandbox))
@@ -59,7 +61,7 @@ class EpisodeRollout:
         turns = make_turns(tokenizer, cfg.policy.chat_template, self.tools.schemas if self.tools else ())
         self.tool_format, tool_stops = _tool_format(env, tokenizer, turns) if self.tools else (None, ())
         self.runner = EpisodeRunner(make_env, turns, tokenizer, _limits(cfg, tool_stops), self.tools,
-                                    _scheduling(env), tool_format=self.tool_format, history=env.history)
+                                    _scheduling(env, schedule), tool_format=self.tool_format, history=env.history)
 
     def close(self) -> None:
         """Release what the episodes hold open (a harness's endpoint: it refuses requests after)."""
@@ -170,13 +172,13 @@ def _limits(cfg, stops: tuple[str, ...] = ()) -> EpisodeLimits:
                          episode_tokens=env.episode_tokens, stop=(*env.stop, *stops), step_timeout_s=env.step_timeout_s)
 
 
-def _scheduling(env) -> Scheduling:
-    return Scheduling(schedule=env.schedule, concurrency=env.concurrency, retries=env.retries,
+def _scheduling(env, schedule: str | None = None) -> Scheduling:
+    return Scheduling(schedule=schedule or env.schedule, concurrency=env.concurrency, retries=env.retries,
                       backoff_s=env.retry_backoff_s, max_failure_frac=env.max_failure_frac,
                       failure_window=env.failure_window)
 
 
-def _harness_runner(cfg, tokenizer):
+def _harness_runner(cfg, tokenizer, schedule: str | None = None):
     """The runner of ``env.harness`` episodes: the harness's requests, through the run's endpoint."""
     from asyncrl.agents.harness import Sampling
     from asyncrl.agents.harness_runner import HarnessRunner
@@ -193,6 +195,7 @@ def _harness_runner(cfg, tokenizer):
     fmt, parallel = _call_settings(env, tokenizer, isinstance(turns_of(None), ChatTurns))
     limits = _limits(cfg)
     sampling = Sampling(ro.temperature, ro.top_p, limits.turn_tokens)
-    return HarnessRunner(resolve(env.harness, "env.harness", need_callable=True), tokenizer, turns_of, limits, _scheduling(env), fmt, sampling,
-                         host=env.endpoint_host, port=env.endpoint_port, parallel=parallel)
+    return HarnessRunner(resolve(env.harness, "env.harness", need_callable=True), tokenizer, turns_of, limits,
+                         _scheduling(env, schedule), fmt, sampling, host=env.endpoint_host,
+                         port=env.endpoint_port, parallel=parallel)
 

@@ -203,6 +203,11 @@ class EvalConfig:
     # unbiased pass@k over the samples (a sample passes with reward >= 1); each k <= samples
     pass_k: list[int] = setting(help="k values of the unbiased pass@k (each <= samples)", factory=lambda: [1])
     greedy: bool = setting(False, "also one temperature-0 answer per problem: eval_greedy_reward, its mean reward")
+    # lock-step by default: the batches of "ready" follow the environments' timing, so two
+    # evaluations of one start would differ by sampling noise
+    schedule: Literal["rounds", "ready"] = setting(
+        "rounds", "evaluation episodes (env.*): rounds (lock-step, the same result every time) or ready "
+                  "(as env.schedule=ready: never waits for the slowest environment, not reproducible)")
     # benchmark cells share a warm start and seed: their step-0 evaluations are one computation
     cache_initial: bool = setting(
         False, "reuse the evaluation before training of an identical start (weights, problems, eval "

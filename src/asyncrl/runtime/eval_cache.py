@@ -4,9 +4,10 @@ Benchmark suites run many cells from one warm start and one seed; their step-0 e
 same computation (evaluation samples from its own generator, seeded by ``run.seed``, so skipping it
 changes nothing else in the run). With ``eval.cache_initial`` the first run stores its step-0
 metrics under ``initial-eval/<key>.json`` in the cache (:mod:`asyncrl.core.cache`) and the others
-read them back. Episodes under ``env.schedule=ready`` are the exception: their batches follow
-the environments' timing, so two evaluations of one start differ by sampling noise, and the entry
-is one draw of it (docs/training.md).
+read them back. Episodes are evaluated in lock-step rounds (``eval.schedule=rounds``, the default),
+which makes their evaluation the same computation too; under ``eval.schedule=ready`` the batches
+follow the environments' timing, so two evaluations of one start differ by sampling noise, and the
+entry is one draw of it (docs/training.md).
 
 The key hashes everything the result depends on: the starting weights themselves (not their path),
 the evaluation problems (prompts and answers), and the settings of evaluation, task, reward
@@ -33,6 +34,9 @@ from asyncrl.core.cache import cache_root, writable_cache_dir
 
 # eval settings that do not change what the step-0 evaluation returns
 _EVAL_KEYS_IGNORED = ("every", "outputs", "cache_initial")
+# eval settings that shape only an evaluation that plays episodes (left out of single-turn keys,
+# which stay as they were before these settings existed)
+_EVAL_KEYS_OF_EPISODES = ("schedule",)
 
 
 def initial_eval_key(cfg: Config, model: torch.nn.Module, problems: list, engine: str | None = None) -> str:
@@ -47,7 +51,8 @@ def initial_eval_key(cfg: Config, model: torch.nn.Module, problems: list, engine
         digest.update(repr(problem).encode())
     data = cfg.to_dict()
     settings = {
-        "eval": {k: v for k, v in data["eval"].items() if k not in _EVAL_KEYS_IGNORED},
+        "eval": {k: v for k, v in data["eval"].items() if k not in _EVAL_KEYS_IGNORED
+                 and (cfg.env.episodes or k not in _EVAL_KEYS_OF_EPISODES)},
         "task": data["task"], "reward": data["reward"],
         "max_new_tokens": cfg.rollout.max_new_tokens, "chat_template": cfg.policy.chat_template,
         "dtype": cfg.policy.dtype, "device": cfg.policy.device, "seed": cfg.run.seed,

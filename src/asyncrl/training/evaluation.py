@@ -184,13 +184,17 @@ def _engines(model, tokenizer, cfg, engine: Engine | None):
 
 
 def episode_rollout(cfg, rewards, task, tokenizer):
-    """The run's episode rollout when it plays episodes (``env.*``), else None (single turns)."""
+    """The run's episode rollout when it plays episodes (``env.*``), else None (single turns). Its
+    episodes share the engine as ``eval.schedule`` says: by default in rounds, so that an evaluation
+    of one start is the same computation every time (under ``ready`` the batches follow the
+    environments' timing)."""
     if not cfg.env.episodes:
         return None
     from asyncrl.agents.rollout import EpisodeRollout
     from asyncrl.rewards import RewardSet
 
-    return EpisodeRollout(cfg, rewards if rewards is not None else RewardSet.for_task(task), tokenizer)
+    return EpisodeRollout(cfg, rewards if rewards is not None else RewardSet.for_task(task), tokenizer,
+                          schedule=cfg.eval.schedule)
 
 
 def cli_report(metrics: dict[str, float], result: EvalResult, cfg) -> dict:
