@@ -16,7 +16,7 @@ from asyncrl.runtime import eval_cache
 from asyncrl.runtime.validate import load_run_config
 from asyncrl.training.evaluation import eval_metrics
 
-SLOW_S = 0.25  # a slow environment's step: long enough that the fast episodes decode without it, even on a loaded machine
+SLOW_S = 0.25  # a slow step: the fast episodes decode without it, even on a loaded machine
 
 
 class Jittery(GuessNumber):
