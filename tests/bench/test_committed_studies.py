@@ -188,6 +188,23 @@ def _readme_2026_12_06_corrections_k16_lr1_25e_5(summary: dict, study: Path) -> 
     assert "they stay within 3 again (the floor −0.1, VESPO −1.6)" in text
 
 
+def _readme_2026_12_06_agent_floor(summary: dict, study: Path) -> None:
+    """The agent α-floor study: its three verdicts and each arm's runs with a drop, in the README and the
+    study's own README."""
+    text, own = " ".join(README.split()), " ".join((study / "README.md").read_text().split())
+    gaps = {stat["comparison"]: stat for stat in summary["primary"]}
+    assert {c: gaps[c]["verdict"] for c in gaps} == dict.fromkeys(gaps, "undecided")
+    for comparison, words in (("a3po - sync", "A-3PO"), ("a3po_floor - sync", "the α floor 1/2"),
+                              ("a3po_floor - a3po", "the floor against A-3PO")):
+        stat = gaps[comparison]
+        assert f"{words} {_gap(stat)} ({stat['verdict']})" in text, comparison
+    arms = summary["late_drops"]["arms"]
+    counts = ", ".join(f"{name} {arms[arm]['runs_with_drop']} of {arms[arm]['runs']}"
+                       for arm, name in (("sync", "sync"), ("a3po", "A-3PO"), ("a3po_floor", "the floor")))
+    assert f"Runs with a drop (more than 5 points between two evaluations): {counts}" in text
+    assert f"runs with a drop: {counts}" in own
+
+
 def _readme_2026_11_28_agent(summary: dict, study: Path) -> None:
     """Speed against sync, and the share of the ideal *gain*."""
     text = " ".join(README.split())
@@ -267,6 +284,7 @@ README_CHECKS = {  # the committed study -> what the README quotes from it
     "2026-12-06-corrections-k16-lr5e-5": _readme_2026_12_06_corrections_k16_lr5e_5,
     "2026-12-06-corrections-k16-lr1.25e-5": _readme_2026_12_06_corrections_k16_lr1_25e_5,
     "2026-11-28-agent": _readme_2026_11_28_agent,
+    "2026-12-06-agent-floor": _readme_2026_12_06_agent_floor,
     "2026-11-27-speed": _readme_2026_11_27_speed,
     "2026-12-06-speed-a3po": _readme_2026_12_06_speed_a3po,
     "2026-12-06-speed-peer-trl": _readme_2026_12_06_speed_peer_trl,
