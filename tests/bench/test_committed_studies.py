@@ -205,6 +205,18 @@ def _readme_2026_12_06_agent_floor(summary: dict, study: Path) -> None:
     assert f"runs with a drop: {counts}" in own
 
 
+def _readme_2026_12_06_fresh_lifts_short_start(summary: dict, study: Path) -> None:
+    """The short-start lifts on fresh warm starts: every arm passes, each task's lowest z as quoted."""
+    text = " ".join(README.split())
+    bar = {row["arm"]: row for row in summary["bar"]}
+    assert {arm: row["verdict"] for arm, row in bar.items()} == dict.fromkeys(bar, "pass")
+    lowest = [f"{min(bar[arm]['score'] for arm in arms):.2f}"
+              for arms in (("gem-short-sync", "gem-short-async"), ("rg-spell-sync", "rg-spell-async"))]
+    sentence = text.split("both lift again in every run: ", 1)[1]
+    assert sentence.startswith("GEM ") and f"(lowest z {lowest[0]}), spell_backward " in sentence
+    assert f"spell_backward +10.3 to +14.3 (lowest z {lowest[1]})" in sentence
+
+
 def _readme_2026_11_28_agent(summary: dict, study: Path) -> None:
     """Speed against sync, and the share of the ideal *gain*."""
     text = " ".join(README.split())
@@ -285,6 +297,7 @@ README_CHECKS = {  # the committed study -> what the README quotes from it
     "2026-12-06-corrections-k16-lr1.25e-5": _readme_2026_12_06_corrections_k16_lr1_25e_5,
     "2026-11-28-agent": _readme_2026_11_28_agent,
     "2026-12-06-agent-floor": _readme_2026_12_06_agent_floor,
+    "2026-12-06-fresh-lifts-short-start": _readme_2026_12_06_fresh_lifts_short_start,
     "2026-11-27-speed": _readme_2026_11_27_speed,
     "2026-12-06-speed-a3po": _readme_2026_12_06_speed_a3po,
     "2026-12-06-speed-peer-trl": _readme_2026_12_06_speed_peer_trl,
