@@ -43,7 +43,8 @@ def test_the_studies_are_compact():
     # rendered reports and run logs (3.7 MB) 23.0 MB on 2026-12-05, 15.9 MB of it per-step tables;
     # those xz-compressed since: 19.4 MB; the atlas and the 2.5e-5 K = 16 tables compacted to 4 significant
     # digits (--steps-digits 4) on 2026-12-06: 17.7 MB with the 1.25e-5 study, 18.4 MB with the two
-    # speed studies under the repeats protocol. The bar is the issue's (20 MB)
+    # speed studies under the repeats protocol; 19.9 MB on 2026-12-07 with the calculator's fresh warm
+    # starts and A-3PO against recompute under the protocol. The bar is the issue's (20 MB)
     assert sum(f.stat().st_size for f in files if f.exists()) <= 20 * 10**6
     assert not [f for f in files if "/runs/" in str(f)]
     assert {p.name for p in STUDIES} >= {"2026-11-25-atlas-full", "2026-11-25-a3po-stale", "2026-11-25-control"}
@@ -217,6 +218,21 @@ def _readme_2026_12_06_fresh_lifts_short_start(summary: dict, study: Path) -> No
     assert f"spell_backward +10.3 to +14.3 (lowest z {lowest[1]})" in sentence
 
 
+def _readme_2026_12_06_fresh_lifts_calculator(summary: dict, study: Path) -> None:
+    """The calculator on fresh warm starts: both arms pass on the mean, each mean and each warm start's
+    lift as the README quotes them."""
+    text = " ".join(README.split())
+    bar = {row["arm"]: row for row in summary["bar"]}
+    assert {arm: row["verdict"] for arm, row in bar.items()} == {"sync": "pass", "async": "pass"}
+    assert all(row["over"] == "mean" for row in bar.values())
+    sentence = text.split("the mean lift passes the bar in both modes, ", 1)[1]
+    assert sentence.startswith(
+        f"**sync {100 * bar['sync']['score']:+.1f} and async A-3PO {100 * bar['async']['score']:+.1f} points**")
+    lifts = {arm: dict(row["by_seed"]) for arm, row in bar.items()}
+    for seed in (1, 0, 2):  # the README's order: the warm start that lifts most first
+        assert f"{100 * lifts['sync'][seed]:+.1f} and {100 * lifts['async'][seed]:+.1f} on" in sentence, seed
+
+
 def _readme_2026_11_28_agent(summary: dict, study: Path) -> None:
     """Speed against sync, and the share of the ideal *gain*."""
     text = " ".join(README.split())
@@ -256,6 +272,22 @@ def _readme_2026_12_06_speed_a3po(summary: dict, study: Path) -> None:
     for method in ("sync", "async-loglinear"):
         walls = [r["summary"]["train_wall_s"] for r in runs if r["method"] == method]
         assert f"| {sum(walls) / len(walls):.1f} s [{min(walls):.1f}, {max(walls):.1f}] |" in text, method
+
+
+def _readme_2026_12_07_speed_a3po_recompute(summary: dict, study: Path) -> None:
+    """A-3PO against recompute under the protocol, in the intro and in the speed section: ratio,
+    interval, spread, and each arm's mean train wall over its runs."""
+    text = " ".join(README.split())
+    stats = summary["speed"]["comparisons"]["async-loglinear vs async-recompute"]["train_wall_s"]
+    assert stats["repeats"] >= 5 and not stats["below_protocol"]
+    ratio, interval = f"{stats['geomean']:.2f}×", f"[{stats['ci_low']:.2f}, {stats['ci_high']:.2f}]"
+    assert f"A-3PO trains {ratio} as fast as recompute, 95 % paired interval {interval} over {stats['n']} pairs" in text
+    assert f"(every pair {stats['min']:.2f}-{stats['max']:.2f}×;" in text
+    assert f"it trains {ratio} as fast end to end as recomputing it (95 % paired interval {interval}, 5 paired" in text
+    runs = json.loads((study / RESULTS_FILE).read_text())["runs"]
+    for method, name in (("async-loglinear", "A-3PO"), ("async-recompute", "recompute")):
+        walls = [r["summary"]["train_wall_s"] for r in runs if r["method"] == method]
+        assert f"{name} {sum(walls) / len(walls):.1f} s [{min(walls):.1f}, {max(walls):.1f}]" in text, method
 
 
 def _readme_2026_12_06_speed_peer_trl(summary: dict, study: Path) -> None:
@@ -298,9 +330,11 @@ README_CHECKS = {  # the committed study -> what the README quotes from it
     "2026-11-28-agent": _readme_2026_11_28_agent,
     "2026-12-06-agent-floor": _readme_2026_12_06_agent_floor,
     "2026-12-06-fresh-lifts-short-start": _readme_2026_12_06_fresh_lifts_short_start,
+    "2026-12-06-fresh-lifts-calculator": _readme_2026_12_06_fresh_lifts_calculator,
     "2026-11-27-speed": _readme_2026_11_27_speed,
     "2026-12-06-speed-a3po": _readme_2026_12_06_speed_a3po,
     "2026-12-06-speed-peer-trl": _readme_2026_12_06_speed_peer_trl,
+    "2026-12-07-speed-a3po-recompute": _readme_2026_12_07_speed_a3po_recompute,
     "2026-11-25-control": _readme_2026_11_25_control,
 }
 

@@ -33,6 +33,18 @@ def test_a3po_headline_in_words_with_a_verdict():
     assert "2.00× slower" in headline_a3po({"speedup_vs_sync": 0.5}, methods)[1]
 
 
+def test_a3po_headline_without_sync_compares_with_recompute():
+    methods = {"async-recompute": {"final_eval_reward": _stat(0.570, 0.01)},
+               "async-loglinear": {"final_eval_reward": _stat(0.600, 0.01)}}
+    summary = {"speedup_vs_sync": None, "speedup_vs_recompute": 1.30}
+    first, verdict = headline_a3po(summary, methods)
+    assert first.endswith("3.0 points above recompute, in 0.77× its training wall time.")
+    assert verdict.startswith("Verdict: A-3PO trains 1.30× faster than recompute")
+    methods["sync"] = {"final_eval_reward": _stat(0.600, 0.01)}  # sync, where it ran, stays the baseline
+    assert "faster than sync" in headline_a3po({**summary, "speedup_vs_sync": 1.1}, methods)[1]
+    assert "no comparison" in headline_a3po(summary, {"sync": methods["sync"]})[0]
+
+
 def test_headline_items_use_words_not_keys():
     items = dict(headline_items({"speedup_vs_sync": 2.0, "eval_gap_sync_minus_loglinear": 1.25,
                                  "weight_sync_s_per_step": 0.0123, "unlisted_key": 3.0, "n_runs": 9}))
