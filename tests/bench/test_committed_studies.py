@@ -255,6 +255,13 @@ def _speed_words(stats: dict) -> str:
     return f"{stats['geomean']:.2f}× as fast as sync, 95 % paired interval [{stats['ci_low']:.2f}, {stats['ci_high']:.2f}]"
 
 
+def _mean_range(study: Path, method: str, metric: str) -> str:
+    """"149.8 [142.7, 154.7]": one arm's mean of a run summary metric over its runs, and its min-max."""
+    values = [r["summary"][metric] for r in json.loads((study / RESULTS_FILE).read_text())["runs"]
+              if r["method"] == method]
+    return f"{sum(values) / len(values):.1f} [{min(values):.1f}, {max(values):.1f}]"
+
+
 def _readme_2026_12_06_speed_a3po(summary: dict, study: Path) -> None:
     """The two-core speed headline under the protocol: ratio, interval, spread, share of the ideal gain,
     and each arm's mean train wall over its runs."""
@@ -268,10 +275,9 @@ def _readme_2026_12_06_speed_a3po(summary: dict, study: Path) -> None:
     assert f"perfect overlap would be {stats['ideal']:.2f}×" in text
     assert f"A-3PO is {stats['geomean']:.2f}× sync's speed" in text  # the first paragraph
     assert f"[{stats['ci_low']:.2f}, {stats['ci_high']:.2f}], 5 paired repeats of 2 seeds" in text
-    runs = json.loads((study / RESULTS_FILE).read_text())["runs"]
     for method in ("sync", "async-loglinear"):
-        walls = [r["summary"]["train_wall_s"] for r in runs if r["method"] == method]
-        assert f"| {sum(walls) / len(walls):.1f} s [{min(walls):.1f}, {max(walls):.1f}] |" in text, method
+        mean, spread = _mean_range(study, method, "train_wall_s").split(" ", 1)
+        assert f"| {mean} s {spread} |" in text, method
 
 
 def _readme_2026_12_07_speed_a3po_recompute(summary: dict, study: Path) -> None:
@@ -284,10 +290,9 @@ def _readme_2026_12_07_speed_a3po_recompute(summary: dict, study: Path) -> None:
     assert f"A-3PO trains {ratio} as fast as recompute, 95 % paired interval {interval} over {stats['n']} pairs" in text
     assert f"(every pair {stats['min']:.2f}-{stats['max']:.2f}×;" in text
     assert f"it trains {ratio} as fast end to end as recomputing it (95 % paired interval {interval}, 5 paired" in text
-    runs = json.loads((study / RESULTS_FILE).read_text())["runs"]
     for method, name in (("async-loglinear", "A-3PO"), ("async-recompute", "recompute")):
-        walls = [r["summary"]["train_wall_s"] for r in runs if r["method"] == method]
-        assert f"{name} {sum(walls) / len(walls):.1f} s [{min(walls):.1f}, {max(walls):.1f}]" in text, method
+        mean, spread = _mean_range(study, method, "train_wall_s").split(" ", 1)
+        assert f"{name} {mean} s {spread}" in text, method
 
 
 def _readme_2026_12_06_speed_peer_trl(summary: dict, study: Path) -> None:
@@ -307,10 +312,8 @@ def _readme_2026_12_06_speed_peer_trl(summary: dict, study: Path) -> None:
     assert f"its async mode **{ratio} ({interval})**" in text
     ratio, interval = figure("asyncrl-async-loglinear vs asyncrl-sync")
     assert f"async ÷ sync is {ratio} ({interval})" in text
-    runs = json.loads((study / RESULTS_FILE).read_text())["runs"]
     for method in ("trl-grpo", "asyncrl-sync", "asyncrl-async-loglinear"):
-        rates = [r["summary"]["samples_per_s"] for r in runs if r["method"] == method]
-        assert f"| {sum(rates) / len(rates):.1f} [{min(rates):.1f}, {max(rates):.1f}] |" in text, method
+        assert f"| {_mean_range(study, method, 'samples_per_s')} |" in text, method
 
 
 def _readme_2026_11_25_control(summary: dict, study: Path) -> None:
