@@ -1,9 +1,10 @@
 """The ``collective`` weight channel (gloo pairs on loopback): workers in other processes pull exactly
 the published weights and version; a worker stopped mid-pull, then SIGKILLed, blocks no publish, and
-the next worker pulls the newest version."""
+the next worker pulls the newest version; a worker leaves its pair before its interpreter finalizes."""
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing as mp
 import os
 import signal
@@ -57,6 +58,36 @@ def test_workers_pull_what_was_published():
     for w in [*workers, late]:
         w.join(timeout=30)
         assert w.exitcode == 0
+
+
+def _native_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _leaver(channel, report: str) -> None:
+    """Pull once and return, as a worker does; write the process's native threads before the pull,
+    after it, and at exit once the channel's exit function ran (registered before the pull, ours
+    runs after it)."""
+    model = Weights(size=4096)
+    counts = [_native_threads()]
+    atexit.register(lambda: Path(report).write_text(" ".join(map(str, [*counts, _native_threads()]))))
+    channel.pull(model)
+    counts.append(_native_threads())
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_a_worker_leaves_its_pair_at_exit_before_the_interpreter_finalizes(tmp_path):
+    """gloo's threads must be joined while the interpreter is whole: one still letting go of a pull's
+    tensors during finalization takes the GIL and aborts the worker (SIGABRT at exit)."""
+    channel = open_channel("collective", Weights(), ctx=SPAWN, device="cpu", dtype=torch.float32)
+    report = tmp_path / "threads"
+    worker = SPAWN.Process(target=_leaver, args=(channel, str(report)))
+    worker.start()
+    worker.join(timeout=60)
+    assert worker.exitcode == 0
+    before, pulled, at_exit = map(int, report.read_text().split())
+    assert pulled > before  # the pair's threads ran
+    assert at_exit == before  # and were joined before the interpreter finalized
 
 
 def test_a_worker_killed_mid_pull_blocks_no_publish():

@@ -179,6 +179,7 @@ class CollectiveWeights:
         self.host, self.port = state["host"], state["port"]
         self.device = torch.device(state["device"])
         self.store, self._group, self._requests, self._received = None, None, 0, None
+        self._closed, self._threads = threading.Event(), []
 
     # --- trainer side ---
 
@@ -309,10 +310,21 @@ class CollectiveWeights:
             torch.cuda.current_stream(self.device).synchronize()
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the trainer's threads (at exit; a thread still sending is given ``timeout_s``)."""
+        """Stop the trainer's threads (at exit; a thread still sending is given ``timeout_s``); on a
+        worker, leave the pair (see :meth:`_leave`)."""
         self._closed.set()
         for thread in list(self._threads):
             thread.join(timeout_s)
+        self._leave()
+
+    def _leave(self) -> None:
+        """Drop this worker's end of its pair and its store connection, while the interpreter is
+        still whole: the pair's destructor joins gloo's threads, and one of them may still be letting
+        go of the last pull's tensors, which takes the GIL. Left to the interpreter's finalization,
+        that thread would be ended mid-C++ and abort the worker ("terminate called without an
+        active exception")."""
+        if self._group is not None:  # only a worker that joined has a pair (the trainer's are its threads')
+            self._group, self.store = None, None
 
     # --- both sides ---
 
@@ -331,7 +343,9 @@ class CollectiveWeights:
         store = self._client()
         peer = store.add("peers", 1) - 1
         store.set(f"peer{peer}/who", _who())
-        return peer, _pair(store, peer, 1, self.device, self.host)
+        group = _pair(store, peer, 1, self.device, self.host)
+        atexit.register(self.close)  # leave the pair before the interpreter finalizes
+        return peer, group
 
     @torch.no_grad()
     def pull(self, model: torch.nn.Module) -> int:
